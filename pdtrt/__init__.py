@@ -1,0 +1,35 @@
+"""pdtrt: prefill/decode disaggregated LLM serving on Triton Inference Server + TensorRT-LLM.
+
+The library returns typed results; ``pdtrt.cli`` renders them. Entry points:
+
+- :func:`load_deployment` / :func:`load_spec` -- read and validate ``pdtrt.yaml``
+- :func:`load_catalog` -- the GPU catalog
+- :func:`load_model_facts` -- facts of a Hugging Face ``config.json``
+- :func:`model_report` / :func:`fit` -- memory fit of a model on a GPU
+- :func:`run_doctor` -- what this machine can do
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from pdtrt.catalog import load_catalog
+from pdtrt.doctor import run_doctor
+from pdtrt.memory import fit
+from pdtrt.model import load_model_facts
+from pdtrt.model_report import model_report
+from pdtrt.spec_load import load_deployment, load_spec
+
+try:
+    __version__ = version("pdtrt")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "__version__",
+    "fit",
+    "load_catalog",
+    "load_deployment",
+    "load_model_facts",
+    "load_spec",
+    "model_report",
+    "run_doctor",
+]

@@ -1,0 +1,1 @@
+"""The ``pdtrt`` command line: one module per command; the only place that prints."""

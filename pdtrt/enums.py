@@ -1,0 +1,90 @@
+"""pdtrt's vocabulary as enums: phases, targets, data types, quantisation, transports.
+
+Strings exist only at the YAML/CLI edge; everything inside pdtrt passes these enums. The enum
+*values* are the spellings users write in ``pdtrt.yaml`` and on the command line.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["DType", "DeviceKind", "KVDType", "KVTransferBackend", "Phase", "Target", "WeightQuant"]
+
+
+class Phase(StrEnum):
+    """The two phases of LLM inference that pdtrt places on separate pools."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class Target(StrEnum):
+    """A pinned software stack pdtrt deploys to (DESIGN §2)."""
+
+    REFERENCE = "reference"
+    TRTLLM_0_21 = "trtllm-0.21"
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self is not Target.REFERENCE
+
+
+class DeviceKind(StrEnum):
+    GPU = "gpu"
+    CPU = "cpu"
+
+
+class DType(StrEnum):
+    """Activation / compute dtype of the model."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP32 = "fp32"
+
+    @property
+    def num_bytes(self) -> int:
+        return 4 if self is DType.FP32 else 2
+
+
+class WeightQuant(StrEnum):
+    """How the weights of the transformer layers' linear projections are stored.
+
+    ``none`` keeps them in the model dtype. Embeddings, the LM head and norms always stay in the
+    model dtype (TensorRT-LLM / ModelOpt exclude them from quantisation by default).
+    """
+
+    NONE = "none"
+    FP8 = "fp8"
+    INT8_WEIGHT_ONLY = "int8-wo"
+    INT4_WEIGHT_ONLY = "int4-wo"
+    INT4_AWQ = "int4-awq"
+
+    def bytes_per_param(self, dtype: DType) -> float:
+        """Bytes per quantised weight, group scales included (int4: one 16-bit scale per 128)."""
+        if self is WeightQuant.NONE:
+            return float(dtype.num_bytes)
+        if self in (WeightQuant.FP8, WeightQuant.INT8_WEIGHT_ONLY):
+            return 1.0
+        return 0.5 + 2.0 / 128
+
+
+class KVDType(StrEnum):
+    """Data type of the KV cache; must be equal on the prefill and decode side."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+    INT8 = "int8"
+    FP32 = "fp32"  # the reference engine's CPU cache
+
+    @property
+    def num_bytes(self) -> int:
+        if self is KVDType.FP32:
+            return 4
+        return 1 if self in (KVDType.FP8, KVDType.INT8) else 2
+
+
+class KVTransferBackend(StrEnum):
+    """Transport of the KV cache between prefill and decode instances."""
+
+    UCX = "ucx"

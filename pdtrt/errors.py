@@ -1,0 +1,94 @@
+"""The one exception tree of pdtrt.
+
+Every *expected* failure -- a bad spec, an unknown GPU, a model that does not fit, an
+unsupported architecture -- is a :class:`PdtrtError`. The CLI prints it as one line plus a hint
+and exits with status 2; anything else is a bug and keeps its traceback.
+
+::
+
+    PdtrtError                    expected failure; ``message`` + optional ``hint``
+    ├── SpecError                 the deployment spec is invalid (carries every ``SpecIssue``)
+    ├── CatalogError              unknown GPU name, unreadable or invalid catalog / prices file
+    ├── ModelConfigError          HF config.json missing, unreadable or incomplete
+    │   └── UnsupportedModelError architecture pdtrt cannot model yet (e.g. MoE)
+    └── InfeasibleError           the request is well-formed but impossible (model does not fit)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "CatalogError",
+    "InfeasibleError",
+    "ModelConfigError",
+    "PdtrtError",
+    "SpecError",
+    "SpecIssue",
+    "UnsupportedModelError",
+]
+
+
+class PdtrtError(Exception):
+    """Base of every expected pdtrt failure.
+
+    ``message`` says what is wrong and where; ``hint`` says how to fix it.
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def to_dict(self) -> dict[str, object]:
+        return {"error": type(self).__name__, "message": self.message, "hint": self.hint}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecIssue:
+    """One problem in a spec: the YAML path (``prefill.tp``), its line when known, and why."""
+
+    path: str
+    message: str
+    line: int | None = None
+
+    def render(self, source: str | None = None) -> str:
+        where = source or "<spec>"
+        if self.line is not None:
+            where = f"{where}:{self.line}"
+        return f"{where}: {self.path or '<root>'}: {self.message}"
+
+
+class SpecError(PdtrtError):
+    """The deployment spec is invalid. ``issues`` lists every problem found, not just the first."""
+
+    def __init__(
+        self, issues: list[SpecIssue], *, source: str | None = None, hint: str | None = None
+    ) -> None:
+        self.issues = list(issues)
+        self.source = source
+        lines = [issue.render(source) for issue in self.issues]
+        super().__init__("\n".join(lines), hint=hint)
+
+    def to_dict(self) -> dict[str, object]:
+        out = super().to_dict()
+        out["issues"] = [
+            {"path": i.path, "line": i.line, "message": i.message} for i in self.issues
+        ]
+        return out
+
+
+class CatalogError(PdtrtError):
+    """An unknown GPU name, or a catalog / prices file that cannot be used."""
+
+
+class ModelConfigError(PdtrtError):
+    """A Hugging Face ``config.json`` that is missing, unreadable or lacks required fields."""
+
+
+class UnsupportedModelError(ModelConfigError):
+    """An architecture pdtrt cannot model yet (mixture-of-experts, encoder-decoder, ...)."""
+
+
+class InfeasibleError(PdtrtError):
+    """A well-formed request that cannot be satisfied, e.g. a model that does not fit."""
