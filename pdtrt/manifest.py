@@ -23,10 +23,19 @@ from pdtrt.enums import KVDType, Phase, Target, WeightQuant
 from pdtrt.errors import PdtrtError
 from pdtrt.yamlio import write_atomic
 
-__all__ = ["MANIFEST_NAME", "EngineManifest", "KVLayout", "compatibility_problems",
-           "read_manifest", "write_manifest"]
+__all__ = [
+    "DEFAULT_ENGINES_ROOT",
+    "MANIFEST_NAME",
+    "EngineLayout",
+    "EngineManifest",
+    "KVLayout",
+    "compatibility_problems",
+    "read_manifest",
+    "write_manifest",
+]
 
 MANIFEST_NAME = "pdtrt-engine.json"
+DEFAULT_ENGINES_ROOT = Path("engines")
 MANIFEST_VERSION = 1
 
 
@@ -106,3 +115,25 @@ def compatibility_problems(prefill: EngineManifest, decode: EngineManifest) -> l
     if prefill.model != decode.model:
         problems.append(f"models differ: prefill {prefill.model} != decode {decode.model}")
     return problems
+
+
+class EngineLayout:
+    """Where the engines of one deployment live: ``ROOT/<deployment>/<phase>/`` (engine files
+    or, on the reference target, the HF checkpoint, plus ``pdtrt-engine.json``) and
+    ``ROOT/<deployment>/tokenizer/`` (the reference target's tokenizer). ``ROOT`` defaults to
+    ``engines/`` under the current directory (``--engines-dir`` on the commands)."""
+
+    def __init__(self, root: Path, deployment: str) -> None:
+        self.root = root
+        self.deployment = deployment
+
+    @property
+    def deployment_dir(self) -> Path:
+        return self.root / self.deployment
+
+    def phase_dir(self, phase: Phase) -> Path:
+        return self.deployment_dir / str(phase)
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.deployment_dir / "tokenizer"
