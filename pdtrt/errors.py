@@ -11,7 +11,8 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     ├── CatalogError              unknown GPU name, unreadable or invalid catalog / prices file
     ├── ModelConfigError          HF config.json missing, unreadable or incomplete
     │   └── UnsupportedModelError architecture pdtrt cannot model yet (e.g. MoE)
-    └── InfeasibleError           the request is well-formed but impossible (model does not fit)
+    ├── InfeasibleError           the request is well-formed but impossible (model does not fit)
+    └── ServerError               a Triton server could not be started, or a model failed to load
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "InfeasibleError",
     "ModelConfigError",
     "PdtrtError",
+    "ServerError",
     "SpecError",
     "SpecIssue",
     "UnsupportedModelError",
@@ -92,3 +94,7 @@ class UnsupportedModelError(ModelConfigError):
 
 class InfeasibleError(PdtrtError):
     """A well-formed request that cannot be satisfied, e.g. a model that does not fit."""
+
+
+class ServerError(PdtrtError):
+    """A Triton server that cannot be started or reached, or a model that failed to load."""

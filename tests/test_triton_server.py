@@ -1,0 +1,94 @@
+"""The server launcher against the real embedded Triton 2.51 (nvidia-pytriton)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pdtrt.embedded_triton import find_embedded_triton
+from pdtrt.errors import ServerError
+from pdtrt.triton_server import ServerConfig, TritonServer
+
+MODELS = Path(__file__).parent / "triton_models"
+
+pytestmark = [
+    pytest.mark.triton,
+    pytest.mark.skipif(find_embedded_triton() is None,
+                       reason="the embedded Triton server (nvidia-pytriton) is not installed"),
+]
+
+
+def _repo(tmp: Path, *names: str) -> Path:
+    repo = tmp / "repo"
+    for name in names:
+        shutil.copytree(MODELS / name, repo / name)
+    return repo
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def test_streams_and_stops_with_its_stubs(tmp_path):
+    import tritonclient.grpc as grpcclient
+
+    server = TritonServer(ServerConfig(repository=_repo(tmp_path, "echo_stream"),
+                                       log_path=tmp_path / "server.log"))
+    with server:
+        ep = server.endpoints
+        assert ep is not None and server.running
+        pid = server._proc.pid  # noqa: SLF001 -- checking the process tree
+        assert _children(pid), "the Python-backend stub runs as a child of tritonserver"
+        results: queue.Queue = queue.Queue()
+        client = grpcclient.InferenceServerClient(ep.grpc_url)
+        try:
+            client.start_stream(callback=lambda result, error: results.put((result, error)))
+            inp = grpcclient.InferInput("IN", [3], "INT32")
+            inp.set_data_from_numpy(np.array([7, 8, 9], dtype=np.int32))
+            client.async_stream_infer("echo_stream", [inp], enable_empty_final_response=True)
+            got = []
+            while True:
+                result, error = results.get(timeout=30)
+                assert error is None
+                resp = result.get_response()
+                if resp.outputs:
+                    got.append(int(result.as_numpy("OUT")[0]))
+                if resp.parameters["triton_final_response"].bool_param:
+                    break
+        finally:
+            client.stop_stream()
+            client.close()
+        assert got == [7, 8, 9]
+    assert not server.running
+    assert not os.path.exists(f"/proc/{pid}") or _children(pid) == []
+
+
+def test_reports_the_model_that_failed(tmp_path):
+    server = TritonServer(ServerConfig(repository=_repo(tmp_path, "echo_stream", "broken"),
+                                       log_path=tmp_path / "server.log"))
+    with pytest.raises(ServerError) as info:
+        server.start(timeout_s=60)
+    assert "model 'broken' failed to load" in info.value.message
+    assert "broken on purpose" in info.value.message
+    assert not server.running
+
+
+def test_missing_binary(tmp_path):
+    server = TritonServer(ServerConfig(repository=tmp_path, log_path=tmp_path / "s.log",
+                                       tritonserver=tmp_path / "no-such-tritonserver"))
+    with pytest.raises(ServerError, match="cannot run .*no-such-tritonserver"):
+        server.start(timeout_s=5)
