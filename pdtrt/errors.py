@@ -12,7 +12,8 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     ├── ModelConfigError          HF config.json missing, unreadable or incomplete
     │   └── UnsupportedModelError architecture pdtrt cannot model yet (e.g. MoE)
     ├── InfeasibleError           the request is well-formed but impossible (model does not fit)
-    └── ServerError               a Triton server could not be started, or a model failed to load
+    ├── ServerError               a Triton server could not be started, or a model failed to load
+    └── KVTransferError           a request's KV cache could not be moved between instances
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 __all__ = [
     "CatalogError",
     "InfeasibleError",
+    "KVTransferError",
     "ModelConfigError",
     "PdtrtError",
     "ServerError",
@@ -98,3 +100,8 @@ class InfeasibleError(PdtrtError):
 
 class ServerError(PdtrtError):
     """A Triton server that cannot be started or reached, or a model that failed to load."""
+
+
+class KVTransferError(PdtrtError):
+    """A request's KV cache could not be moved from prefill to decode (missing, expired,
+    mismatched layout, transport failure)."""

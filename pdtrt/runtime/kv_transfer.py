@@ -1,0 +1,218 @@
+"""Moving a request's KV cache from a prefill instance to a decode instance over UCX (ucxx).
+
+Each engine instance (a Triton Python-backend stub process) owns one :class:`UcxKVNode`: a
+ucxx worker driven by an asyncio loop in a daemon thread. The prefill side *offers* a packed KV
+buffer under a transfer id and publishes its worker address in ``context_phase_params``; the
+decode side *pulls*: it connects to that address (the worker-address API reaches shared memory
+on one host, TCP across hosts, as ``UCX_TLS`` allows), posts receives on two fresh tags, and
+sends a pull request carrying its own address and the tags. The prefill side answers with a
+status word then the buffer, and frees the buffer once the send has completed -- a rendezvous
+send completes only after the receiver has the data, so completion is the acknowledgement.
+Buffers nobody pulls are freed after ``timeout_s``; :meth:`UcxKVNode.release` frees one early.
+
+Wire format of a pull request (tag ``PULL_TAG``): ``transfer_id u64 | reply_tag u64 |
+address_len u32 | address``. Reply: status ``u64`` on ``reply_tag`` (0 ok, 1 unknown or
+expired), then on ``reply_tag + 1`` the ``kv_nbytes`` bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pdtrt.errors import KVTransferError
+
+__all__ = ["TransferStats", "UcxKVNode"]
+
+PULL_TAG = 0x7064_7472_7400_0001  # "pdtrt" + 1
+_REQUEST_MAX_BYTES = 64 * 1024
+_STATUS_OK, _STATUS_MISSING = 0, 1
+_HEADER = struct.Struct("<QQI")
+
+
+@dataclass
+class TransferStats:
+    """Counters of one node (exported as metrics by the engine model)."""
+
+    offered: int = 0
+    served: int = 0
+    expired: int = 0
+    released: int = 0
+    pulled: int = 0
+    pulled_bytes: int = 0
+    pull_seconds: float = 0.0
+    held: dict[int, tuple[np.ndarray, float]] = field(default_factory=dict)
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(buf.nbytes for buf, _ in self.held.values())
+
+
+class UcxKVNode:
+    """One process's UCX endpoint for KV transfer; call :meth:`start` before use."""
+
+    def __init__(self, *, transports: tuple[str, ...] = ("sm", "tcp"),
+                 timeout_s: float = 30.0) -> None:
+        self.transports = transports
+        self.timeout_s = timeout_s
+        self.stats = TransferStats()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._address: bytes | None = None
+        self._endpoints: dict[bytes, object] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        # UCX reads its configuration when ucxx is first imported in this process.
+        os.environ["UCX_TLS"] = ",".join(self.transports)
+        os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self._loop = loop
+            try:
+                import ucxx
+
+                self._address = bytes(memoryview(ucxx.get_worker_address()))
+                self._tasks = [loop.create_task(self._serve()), loop.create_task(self._sweep())]
+            except BaseException as exc:  # reported to start()
+                errors.append(exc)
+                ready.set()
+                return
+            ready.set()
+            loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="pdtrt-ucx", daemon=True)
+        self._thread.start()
+        ready.wait(60)
+        if errors or self._address is None:
+            raise KVTransferError(f"cannot start UCX: {errors[0] if errors else 'timeout'}",
+                                  hint="check that ucxx-cu12 is installed and UCX_TLS is valid")
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is not None:
+            def shutdown() -> None:
+                for task in self._tasks:
+                    task.cancel()
+                loop.call_soon(loop.stop)
+
+            loop.call_soon_threadsafe(shutdown)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    @property
+    def address(self) -> bytes:
+        if self._address is None:
+            raise KVTransferError("UCX node not started")
+        return self._address
+
+    # -- prefill side ------------------------------------------------------------------------
+    def offer(self, buffer: np.ndarray) -> int:
+        """Hold ``buffer`` (uint8) for a decode instance to pull; returns its transfer id."""
+        transfer_id = secrets.randbits(62)
+        with self._lock:
+            self.stats.held[transfer_id] = (buffer, time.monotonic() + self.timeout_s)
+            self.stats.offered += 1
+        return transfer_id
+
+    def release(self, transfer_id: int) -> bool:
+        """Free a held buffer early (e.g. its request was cancelled); True if it was held."""
+        with self._lock:
+            found = self.stats.held.pop(transfer_id, None) is not None
+            self.stats.released += found
+        return found
+
+    async def _serve(self) -> None:
+        import ucxx
+
+        while True:
+            message = np.empty(_REQUEST_MAX_BYTES, dtype=np.uint8)
+            await ucxx.recv(message, tag=PULL_TAG)
+            asyncio.get_running_loop().create_task(self._answer(message))
+
+    async def _answer(self, message: np.ndarray) -> None:
+        transfer_id, reply_tag, addr_len = _HEADER.unpack_from(message)
+        peer = message[_HEADER.size:_HEADER.size + addr_len].tobytes()
+        with self._lock:
+            held = self.stats.held.get(transfer_id)
+        ep = await self._endpoint(peer)
+        status = np.array([_STATUS_OK if held else _STATUS_MISSING], dtype=np.uint64)
+        await ep.send(status, tag=reply_tag, force_tag=True)
+        if held is None:
+            return
+        await ep.send(held[0], tag=reply_tag + 1, force_tag=True)
+        with self._lock:
+            if self.stats.held.pop(transfer_id, None) is not None:
+                self.stats.served += 1
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            now = time.monotonic()
+            with self._lock:
+                for tid in [t for t, (_, deadline) in self.stats.held.items() if deadline < now]:
+                    del self.stats.held[tid]
+                    self.stats.expired += 1
+
+    # -- decode side -------------------------------------------------------------------------
+    def pull(self, address: bytes, transfer_id: int, nbytes: int) -> np.ndarray:
+        """Fetch the buffer held under ``transfer_id`` at ``address`` (blocking)."""
+        if self._loop is None:
+            raise KVTransferError("UCX node not started")
+        start = time.perf_counter()
+        future = asyncio.run_coroutine_threadsafe(self._pull(address, transfer_id, nbytes),
+                                                  self._loop)
+        try:
+            buffer = future.result(timeout=self.timeout_s)
+        except TimeoutError:
+            future.cancel()
+            raise KVTransferError(f"KV transfer {transfer_id:x} timed out after "
+                                  f"{self.timeout_s:g} s") from None
+        with self._lock:
+            self.stats.pulled += 1
+            self.stats.pulled_bytes += nbytes
+            self.stats.pull_seconds += time.perf_counter() - start
+        return buffer
+
+    async def _pull(self, address: bytes, transfer_id: int, nbytes: int) -> np.ndarray:
+        import ucxx
+
+        reply_tag = secrets.randbits(62) << 1
+        status = np.empty(1, dtype=np.uint64)
+        buffer = np.empty(nbytes, dtype=np.uint8)
+        got_status = asyncio.ensure_future(ucxx.recv(status, tag=reply_tag))
+        me = self.address
+        request = np.frombuffer(_HEADER.pack(transfer_id, reply_tag, len(me)) + me,
+                                dtype=np.uint8)
+        ep = await self._endpoint(address)
+        await ep.send(request, tag=PULL_TAG, force_tag=True)
+        await got_status
+        if int(status[0]) != _STATUS_OK:
+            raise KVTransferError(f"the prefill instance no longer holds KV transfer "
+                                  f"{transfer_id:x} (expired after {self.timeout_s:g} s, "
+                                  "released, or pulled already)")
+        await ucxx.recv(buffer, tag=reply_tag + 1)
+        return buffer
+
+    async def _endpoint(self, address: bytes):
+        import ucxx
+
+        ep = self._endpoints.get(address)
+        if ep is None:
+            ep = await ucxx.create_endpoint_from_worker_address(
+                ucxx.get_ucx_address_from_buffer(address), endpoint_error_handling=False)
+            self._endpoints[address] = ep
+        return ep

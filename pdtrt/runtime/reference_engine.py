@@ -1,0 +1,158 @@
+"""The reference engine: a Hugging Face Llama-family model on PyTorch, phase by phase.
+
+``prefill()`` runs a prompt and returns the logits of its last position and its KV cache;
+``decode_step()`` advances a batch of sequences by one token each. Sequences of different
+lengths are batched by left-padding their caches and masking the pads (positions stay each
+sequence's own). The KV of one sequence is a tuple over layers of ``(k, v)`` tensors shaped
+``[1, kv_heads, seq, head_dim]``; :func:`pack_kv` / :func:`unpack_kv` turn it into one
+contiguous byte buffer (for UCX) and back.
+
+This is a CPU reference, not a fast engine: its job is to be *exactly* right (greedy output equal
+to ``transformers``' ``generate()``) so the disaggregated path can be checked end to end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pdtrt.enums import KVDType
+from pdtrt.manifest import KVLayout
+
+__all__ = ["KV", "ReferenceEngine", "SamplingParams", "load_reference_engine", "pack_kv",
+           "unpack_kv"]
+
+KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer (k, v): [1, H_kv, S, D]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingParams:
+    """TensorRT-LLM's semantics: top_k 0 and top_p 0 (the defaults) mean greedy."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 0.0
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0 or self.top_k == 1 or (self.top_k == 0 and self.top_p == 0)
+
+
+def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
+    """One token id from ``logits`` ``[vocab]``."""
+    if params.greedy:
+        return int(torch.argmax(logits))
+    scores = logits / params.temperature  # [vocab]
+    if params.top_k > 0:
+        kth = torch.topk(scores, min(params.top_k, scores.numel())).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if 0.0 < params.top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=True)
+        cumulative = torch.softmax(sorted_scores, dim=-1).cumsum(dim=-1)
+        drop = cumulative - torch.softmax(sorted_scores, dim=-1) > params.top_p
+        scores = scores.scatter(0, order[drop], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+class ReferenceEngine:
+    """One model in memory; not thread-safe (one scheduler thread drives it)."""
+
+    def __init__(self, model: torch.nn.Module, *, tokens_per_block: int) -> None:
+        self.model = model.eval()
+        cfg = model.config
+        self.num_layers = int(cfg.num_hidden_layers)
+        self.num_kv_heads = int(cfg.num_key_value_heads)
+        self.head_dim = int(getattr(cfg, "head_dim", None)
+                            or cfg.hidden_size // cfg.num_attention_heads)
+        self.dtype = next(model.parameters()).dtype
+        self.layout = KVLayout(num_layers=self.num_layers, num_kv_heads=self.num_kv_heads,
+                               head_dim=self.head_dim, kv_dtype=_KV_DTYPE[self.dtype],
+                               tokens_per_block=tokens_per_block)
+
+    @torch.inference_mode()
+    def prefill(self, input_ids: list[int]) -> tuple[torch.Tensor, KV]:
+        """Logits of the last prompt position ``[vocab]`` and the prompt's KV."""
+        from transformers import DynamicCache
+
+        ids = torch.tensor([input_ids], dtype=torch.long)  # [1, S]
+        out = self.model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+        cache = out.past_key_values
+        kv = tuple((layer.keys, layer.values) for layer in cache.layers)  # [1, H, S, D]
+        return out.logits[0, -1], kv
+
+    @torch.inference_mode()
+    def decode_step(self, batch: list[tuple[int, KV]]) -> list[tuple[torch.Tensor, KV]]:
+        """Feed each sequence's last token; returns its next-token logits and extended KV."""
+        from transformers import DynamicCache
+
+        lengths = [kv[0][0].shape[2] for _, kv in batch]
+        longest = max(lengths)
+        layers = []
+        for layer in range(self.num_layers):
+            ks, vs = [], []
+            for (_, kv), n in zip(batch, lengths, strict=True):
+                k, v = kv[layer]  # [1, H, n, D]
+                pad = longest - n
+                if pad:
+                    k = torch.nn.functional.pad(k, (0, 0, pad, 0))  # left-pad the seq dim
+                    v = torch.nn.functional.pad(v, (0, 0, pad, 0))
+                ks.append(k)
+                vs.append(v)
+            layers.append((torch.cat(ks), torch.cat(vs)))  # [B, H, longest, D]
+        mask = torch.zeros(len(batch), longest + 1, dtype=torch.long)  # [B, longest + 1]
+        for i, n in enumerate(lengths):
+            mask[i, longest - n:] = 1
+        ids = torch.tensor([[token] for token, _ in batch], dtype=torch.long)  # [B, 1]
+        positions = torch.tensor([[n] for n in lengths], dtype=torch.long)  # [B, 1]
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                         past_key_values=DynamicCache.from_legacy_cache(tuple(layers)),
+                         use_cache=True)
+        cache = out.past_key_values.layers
+        results = []
+        for i, n in enumerate(lengths):
+            start = longest - n
+            kv = tuple((layer.keys[i:i + 1, :, start:], layer.values[i:i + 1, :, start:])
+                       for layer in cache)  # [1, H, n + 1, D]
+            results.append((out.logits[i, -1], kv))
+        return results
+
+
+_KV_DTYPE = {torch.float32: KVDType.FP32, torch.bfloat16: KVDType.BF16,
+             torch.float16: KVDType.FP16}
+_TORCH_DTYPE = {v: k for k, v in _KV_DTYPE.items()}
+
+
+def pack_kv(kv: KV) -> np.ndarray:
+    """One contiguous uint8 buffer: ``[layers, 2, H, S, D]`` in the cache dtype."""
+    stacked = torch.stack([torch.stack((k[0], v[0])) for k, v in kv])  # [L, 2, H, S, D]
+    return stacked.contiguous().view(torch.uint8).numpy().reshape(-1)
+
+
+def unpack_kv(buffer: np.ndarray, layout: KVLayout, seq_len: int) -> KV:
+    """Inverse of :func:`pack_kv` for a sequence of ``seq_len`` tokens."""
+    dtype = _TORCH_DTYPE[layout.kv_dtype]
+    shape = (layout.num_layers, 2, layout.num_kv_heads, seq_len, layout.head_dim)
+    t = torch.from_numpy(np.ascontiguousarray(buffer)).view(dtype).reshape(shape)
+    return tuple((t[i, 0].unsqueeze(0).clone(), t[i, 1].unsqueeze(0).clone())
+                 for i in range(layout.num_layers))
+
+
+def kv_nbytes(layout: KVLayout, seq_len: int) -> int:
+    bytes_per = torch.tensor([], dtype=_TORCH_DTYPE[layout.kv_dtype]).element_size()
+    return layout.num_layers * 2 * layout.num_kv_heads * seq_len * layout.head_dim * bytes_per
+
+
+def load_reference_engine(checkpoint_dir: Path, *, tokens_per_block: int,
+                          num_threads: int = 1) -> ReferenceEngine:
+    """Load a local HF checkpoint (no remote code, no network) on the CPU."""
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(num_threads)
+    model = AutoModelForCausalLM.from_pretrained(str(checkpoint_dir), local_files_only=True,
+                                                 trust_remote_code=False)
+    return ReferenceEngine(model, tokens_per_block=tokens_per_block)
