@@ -1,0 +1,217 @@
+"""pdtrt's disaggregated router: a decoupled, asynchronous BLS model (DESIGN §3).
+
+Per request: a context-only request to the prefill model returns the first token and the
+``context_phase_params``; the first token goes to the client at once (``early_first_token``);
+then a generation-only request to the decode model streams the rest, relayed without repeating
+the first token. Many requests are in flight per instance (``async def execute``). The client's
+request id is forwarded to both phases, a cancelled client stream cancels the phase request in
+flight, prompts shorter than ``aggregated_below_tokens`` go to the aggregated model, every
+failure becomes a request error, and every stream ends with a final response.
+
+Prometheus metrics on Triton's metrics port: requests, TTFT, and per-phase queue time
+(``first_scheduled_time_ns - arrival_time_ns`` reported by the engines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from pdtrt.engine_io import REQUEST_TYPE_PARAMETER, ROUTER_IO, Param, RequestType
+from pdtrt.runtime.triton_io import (
+    FINAL,
+    RequestError,
+    counter,
+    model_params,
+    scalar,
+    send_error,
+    token_outputs,
+)
+
+_PHASE_OUTPUTS = ["output_ids", "sequence_length", "arrival_time_ns", "first_scheduled_time_ns"]
+
+
+class PhaseError(Exception):
+    """A phase model answered with an error."""
+
+
+class TritonPythonModel:
+    def initialize(self, args: dict[str, Any]) -> None:
+        p = model_params(args)
+        self.prefill_model = p[Param.PREFILL_MODEL]
+        self.decode_model = p[Param.DECODE_MODEL]
+        self.aggregated_model = p.get(Param.AGGREGATED_MODEL, "")
+        self.aggregated_below = int(p.get(Param.AGGREGATED_BELOW_TOKENS, "0") or 0)
+        self.early_first_token = p.get(Param.EARLY_FIRST_TOKEN, "true") == "true"
+        self.input_names = [t.name for t in ROUTER_IO.inputs]
+        labels = {"model": args["model_name"]}
+        fams = {
+            "requests": counter("pdtrt_router_requests_total", "Requests routed"),
+            "errors": counter("pdtrt_router_errors_total", "Requests that ended in an error"),
+            "cancelled": counter("pdtrt_router_cancelled_total", "Requests cancelled by clients"),
+            "ttft_s": counter("pdtrt_router_ttft_seconds_total",
+                              "Sum of router-side time to first token, seconds"),
+            "aggregated": counter("pdtrt_router_aggregated_total",
+                                  "Short requests sent to the aggregated path"),
+            "prefill_queue_s": counter("pdtrt_prefill_queue_seconds_total",
+                                       "Sum of prefill queue time, seconds"),
+            "decode_queue_s": counter("pdtrt_decode_queue_seconds_total",
+                                      "Sum of decode queue time (after the KV pull), seconds"),
+        }
+        self.metrics = {k: f.Metric(labels=labels) for k, f in fams.items() if f is not None}
+
+    def _count(self, key: str, value: float = 1.0) -> None:
+        m = self.metrics.get(key)
+        if m is not None:
+            m.increment(value)
+
+    async def execute(self, requests: list[Any]) -> None:
+        await asyncio.gather(*(self._route(r) for r in requests))
+        return None
+
+    # -- one request -------------------------------------------------------------------------
+    async def _route(self, request: Any) -> None:
+        sender = request.get_response_sender()
+        start = time.perf_counter()
+        self._count("requests")
+        try:
+            await self._serve(request, sender, start)
+        except (RequestError, PhaseError) as exc:
+            self._count("errors")
+            send_error(sender, str(exc))
+        except Exception as exc:  # never leave a stream open
+            self._count("errors")
+            send_error(sender, f"router failure: {type(exc).__name__}: {exc}")
+
+    def _inputs(self, request: Any, **overrides: np.ndarray) -> list[Any]:
+        tensors = []
+        for name in self.input_names:
+            if name in overrides:
+                tensors.append(pb_utils.Tensor(name, overrides[name]))
+                continue
+            t = pb_utils.get_input_tensor_by_name(request, name)
+            if t is not None:
+                tensors.append(t)
+        return tensors
+
+    def _phase_request(self, request: Any, model: str, request_type: str, extra: list[Any],
+                       **overrides: np.ndarray) -> Any:
+        return pb_utils.InferenceRequest(
+            model_name=model, inputs=self._inputs(request, **overrides) + extra,
+            requested_output_names=_PHASE_OUTPUTS + (
+                ["context_phase_params"] if request_type == RequestType.CONTEXT_ONLY else []),
+            request_id=request.request_id(), parameters={REQUEST_TYPE_PARAMETER: request_type})
+
+    async def _serve(self, request: Any, sender: Any, start: float) -> None:
+        ids = pb_utils.get_input_tensor_by_name(request, "input_ids")
+        if ids is None or ids.as_numpy().size == 0:
+            raise RequestError("the prompt is empty: 'text_input' / 'input_ids' has no tokens")
+        n = int(scalar(request, "input_lengths", ids.as_numpy().shape[-1]))
+        streaming = bool(scalar(request, "streaming", False))
+        exclude_input = bool(scalar(request, "exclude_input_in_output", False))
+        prompt = [int(t) for t in ids.as_numpy().reshape(-1)[:n]]
+        no = np.array([[False]])
+        yes = np.array([[True]])
+        if self.aggregated_model and n < self.aggregated_below:
+            self._count("aggregated")
+            phase = self._phase_request(request, self.aggregated_model,
+                                        RequestType.CONTEXT_AND_GENERATION, [],
+                                        streaming=yes, exclude_input_in_output=yes)
+            tokens = await self._relay(request, sender, phase, streaming, skip=0, start=start,
+                                       name="aggregated")
+            self._finish(sender, streaming, tokens, prompt, exclude_input)
+            return
+        # 1. prefill: one response with the first token(s) and context_phase_params
+        prefill = self._phase_request(request, self.prefill_model, RequestType.CONTEXT_ONLY, [],
+                                      streaming=no, exclude_input_in_output=yes)
+        first: list[int] = []
+        params = None
+        async for r in await prefill.async_exec(decoupled=True):
+            if r.has_error():
+                raise PhaseError(f"prefill failed: {r.error().message()}")
+            out = pb_utils.get_output_tensor_by_name(r, "output_ids")
+            if out is not None:
+                first = [int(t) for t in out.as_numpy().reshape(-1)]
+                params = pb_utils.get_output_tensor_by_name(r, "context_phase_params")
+                self._queue_metric("prefill_queue_s", r)
+        if request.is_cancelled():
+            self._count("cancelled")
+            sender.send(flags=FINAL)
+            return
+        max_new = int(scalar(request, "request_output_len", 1))
+        sent_early = False
+        if first and streaming and self.early_first_token:
+            sender.send(pb_utils.InferenceResponse(output_tensors=token_outputs(first)))
+            self._count("ttft_s", time.perf_counter() - start)
+            sent_early = True
+        if not first or params is None or len(first) >= max_new:
+            self._finish(sender, streaming, [] if sent_early else first, prompt, exclude_input)
+            return
+        # 2. decode: pulls the KV, streams the whole output (first token included)
+        ctx = pb_utils.Tensor("context_phase_params", params.as_numpy())
+        decode = self._phase_request(request, self.decode_model, RequestType.GENERATION_ONLY,
+                                     [ctx], streaming=yes, exclude_input_in_output=yes)
+        tokens = await self._relay(request, sender, decode, streaming,
+                                   skip=len(first) if sent_early else 0,
+                                   start=None if sent_early else start, name="decode")
+        self._finish(sender, streaming, tokens, prompt, exclude_input)
+
+    async def _relay(self, request: Any, sender: Any, phase: Any, streaming: bool, *,
+                     skip: int, start: float | None, name: str) -> list[int]:
+        """Forward a phase's stream; returns the tokens not yet sent (non-streaming) or []."""
+        collected: list[int] = []
+        seen = 0
+        responses = await phase.async_exec(decoupled=True)
+        async for r in responses:
+            if r.has_error():
+                raise PhaseError(f"{name} failed: {r.error().message()}")
+            if request.is_cancelled():
+                self._count("cancelled")
+                cancel = getattr(responses, "cancel", None)
+                if cancel is not None:
+                    cancel()
+                break
+            out = pb_utils.get_output_tensor_by_name(r, "output_ids")
+            if out is None:
+                continue
+            if seen == 0:
+                self._queue_metric("decode_queue_s", r)
+            tokens = [int(t) for t in out.as_numpy().reshape(-1)]
+            new = tokens[max(0, skip - seen):]
+            seen += len(tokens)
+            if not new:
+                continue
+            if streaming:
+                if start is not None:
+                    self._count("ttft_s", time.perf_counter() - start)
+                    start = None
+                sender.send(pb_utils.InferenceResponse(output_tensors=token_outputs(new)))
+            else:
+                collected += new
+        return collected
+
+    def _queue_metric(self, key: str, response: Any) -> None:
+        arrival = pb_utils.get_output_tensor_by_name(response, "arrival_time_ns")
+        scheduled = pb_utils.get_output_tensor_by_name(response, "first_scheduled_time_ns")
+        if arrival is not None and scheduled is not None:
+            delta = int(scheduled.as_numpy().reshape(-1)[0]) - int(
+                arrival.as_numpy().reshape(-1)[0])
+            if delta >= 0:
+                self._count(key, delta / 1e9)
+
+    @staticmethod
+    def _finish(sender: Any, streaming: bool, tokens: list[int], prompt: list[int],
+                exclude_input: bool) -> None:
+        if streaming:
+            if tokens:
+                sender.send(pb_utils.InferenceResponse(output_tensors=token_outputs(tokens)),
+                            flags=FINAL)
+            else:
+                sender.send(flags=FINAL)
+            return
+        full = tokens if exclude_input else prompt + tokens
+        sender.send(pb_utils.InferenceResponse(output_tensors=token_outputs(full)), flags=FINAL)
