@@ -185,6 +185,7 @@ def write_reference_tokenizer(dep: Deployment, out_dir: Path) -> None:
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+        model_input_names=["input_ids", "attention_mask"],
         model_max_length=int(config.get("max_position_embeddings") or 2048))
     out_dir.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(out_dir)

@@ -6,7 +6,6 @@ import copy
 from pathlib import Path
 
 import yaml
-
 from conftest import EXAMPLES
 
 

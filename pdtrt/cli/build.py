@@ -98,6 +98,9 @@ def build(spec_file: Path, phase_name: str, dry_run: bool, engines_dir: Path, fo
         emit_json({"dry_run": False, "plan": plan.to_dict(), "result": result.to_dict()})
         return
     out = console()
+    if not out.is_terminal:  # logs and pipes get the summary only
+        click.echo("\n".join(_result_lines(run_build(plan, dep, force=force))))
+        return
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=out, transient=True) as bar:
         task = bar.add_task("starting", total=len(plan.steps))
