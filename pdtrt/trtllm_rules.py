@@ -99,7 +99,8 @@ def apply_rules(settings: EngineSettings, *, model: ModelFacts, gpu: GPU, weight
                              "FP8 KV cache without FP8 weights: TensorRT-LLM disables paged "
                              "context FMHA (no FP8 context FMHA)")
             notes.append(f"{phase}: paged context FMHA is off (FP8 KV cache, weights "
-                         f"{weights}): no chunked prefill and no KV reuse")
+                         f"{weights}): no chunked prefill and no KV reuse; FP8 weights keep "
+                         "it on")
     else:
         if s["gemm_plugin"] != "disable":
             s = s.with_value("gemm_plugin", "disable", "FP8 weights: the FP8 gemm plugin only "
