@@ -24,7 +24,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pdtrt import __version__
 from pdtrt.build_plan import BuildPlan, BuildStep, PhasePlan, StepKind
 from pdtrt.catalog import load_catalog
 from pdtrt.deployment import Deployment
@@ -193,6 +192,8 @@ def _check_gpus(plan: BuildPlan, detection: GPUDetection, *, force: bool) -> Non
 
 def _manifest(plan: BuildPlan, ph: PhasePlan, dep: Deployment, *, hashes: dict[str, str],
               detection: GPUDetection | None, toolchain: Toolchain | None) -> EngineManifest:
+    from pdtrt import __version__  # the package imports this module
+
     model = dep.model
     local = None if detection is None else (
         _matching_gpu(detection, ph.gpu.compute_capability)
@@ -215,6 +216,15 @@ def _manifest(plan: BuildPlan, ph: PhasePlan, dep: Deployment, *, hashes: dict[s
     )
 
 
+def _check_model_dir(model_dir: Path | None) -> None:
+    if model_dir is None or not (model_dir / "config.json").is_file():
+        raise BuildError(f"no Hugging Face checkpoint at {model_dir} (config.json missing)",
+                         hint="download the model there or set model.path")
+    if not any(any(model_dir.glob(g)) for g in ("*.safetensors", "*.bin")):
+        raise BuildError(f"{model_dir} has a config.json but no weights (*.safetensors, *.bin)",
+                         hint="download the whole checkpoint, not only its config")
+
+
 def run_build(plan: BuildPlan, dep: Deployment, *, force: bool = False, nvml: Any = None,
               toolchain: Toolchain | None = None,
               progress: Callable[[ProgressEvent], None] | None = None) -> BuildResult:
@@ -225,9 +235,7 @@ def run_build(plan: BuildPlan, dep: Deployment, *, force: bool = False, nvml: An
         detection = detect_gpus(load_catalog(), nvml)
         _check_gpus(plan, detection, force=force)
         toolchain = toolchain or check_toolchain(plan)
-        if plan.model_dir is None or not (plan.model_dir / "config.json").is_file():
-            raise BuildError(f"no Hugging Face checkpoint at {plan.model_dir} (config.json "
-                             "missing)", hint="download the model there or set model.path")
+        _check_model_dir(plan.model_dir)
     results: list[StepResult] = []
     hashes: dict[str, str] = {}
     total = len(plan.steps)

@@ -71,7 +71,7 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def _decode_batch(dep: Deployment, phase: Phase, *, seq_len: int, max_num_tokens: int,
+def _batch_from_kv_capacity(dep: Deployment, phase: Phase, *, seq_len: int, max_num_tokens: int,
                   tokens_per_block: int, cap: int) -> Setting:
     spec = dep.spec
     pool = spec.pool(phase)
@@ -131,12 +131,17 @@ def resolve_settings(dep: Deployment, phase: Phase, profile: EngineProfile, *,
         source=SettingSource.COMPUTED,
         why=f"workload.isl + workload.osl = {wl.isl} + {wl.osl}"))
     seq_len = int(values["max_seq_len"].value)
-    fixed_tokens = (eng.max_num_tokens if "max_num_tokens" in eng.model_fields_set
-                    else None) or (prof.max_num_tokens if prof.max_num_tokens != COMPUTED
-                                   else None)
-    values["max_batch_size"] = pick("max_batch_size", lambda: _decode_batch(
+    # The activation reserve of the capacity computation needs a token budget: the spec's or
+    # the profile's when fixed, else the largest the computed one can become (conservative).
+    if "max_num_tokens" in eng.model_fields_set and eng.max_num_tokens is not None:
+        budget = eng.max_num_tokens
+    elif prof.max_num_tokens != COMPUTED:
+        budget = int(prof.max_num_tokens)
+    else:
+        budget = _round_up(prof.max_batch_size_cap, tpb)
+    values["max_batch_size"] = pick("max_batch_size", lambda: _batch_from_kv_capacity(
         dep, phase, seq_len=seq_len, tokens_per_block=tpb, cap=prof.max_batch_size_cap,
-        max_num_tokens=fixed_tokens or _round_up(prof.max_batch_size_cap, tpb)))
+        max_num_tokens=budget))
     batch = int(values["max_batch_size"].value)
     values["max_num_tokens"] = pick("max_num_tokens", lambda: _computed_tokens(
         phase, batch=batch, max_input_len=int(values["max_input_len"].value), tpb=tpb))

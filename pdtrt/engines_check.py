@@ -32,6 +32,7 @@ from pdtrt.manifest import (
     compatibility_problems,
     read_manifest,
 )
+from pdtrt.spec_load import load_deployment
 
 __all__ = ["CheckReport", "EngineEntry", "check_engines"]
 
@@ -69,8 +70,6 @@ class CheckReport:
 
 
 def _from_spec(path: Path, engines_root: Path) -> list[EngineEntry]:
-    from pdtrt.spec_load import load_deployment  # the spec path only
-
     dep = load_deployment(path)
     layout = EngineLayout(engines_root, dep.spec.name)
     return [EngineEntry(path=layout.phase_dir(p), manifest=read_manifest(layout.phase_dir(p)),

@@ -38,6 +38,7 @@ def env(tmp_path, monkeypatch):
     hf = tmp_path / "hf"
     hf.mkdir()
     shutil.copy(BUILTIN_MODELS / "meta-llama--Meta-Llama-3.1-8B.json", hf / "config.json")
+    (hf / "model-00001-of-00004.safetensors").write_bytes(b"w")
     return tmp_path
 
 
@@ -76,6 +77,19 @@ def test_builds_both_phases_and_writes_manifests(env):
         assert m.build_settings["settings"]["max_batch_size"]["source"] in ("spec", "computed")
     assert (env / "engines" / dep.spec.name / "logs" / "decode-trtllm-build.log").read_text(
         ).startswith("$ trtllm-build --checkpoint_dir")
+
+
+def test_built_engines_pass_engines_check(env):
+    from pdtrt.engines_check import check_engines
+
+    dep = _deployment(env)
+    _build(env, dep, FakeNVML([H100, L40S]))
+    report = check_engines([dep.source], engines_root=env / "engines")
+    assert report.ok, report.problems  # manifests agree with each other and the config.json
+    assert check_engines([dep.source], engines_root=env / "engines", here=True,
+                         nvml=FakeNVML([H100])).problems == [
+        f"{env}/engines/llama3-8b-h100-l40s/decode: needs a GPU of compute 8.9 (NVIDIA L40S); "
+        "this machine has: NVIDIA H100 80GB HBM3 (compute 9.0)"]
 
 
 def test_resume_skips_unchanged_steps(env):
@@ -142,6 +156,13 @@ def test_missing_tools_are_named(env, monkeypatch):
         _build(env, _deployment(env), FakeNVML([H100, L40S]))
     assert "prefill-trtllm-build: trtllm-build not found" in err.value.message
     assert f"{env}/nowhere/quantization/quantize.py not found" in err.value.message
+
+
+def test_config_without_weights_is_refused(env):
+    for w in (env / "hf").glob("*.safetensors"):
+        w.unlink()
+    with pytest.raises(BuildError, match="has a config.json but no weights"):
+        _build(env, _deployment(env), FakeNVML([H100, L40S]))
 
 
 def test_missing_hf_checkpoint(env):

@@ -90,3 +90,15 @@ def test_engines_check_bad_argument(run, tmp_path):
     result = run("engines", "check", str(tmp_path))
     assert result.exit_code == 2
     assert "not a spec, an engine directory" in result.stderr
+
+
+def test_rejected_plan_exits_2_with_every_reason(run, tmp_path):
+    spec = tmp_path / "bad.yaml"
+    spec.write_text((EXAMPLES / "llama3-8b-h100-l40s.yaml").read_text().replace(
+        "    max_num_tokens: 16384\n", "    max_num_tokens: 2048\n"))
+    result = run("build", str(spec), "--dry-run")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: build rejected:\n  - prefill: max_num_tokens 2048 "
+                                    "< max_input_len 4096 while paged context FMHA is off")
+    data = json.loads(run("build", str(spec), "--dry-run", "--json").stdout)
+    assert data["error"] == "BuildRejected" and len(data["reasons"]) == 1
