@@ -29,6 +29,7 @@ from pdtrt.enums import DType, KVDType, Phase, Target, WeightQuant
 from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES
 from pdtrt.errors import BuildRejected
 from pdtrt.manifest import EngineLayout
+from pdtrt.reference_build import real_checkpoint_dir
 from pdtrt.target_schema import TargetSchema, Tool, load_target_schema
 from pdtrt.trtllm_rules import apply_rules
 
@@ -59,6 +60,7 @@ class BuildStep:
     output_dir: Path
     log_file: Path
     gpu: GPU | None  # the GPU type the step must run on (None: any machine)
+    what: str = ""  # in-process steps: what they write
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -66,6 +68,7 @@ class BuildStep:
             "kind": str(self.kind),
             "phase": None if self.phase is None else str(self.phase),
             "argv": list(self.argv),
+            "what": self.what,
             "inputs": [str(p) for p in self.inputs],
             "output_dir": str(self.output_dir),
             "log_file": str(self.log_file),
@@ -208,10 +211,15 @@ def plan_build(dep: Deployment, *, engines_root: Path, phases: tuple[Phase, ...]
     notes: list[str] = [model_note] if model_note else []
     reasons: list[str] = []
     steps: list[BuildStep] = []
+    real = None
     if reference:
-        steps.append(BuildStep(name="tokenizer", kind=StepKind.REFERENCE_TOKENIZER, phase=None,
-                               argv=(), inputs=(), output_dir=layout.tokenizer_dir,
-                               log_file=logs / "tokenizer.log", gpu=None))
+        real = real_checkpoint_dir(dep)
+        steps.append(BuildStep(
+            name="tokenizer", kind=StepKind.REFERENCE_TOKENIZER, phase=None, argv=(),
+            inputs=(), output_dir=layout.tokenizer_dir, log_file=logs / "tokenizer.log",
+            gpu=None, what=f"byte-level BPE, vocab {dep.model.vocab_size}, trained on "
+            "pdtrt/data/corpus/reference.txt (linked instead when model.path has "
+            "tokenizer.json)"))
     phase_plans: list[PhasePlan] = []
     for phase in phases:
         gpu, pool = dep.gpus[phase], spec.pool(phase)
@@ -224,7 +232,11 @@ def plan_build(dep: Deployment, *, engines_root: Path, phases: tuple[Phase, ...]
             phase_steps.append(BuildStep(
                 name=f"{phase}-checkpoint", kind=StepKind.REFERENCE_CHECKPOINT, phase=phase,
                 argv=(), inputs=(), output_dir=engine_dir, log_file=logs / f"{phase}.log",
-                gpu=None))
+                gpu=None, what=(
+                    f"links to the checkpoint at {real}" if real else
+                    f"LlamaForCausalLM({spec.model.name} config) seeded with "
+                    f"{spec.model.seed}, {spec.model.dtype}, "
+                    "save_pretrained(safe_serialization=True)")))
         else:
             assert schema is not None and model_dir is not None
             try:

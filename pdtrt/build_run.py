@@ -183,11 +183,12 @@ def _check_gpus(plan: BuildPlan, detection: GPUDetection, *, force: bool) -> Non
             problems.append(f"{ph.phase} engine is for {ph.gpu.key} (compute "
                             f"{ph.gpu.compute_capability}), this machine has: {seen}")
     if problems and not force:
+        hosts = ", ".join(f"--phase {ph.phase} on a {ph.gpu.key} host" for ph in plan.phases)
         raise GPUMismatchError(
             "TensorRT engines only load on the GPU architecture they were built on:\n  "
             + "\n  ".join(problems),
-            hint="build each phase on its own GPU type (--phase prefill on the H100 host, "
-            "--phase decode on the L40S host); --force builds anyway for the local GPU")
+            hint=f"build each phase on its own GPU type ({hosts}); --force builds anyway "
+            "for the local GPU")
 
 
 def _manifest(plan: BuildPlan, ph: PhasePlan, dep: Deployment, *, hashes: dict[str, str],

@@ -148,8 +148,10 @@ def resolve_settings(dep: Deployment, phase: Phase, profile: EngineProfile, *,
     values["max_beam_width"] = Setting(value=1, source=SettingSource.COMPUTED,
                                        why="disaggregated serving needs beam width 1")
     for name in SWITCHES if switches else ():
-        values[name] = Setting(value=getattr(prof, name), source=SettingSource.PROFILE,
-                               why=profile.name)
+        value = getattr(prof, name)
+        if isinstance(value, bool):  # TensorRT-LLM's own spelling, as in the argv
+            value = "enable" if value else "disable"
+        values[name] = Setting(value=value, source=SettingSource.PROFILE, why=profile.name)
     ordered = {name: values[name] for name in (*LIMITS[:4], "max_beam_width", LIMITS[4],
                                                *(SWITCHES if switches else ()))}
     return EngineSettings(phase=phase, profile=profile.name, values=ordered)

@@ -82,7 +82,7 @@ def test_fp8_weights_switch_gemm_plugin_off(tmp_path, monkeypatch):
     plan = _plan(tmp_path, _fp8_weights, monkeypatch)
     s = plan.phase(Phase.PREFILL).settings
     assert s["gemm_plugin"] == "disable" and s.values["gemm_plugin"].source == "computed"
-    assert s["use_fp8_context_fmha"] is True  # Hopper + FP8 weights: kept from the profile
+    assert s["use_fp8_context_fmha"] == "enable"  # Hopper + FP8 weights: kept from the profile
     assert plan.steps[0].kind is StepKind.QUANTIZE and "fp8" in plan.steps[0].argv
 
 
@@ -101,3 +101,4 @@ def test_reference_plan_has_no_argv(tmp_path):
     assert [(s.name, s.argv) for s in plan.steps] == [
         ("tokenizer", ()), ("prefill-checkpoint", ()), ("decode-checkpoint", ())]
     assert "gemm_plugin" not in plan.phase(Phase.PREFILL).settings.values
+

@@ -25,6 +25,7 @@ def plan_lines(plan: BuildPlan) -> list[str]:
     shared = [s for s in plan.steps if s.phase is None]
     for s in shared:
         lines.append(f"step {steps[s.name][0]}: {s.name} (in-process) -> {s.output_dir}/")
+        lines.append(f"  {s.what}")
     for ph in plan.phases:
         lines.append(
             f"{ph.phase}: {ph.gpu.key}"
@@ -45,6 +46,8 @@ def plan_lines(plan: BuildPlan) -> list[str]:
             lines.append(f"  step {steps[s.name][0]}: {s.name} {where} -> {s.output_dir}/")
             if s.argv:
                 lines.append(f"    $ {shlex.join(s.argv)}")
+            if s.what:
+                lines.append(f"    {s.what}")
             lines.append(f"    log: {s.log_file}")
     return lines
 

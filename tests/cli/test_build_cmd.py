@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pytest
 from conftest import EXAMPLES
 
 from pdtrt.enums import KVDType
@@ -28,6 +29,14 @@ def test_dry_run_prints_both_pipelines(run, monkeypatch):
     assert "    $ trtllm-build --checkpoint_dir engines/llama3-8b-h100-l40s/checkpoints/decode " \
            "--output_dir engines/llama3-8b-h100-l40s/decode --max_batch_size 92 " in out
     assert "  max_batch_size          92       computed: KV capacity" in out
+
+
+@pytest.mark.parametrize("example", ["llama3-8b-h100-l40s", "reference-cpu"])
+def test_golden_dry_run_output(example, run, monkeypatch, golden):
+    monkeypatch.delenv("PDTRT_TRTLLM_EXAMPLES", raising=False)
+    result = run("build", str(EXAMPLES / f"{example}.yaml"), "--dry-run")
+    assert result.exit_code == 0, result.output
+    golden(f"build/dry-run-{example}.txt", result.stdout)
 
 
 def test_dry_run_json_phase_and_engines_dir(run, tmp_path):
