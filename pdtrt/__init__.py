@@ -7,12 +7,16 @@ The library returns typed results; ``pdtrt.cli`` renders them. Entry points:
 - :func:`load_model_facts` -- facts of a Hugging Face ``config.json``
 - :func:`model_report` / :func:`fit` -- memory fit of a model on a GPU
 - :func:`run_doctor` -- what this machine can do
+- :func:`plan_build` / :func:`run_build` -- engine builds; :func:`check_engines` -- compatibility
 """
 
 from importlib.metadata import PackageNotFoundError, version
 
+from pdtrt.build_plan import plan_build
+from pdtrt.build_run import run_build
 from pdtrt.catalog import load_catalog
 from pdtrt.doctor import run_doctor
+from pdtrt.engines_check import check_engines
 from pdtrt.memory import fit
 from pdtrt.model import load_model_facts
 from pdtrt.model_report import model_report
@@ -25,11 +29,14 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 __all__ = [
     "__version__",
+    "check_engines",
     "fit",
     "load_catalog",
     "load_deployment",
     "load_model_facts",
     "load_spec",
     "model_report",
+    "plan_build",
+    "run_build",
     "run_doctor",
 ]

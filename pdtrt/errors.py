@@ -13,7 +13,12 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     │   └── UnsupportedModelError architecture pdtrt cannot model yet (e.g. MoE)
     ├── InfeasibleError           the request is well-formed but impossible (model does not fit)
     ├── ServerError               a Triton server could not be started, or a model failed to load
-    └── KVTransferError           a request's KV cache could not be moved between instances
+    ├── KVTransferError           a request's KV cache could not be moved between instances
+    ├── BuildError                an engine build cannot be planned or did not complete
+    │   ├── BuildRejected         invalid flag / setting combination for the target (before any run)
+    │   ├── GPUMismatchError      the local GPU cannot build the phase's engine (compute capability)
+    │   └── ToolchainError        TensorRT-LLM tools or versions missing / different from the target
+    └── IncompatibleEnginesError  engines that cannot serve together (``pdtrt engines check``)
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "BuildError",
+    "BuildRejected",
     "CatalogError",
+    "GPUMismatchError",
+    "IncompatibleEnginesError",
     "InfeasibleError",
     "KVTransferError",
     "ModelConfigError",
@@ -29,6 +38,7 @@ __all__ = [
     "ServerError",
     "SpecError",
     "SpecIssue",
+    "ToolchainError",
     "UnsupportedModelError",
 ]
 
@@ -105,3 +115,33 @@ class ServerError(PdtrtError):
 class KVTransferError(PdtrtError):
     """A request's KV cache could not be moved from prefill to decode (missing, expired,
     mismatched layout, transport failure)."""
+
+
+class BuildError(PdtrtError):
+    """An engine build that cannot be planned, or a step that failed (its log file is named)."""
+
+
+class BuildRejected(BuildError):
+    """Settings that the target's flag schema or build rules reject; ``reasons`` lists them all."""
+
+    def __init__(self, reasons: list[str], *, hint: str | None = None) -> None:
+        self.reasons = list(reasons)
+        super().__init__("build rejected:\n" + "\n".join(f"  - {r}" for r in self.reasons),
+                         hint=hint)
+
+    def to_dict(self) -> dict[str, object]:
+        out = super().to_dict()
+        out["reasons"] = self.reasons
+        return out
+
+
+class GPUMismatchError(BuildError):
+    """The local GPU's compute capability differs from the one the engine is built for."""
+
+
+class ToolchainError(BuildError):
+    """TensorRT-LLM's tools are missing or their version differs from the target's."""
+
+
+class IncompatibleEnginesError(PdtrtError):
+    """Engines whose manifests say they cannot serve together (or here)."""

@@ -23,3 +23,43 @@ def catalog():
 def models_dir() -> Path:
     """The shared configs when present (they are the source), else pdtrt's built-in copies."""
     return SHARED_MODELS if SHARED_MODELS.is_dir() else BUILTIN_MODELS
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="Rewrite the golden files under tests/golden/ instead of comparing.")
+
+
+GOLDEN = ROOT / "tests" / "golden"
+
+
+@pytest.fixture
+def golden(request):
+    """``golden(relpath, text)``: compare ``text`` with tests/golden/RELPATH (or rewrite it
+    under ``--update-golden``)."""
+    update = request.config.getoption("--update-golden")
+
+    def _check(relpath: str, text: str) -> None:
+        path = GOLDEN / relpath
+        if update:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            return
+        assert path.is_file(), f"missing golden file {path}; run pytest --update-golden"
+        assert text == path.read_text(encoding="utf-8"), (
+            f"{path} differs; if the change is intended run pytest --update-golden")
+
+    return _check
+
+
+@pytest.fixture(scope="session")
+def reference_engines(tmp_path_factory):
+    """The reference-cpu deployment built once per session: (engines root, Deployment)."""
+    from pdtrt.build_plan import plan_build
+    from pdtrt.build_run import run_build
+    from pdtrt.spec_load import load_deployment
+
+    root = tmp_path_factory.mktemp("engines")
+    dep = load_deployment(EXAMPLES / "reference-cpu.yaml")
+    run_build(plan_build(dep, engines_root=root), dep)
+    return root, dep

@@ -1,0 +1,58 @@
+"""Fake TensorRT-LLM build tools: executables that record their argv and write plausible outputs.
+
+``install_fake_tools(tmp)`` writes ``tmp/bin/trtllm-build`` and, under ``tmp/examples``,
+``quantization/quantize.py`` and ``models/core/llama/convert_checkpoint.py``. Each appends its
+argv (JSON, one line) to ``$FAKE_TRTLLM_RECORD``. With ``FAKE_TRTLLM_FAIL=<tool>`` that tool
+writes a partial output, prints an error and exits 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_SCRIPT = '''#!{python}
+import json, os, sys
+from pathlib import Path
+tool = {tool!r}
+with open(os.environ["FAKE_TRTLLM_RECORD"], "a") as f:
+    f.write(json.dumps([tool, *sys.argv[1:]]) + "\\n")
+args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+out = Path(args["--output_dir"])
+out.mkdir(parents=True, exist_ok=True)
+print(f"[fake {{tool}}] writing {{out}}", flush=True)
+if os.environ.get("FAKE_TRTLLM_FAIL") == tool:
+    (out / "partial.bin").write_bytes(b"x")
+    print("RuntimeError: fake failure", flush=True)
+    sys.exit(1)
+if tool == "trtllm-build":
+    ckpt = json.loads((Path(args["--checkpoint_dir"]) / "config.json").read_text())
+    config = {{"version": "0.21.0", "pretrained_config": ckpt, "build_config": {{
+        "max_batch_size": int(args["--max_batch_size"]),
+        "plugin_config": {{"tokens_per_block": int(args["--tokens_per_block"])}}}}}}
+    (out / "config.json").write_text(json.dumps(config))
+    (out / "rank0.engine").write_bytes(b"engine")
+else:
+    hf = json.loads((Path(args["--model_dir"]) / "config.json").read_text())
+    kv = args.get("--kv_cache_dtype")
+    ckpt = {{"architecture": "LlamaForCausalLM", "num_hidden_layers": hf["num_hidden_layers"],
+            "num_attention_heads": hf["num_attention_heads"],
+            "num_key_value_heads": hf["num_key_value_heads"],
+            "head_size": hf["hidden_size"] // hf["num_attention_heads"],
+            "quantization": {{"kv_cache_quant_algo": kv.upper() if kv else None}}}}
+    (out / "config.json").write_text(json.dumps(ckpt))
+    (out / "rank0.safetensors").write_bytes(b"weights")
+'''
+
+
+def install_fake_tools(tmp: Path) -> tuple[Path, Path]:
+    """(bin dir, examples dir) holding the fakes."""
+    bin_dir, examples = tmp / "bin", tmp / "examples"
+    for path, tool in ((bin_dir / "trtllm-build", "trtllm-build"),
+                       (examples / "quantization" / "quantize.py", "quantize.py"),
+                       (examples / "models/core/llama/convert_checkpoint.py",
+                        "convert_checkpoint.py")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_SCRIPT.format(python=sys.executable, tool=tool))
+        path.chmod(0o755)
+    return bin_dir, examples
