@@ -1,0 +1,402 @@
+"""The I/O contracts of the models in a pdtrt repository, as small typed tables.
+
+One table per model kind: NVIDIA's ensemble (text in, text out), the preprocessing and
+postprocessing models, the engine model (``tensorrt_llm`` of TensorRT-LLM 0.21 and pdtrt's
+reference engine model, which implements the *core* subset), and pdtrt's router (the core
+contract minus ``context_phase_params``, so the ensemble wiring is the same whichever model sits
+in the middle). Plus the wiring itself (the ensemble's ``input_map``/``output_map`` per step),
+the request parameter that selects the phase, and the ``pdtrt_role`` / parameter names the
+Python models read from their ``config.pbtxt``.
+
+The names, dtypes and dims of NVIDIA's tables come from TensorRT-LLM's
+``triton_backend/all_models/inflight_batcher_llm/{ensemble,preprocessing,postprocessing,
+tensorrt_llm}/config.pbtxt``; the version notes (``min_length``/``random_seed`` in 0.21, later
+``min_tokens``/``seed``) are in ``docs/repo.md``. Dims exclude the batch dimension (every model
+has ``max_batch_size > 0``). This module is data: it renders nothing and reads no files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pdtrt.enums import Target
+
+__all__ = [
+    "AGGREGATED_ENSEMBLE_NAME",
+    "CORE_ENGINE_IO",
+    "ENSEMBLE_IO",
+    "ENSEMBLE_NAME",
+    "ENGINE_STEP_MAP",
+    "POSTPROCESSING_IO",
+    "POSTPROCESSING_STEP_MAP",
+    "PREPROCESSING_IO",
+    "PREPROCESSING_STEP_MAP",
+    "REQUEST_TYPE_PARAMETER",
+    "ROUTER_IO",
+    "TRTLLM_0_21_ENGINE_IO",
+    "ModelIO",
+    "ModelName",
+    "Param",
+    "RequestType",
+    "Role",
+    "StepMap",
+    "TensorSpec",
+    "TritonDType",
+    "engine_io",
+]
+
+
+class TritonDType(StrEnum):
+    """``data_type`` values of Triton's model config (``model_config.proto``)."""
+
+    BOOL = "TYPE_BOOL"
+    UINT8 = "TYPE_UINT8"
+    INT32 = "TYPE_INT32"
+    INT64 = "TYPE_INT64"
+    UINT64 = "TYPE_UINT64"
+    FP16 = "TYPE_FP16"
+    BF16 = "TYPE_BF16"
+    FP32 = "TYPE_FP32"
+    STRING = "TYPE_STRING"
+
+    @property
+    def numpy_name(self) -> str:
+        """The numpy dtype name the Python backend uses (``object`` for strings; bf16 has none)."""
+        return _NUMPY[self]
+
+
+_NUMPY = {
+    TritonDType.BOOL: "bool", TritonDType.UINT8: "uint8", TritonDType.INT32: "int32",
+    TritonDType.INT64: "int64", TritonDType.UINT64: "uint64", TritonDType.FP16: "float16",
+    TritonDType.BF16: "bfloat16", TritonDType.FP32: "float32", TritonDType.STRING: "object",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorSpec:
+    """One input or output. ``dims`` exclude the batch dim; -1 is a variable dim.
+
+    ``reshape_scalar`` renders ``dims: [ 1 ]`` plus ``reshape: { shape: [ ] }`` (NVIDIA's
+    scalars on the engine model: the model sees shape ``[batch]``); ``ragged`` renders
+    ``allow_ragged_batch: true``.
+    """
+
+    name: str
+    dtype: TritonDType
+    dims: tuple[int, ...]
+    optional: bool = False
+    reshape_scalar: bool = False
+    ragged: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelIO:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def input(self, name: str) -> TensorSpec:
+        return _find(self.inputs, name, "input")
+
+    def output(self, name: str) -> TensorSpec:
+        return _find(self.outputs, name, "output")
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.inputs)
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.outputs)
+
+    def without(self, *names: str) -> ModelIO:
+        """The same table minus the tensors called ``names`` (inputs and outputs)."""
+        return ModelIO(inputs=tuple(t for t in self.inputs if t.name not in names),
+                       outputs=tuple(t for t in self.outputs if t.name not in names))
+
+
+def _find(tensors: tuple[TensorSpec, ...], name: str, kind: str) -> TensorSpec:
+    for t in tensors:
+        if t.name == name:
+            return t
+    raise KeyError(f"no {kind} named {name!r}")
+
+
+def _t(name: str, dtype: TritonDType, *dims: int, opt: bool = False, ragged: bool = False,
+       scalar: bool = False) -> TensorSpec:
+    return TensorSpec(name=name, dtype=dtype, dims=dims, optional=opt, ragged=ragged,
+                      reshape_scalar=scalar)
+
+
+def _s(name: str, dtype: TritonDType, *, opt: bool = True) -> TensorSpec:
+    """An engine-model scalar: ``dims: [1]`` reshaped to ``[]`` (the batch dim stays)."""
+    return _t(name, dtype, 1, opt=opt, scalar=True)
+
+
+B, U8, I32, I64, U64 = (TritonDType.BOOL, TritonDType.UINT8, TritonDType.INT32,
+                        TritonDType.INT64, TritonDType.UINT64)
+F16, F32, STR = TritonDType.FP16, TritonDType.FP32, TritonDType.STRING
+
+
+class ModelName(StrEnum):
+    """Model (directory) names in a pdtrt repository."""
+
+    ENSEMBLE = "ensemble"
+    ENSEMBLE_AGGREGATED = "ensemble_aggregated"
+    PREPROCESSING = "preprocessing"
+    ROUTER = "router"
+    PREFILL = "prefill"
+    DECODE = "decode"
+    AGGREGATED = "aggregated"
+    POSTPROCESSING = "postprocessing"
+
+
+ENSEMBLE_NAME = ModelName.ENSEMBLE
+AGGREGATED_ENSEMBLE_NAME = ModelName.ENSEMBLE_AGGREGATED
+
+
+class Role(StrEnum):
+    """The ``pdtrt_role`` parameter of each pdtrt Python model."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    AGGREGATED = "aggregated"
+    ROUTER = "router"
+    PREPROCESSING = "preprocessing"
+    POSTPROCESSING = "postprocessing"
+
+
+class RequestType(StrEnum):
+    """Values of the ``request_type`` request parameter (TensorRT-LLM's own names)."""
+
+    CONTEXT_ONLY = "context_only"
+    GENERATION_ONLY = "generation_only"
+    CONTEXT_AND_GENERATION = "context_and_generation"
+
+
+REQUEST_TYPE_PARAMETER = "request_type"
+"""Request parameter (``pb_utils.InferenceRequest(parameters=...)``) selecting the phase; absent
+means ``context_and_generation``. The C++ backend logs and treats unknown values likewise."""
+
+
+class Param(StrEnum):
+    """String parameters of pdtrt's Python models (``config.pbtxt`` ``parameters``)."""
+
+    ROLE = "pdtrt_role"
+    # engine models (prefill, decode, aggregated)
+    ENGINE_DIR = "engine_dir"
+    MAX_BATCH_SIZE = "max_batch_size"
+    MAX_NUM_TOKENS = "max_num_tokens"
+    MAX_INPUT_LEN = "max_input_len"
+    MAX_SEQ_LEN = "max_seq_len"
+    TOKENS_PER_BLOCK = "tokens_per_block"
+    KV_TRANSFER_TIMEOUT_S = "kv_transfer_timeout_s"
+    UCX_TLS = "ucx_tls"  # comma-joined UCX transports
+    # preprocessing / postprocessing
+    TOKENIZER_DIR = "tokenizer_dir"
+    # router
+    PREFILL_MODEL = "prefill_model"
+    DECODE_MODEL = "decode_model"
+    AGGREGATED_MODEL = "aggregated_model"  # empty string when the repository has none
+    AGGREGATED_BELOW_TOKENS = "aggregated_below_tokens"
+    EARLY_FIRST_TOKEN = "early_first_token"  # "true" | "false"
+
+
+# --- NVIDIA's ensemble (text in, text out): the subset pdtrt serves ---------------------------
+ENSEMBLE_IO = ModelIO(
+    inputs=(
+        _t("text_input", STR, 1),
+        _t("max_tokens", I32, 1),
+        _t("bad_words", STR, -1, opt=True),
+        _t("stop_words", STR, -1, opt=True),
+        _t("exclude_input_in_output", B, 1, opt=True),
+        _t("end_id", I32, 1, opt=True),
+        _t("pad_id", I32, 1, opt=True),
+        _t("top_k", I32, 1, opt=True),
+        _t("top_p", F32, 1, opt=True),
+        _t("temperature", F32, 1, opt=True),
+        _t("length_penalty", F32, 1, opt=True),
+        _t("repetition_penalty", F32, 1, opt=True),
+        _t("min_length", I32, 1, opt=True),
+        _t("presence_penalty", F32, 1, opt=True),
+        _t("frequency_penalty", F32, 1, opt=True),
+        _t("random_seed", U64, 1, opt=True),
+        _t("return_log_probs", B, 1, opt=True),
+        _t("beam_width", I32, 1, opt=True),
+        _t("stream", B, 1, opt=True),
+    ),
+    outputs=(_t("text_output", STR, -1),),
+)
+
+# --- preprocessing / postprocessing (NVIDIA's names; a subset) --------------------------------
+PREPROCESSING_IO = ModelIO(
+    inputs=(
+        _t("QUERY", STR, 1),
+        _t("REQUEST_OUTPUT_LEN", I32, 1),
+        _t("BAD_WORDS_DICT", STR, -1, opt=True),
+        _t("STOP_WORDS_DICT", STR, -1, opt=True),
+        _t("END_ID", I32, 1, opt=True),
+        _t("PAD_ID", I32, 1, opt=True),
+    ),
+    outputs=(
+        _t("INPUT_ID", I32, -1),
+        _t("REQUEST_INPUT_LEN", I32, 1),
+        _t("BAD_WORDS_IDS", I32, 2, -1),
+        _t("STOP_WORDS_IDS", I32, 2, -1),
+        _t("REQUEST_OUTPUT_LEN", I32, -1),
+        _t("OUT_END_ID", I32, 1),
+        _t("OUT_PAD_ID", I32, 1),
+    ),
+)
+
+POSTPROCESSING_IO = ModelIO(
+    inputs=(_t("TOKENS_BATCH", I32, -1, -1), _t("SEQUENCE_LENGTH", I32, -1)),
+    outputs=(_t("OUTPUT", STR, -1),),
+)
+
+# --- the engine model ---------------------------------------------------------------------------
+_CORE_INPUTS = (
+    _t("input_ids", I32, -1, ragged=True),
+    _s("input_lengths", I32, opt=False),
+    _s("request_output_len", I32, opt=False),
+    _s("end_id", I32),
+    _s("pad_id", I32),
+    _t("stop_words_list", I32, 2, -1, opt=True, ragged=True),
+    _t("bad_words_list", I32, 2, -1, opt=True, ragged=True),
+    _s("beam_width", I32),
+    _s("temperature", F32),
+    _s("runtime_top_k", I32),
+    _s("runtime_top_p", F32),
+    _s("len_penalty", F32),
+    _s("repetition_penalty", F32),
+    _s("min_length", I32),
+    _s("presence_penalty", F32),
+    _s("frequency_penalty", F32),
+    _s("random_seed", U64),
+    _s("return_log_probs", B),
+    _s("exclude_input_in_output", B),
+    _s("stop", B),
+    _s("streaming", B),
+    _t("context_phase_params", U8, -1, opt=True, ragged=True),
+)
+_TIMING_OUTPUTS = (
+    _t("arrival_time_ns", I64, 1),
+    _t("first_scheduled_time_ns", I64, 1),
+    _t("first_token_time_ns", I64, 1),
+    _t("last_token_time_ns", I64, 1),
+)
+_CORE_OUTPUTS = (
+    _t("output_ids", I32, -1, -1),
+    _t("sequence_length", I32, -1),
+    _t("context_phase_params", U8, -1),
+    *_TIMING_OUTPUTS,
+)
+
+CORE_ENGINE_IO = ModelIO(inputs=_CORE_INPUTS, outputs=_CORE_OUTPUTS)
+"""The contract every engine model implements (pdtrt's reference engine model exactly this)."""
+
+ROUTER_IO = CORE_ENGINE_IO.without("context_phase_params")
+"""pdtrt's router: the engine model's core I/O minus the phase hand-off it performs itself."""
+
+_V021_EXTRA_INPUTS = (
+    _t("encoder_input_features", F16, -1, -1, opt=True, ragged=True),
+    _s("encoder_output_lengths", I32),
+    _s("num_return_sequences", I32),
+    _t("draft_input_ids", I32, -1, opt=True, ragged=True),
+    _t("decoder_input_ids", I32, -1, opt=True, ragged=True),
+    _s("decoder_input_lengths", I32),
+    _t("draft_logits", F32, -1, -1, opt=True, ragged=True),
+    _s("draft_acceptance_threshold", F32),
+    _t("embedding_bias", F32, -1, opt=True, ragged=True),
+    _s("runtime_top_p_min", F32),
+    _s("runtime_top_p_decay", F32),
+    _s("runtime_top_p_reset_ids", I32),
+    _s("early_stopping", B),
+    _s("beam_search_diversity_rate", F32),
+    _s("return_context_logits", B),
+    _s("return_generation_logits", B),
+    _s("return_perf_metrics", B),
+    _t("prompt_embedding_table", F16, -1, -1, opt=True, ragged=True),
+    _t("prompt_table_extra_ids", U64, -1, opt=True, ragged=True),
+    _s("prompt_vocab_size", I32),
+    _s("lora_task_id", U64),
+    _t("lora_weights", F16, -1, -1, opt=True, ragged=True),
+    _t("lora_config", I32, -1, 3, opt=True, ragged=True),
+    _t("retention_token_range_starts", I32, -1, opt=True, ragged=True),
+    _t("retention_token_range_ends", I32, -1, opt=True, ragged=True),
+    _t("retention_token_range_priorities", I32, -1, opt=True, ragged=True),
+    _t("retention_token_range_durations_ms", I32, -1, opt=True, ragged=True),
+    _t("retention_decode_priority", I32, 1, opt=True, ragged=True),
+    _t("retention_decode_duration_ms", I32, 1, opt=True, ragged=True),
+    _t("guided_decoding_guide_type", STR, 1, opt=True, ragged=True),
+    _t("guided_decoding_guide", STR, 1, opt=True, ragged=True),
+    _t("lookahead_window_size", I32, 1, opt=True, ragged=True),
+    _t("lookahead_ngram_size", I32, 1, opt=True, ragged=True),
+    _t("lookahead_verification_set_size", I32, 1, opt=True, ragged=True),
+)
+_V021_EXTRA_OUTPUTS = (
+    _t("cum_log_probs", F32, -1),
+    _t("output_log_probs", F32, -1, -1),
+    _t("context_logits", F32, -1, -1),
+    _t("generation_logits", F32, -1, -1, -1),
+    _t("batch_index", I32, 1),
+    _t("sequence_index", I32, 1),
+    _t("kv_cache_alloc_new_blocks", I32, 1),
+    _t("kv_cache_reused_blocks", I32, 1),
+    _t("kv_cache_alloc_total_blocks", I32, 1),
+    _t("acceptance_rate", F32, 1),
+    _t("total_accepted_draft_tokens", I32, 1),
+    _t("total_draft_tokens", I32, 1),
+)
+
+TRTLLM_0_21_ENGINE_IO = ModelIO(inputs=_CORE_INPUTS + _V021_EXTRA_INPUTS,
+                                outputs=_CORE_OUTPUTS + _V021_EXTRA_OUTPUTS)
+"""``tensorrt_llm`` of TensorRT-LLM 0.21 (logits as FP32, prompt tables and LoRA as FP16:
+NVIDIA's usual fill values for ``${logits_datatype}`` and friends)."""
+
+_ENGINE_IO = {Target.REFERENCE: CORE_ENGINE_IO, Target.TRTLLM_0_21: TRTLLM_0_21_ENGINE_IO}
+
+
+def engine_io(target: Target) -> ModelIO:
+    """The engine model's I/O on ``target``; always a superset of :data:`CORE_ENGINE_IO`."""
+    return _ENGINE_IO[target]
+
+
+# --- ensemble wiring: (model tensor, ensemble tensor) pairs per step -------------------------
+@dataclass(frozen=True, kw_only=True)
+class StepMap:
+    """One ensemble step's ``input_map``/``output_map``: (model's name, ensemble tensor)."""
+
+    inputs: tuple[tuple[str, str], ...]
+    outputs: tuple[tuple[str, str], ...]
+
+
+PREPROCESSING_STEP_MAP = StepMap(
+    inputs=(("QUERY", "text_input"), ("REQUEST_OUTPUT_LEN", "max_tokens"),
+            ("BAD_WORDS_DICT", "bad_words"), ("STOP_WORDS_DICT", "stop_words"),
+            ("END_ID", "end_id"), ("PAD_ID", "pad_id")),
+    outputs=(("INPUT_ID", "_INPUT_ID"), ("REQUEST_INPUT_LEN", "_REQUEST_INPUT_LEN"),
+             ("BAD_WORDS_IDS", "_BAD_WORDS_IDS"), ("STOP_WORDS_IDS", "_STOP_WORDS_IDS"),
+             ("REQUEST_OUTPUT_LEN", "_REQUEST_OUTPUT_LEN"),
+             ("OUT_END_ID", "_PREPROCESSOR_END_ID"), ("OUT_PAD_ID", "_PREPROCESSOR_PAD_ID")),
+)
+
+ENGINE_STEP_MAP = StepMap(
+    inputs=(("input_ids", "_INPUT_ID"), ("input_lengths", "_REQUEST_INPUT_LEN"),
+            ("request_output_len", "_REQUEST_OUTPUT_LEN"), ("end_id", "_PREPROCESSOR_END_ID"),
+            ("pad_id", "_PREPROCESSOR_PAD_ID"), ("stop_words_list", "_STOP_WORDS_IDS"),
+            ("bad_words_list", "_BAD_WORDS_IDS"), ("beam_width", "beam_width"),
+            ("temperature", "temperature"), ("runtime_top_k", "top_k"),
+            ("runtime_top_p", "top_p"), ("len_penalty", "length_penalty"),
+            ("repetition_penalty", "repetition_penalty"), ("min_length", "min_length"),
+            ("presence_penalty", "presence_penalty"), ("frequency_penalty", "frequency_penalty"),
+            ("random_seed", "random_seed"), ("return_log_probs", "return_log_probs"),
+            ("exclude_input_in_output", "exclude_input_in_output"), ("streaming", "stream")),
+    outputs=(("output_ids", "_TOKENS_BATCH"), ("sequence_length", "_SEQUENCE_LENGTH")),
+)
+"""The middle step: the router (disaggregated) or the aggregated engine model."""
+
+POSTPROCESSING_STEP_MAP = StepMap(
+    inputs=(("TOKENS_BATCH", "_TOKENS_BATCH"), ("SEQUENCE_LENGTH", "_SEQUENCE_LENGTH")),
+    outputs=(("OUTPUT", "text_output"),),
+)

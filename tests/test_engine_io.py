@@ -1,0 +1,95 @@
+"""The I/O tables: NVIDIA's ensemble contract, the core engine subset, the ensemble wiring."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdtrt.engine_io import (
+    CORE_ENGINE_IO,
+    ENGINE_STEP_MAP,
+    ENSEMBLE_IO,
+    POSTPROCESSING_IO,
+    POSTPROCESSING_STEP_MAP,
+    PREPROCESSING_IO,
+    PREPROCESSING_STEP_MAP,
+    ROUTER_IO,
+    TRTLLM_0_21_ENGINE_IO,
+    TritonDType,
+    engine_io,
+)
+from pdtrt.enums import Target
+
+# NVIDIA's inflight_batcher_llm ensemble of TensorRT-LLM 0.21 (shared/reference/triton-trtllm.md):
+# what genai-perf (--backend tensorrtllm) and tritonclient examples send and read.
+NVIDIA_ENSEMBLE = {
+    "text_input": ("TYPE_STRING", (1,), False),
+    "max_tokens": ("TYPE_INT32", (1,), False),
+    "bad_words": ("TYPE_STRING", (-1,), True),
+    "stop_words": ("TYPE_STRING", (-1,), True),
+    "exclude_input_in_output": ("TYPE_BOOL", (1,), True),
+    "end_id": ("TYPE_INT32", (1,), True),
+    "pad_id": ("TYPE_INT32", (1,), True),
+    "top_k": ("TYPE_INT32", (1,), True),
+    "top_p": ("TYPE_FP32", (1,), True),
+    "temperature": ("TYPE_FP32", (1,), True),
+    "length_penalty": ("TYPE_FP32", (1,), True),
+    "repetition_penalty": ("TYPE_FP32", (1,), True),
+    "min_length": ("TYPE_INT32", (1,), True),
+    "presence_penalty": ("TYPE_FP32", (1,), True),
+    "frequency_penalty": ("TYPE_FP32", (1,), True),
+    "random_seed": ("TYPE_UINT64", (1,), True),
+    "return_log_probs": ("TYPE_BOOL", (1,), True),
+    "beam_width": ("TYPE_INT32", (1,), True),
+    "stream": ("TYPE_BOOL", (1,), True),
+}
+
+
+def test_ensemble_matches_nvidia_contract():
+    got = {t.name: (str(t.dtype), t.dims, t.optional) for t in ENSEMBLE_IO.inputs}
+    assert got == NVIDIA_ENSEMBLE
+    assert [(t.name, str(t.dtype), t.dims) for t in ENSEMBLE_IO.outputs] == [
+        ("text_output", "TYPE_STRING", (-1,))]
+
+
+@pytest.mark.parametrize("target", list(Target), ids=str)
+def test_every_engine_table_contains_the_core(target):
+    table = engine_io(target)
+    for core in CORE_ENGINE_IO.inputs:
+        t = table.input(core.name)
+        assert (t.dtype, t.dims, t.reshape_scalar) == (core.dtype, core.dims, core.reshape_scalar)
+    for core in CORE_ENGINE_IO.outputs:
+        assert table.output(core.name).dtype == core.dtype
+
+
+def test_trtllm_0_21_names():
+    names = TRTLLM_0_21_ENGINE_IO.input_names
+    assert "min_length" in names and "random_seed" in names  # min_tokens / seed came later
+    assert "min_tokens" not in names and "seed" not in names
+    assert TRTLLM_0_21_ENGINE_IO.input("context_phase_params").dtype is TritonDType.UINT8
+    assert len(set(names)) == len(names)
+    assert len(set(TRTLLM_0_21_ENGINE_IO.output_names)) == len(TRTLLM_0_21_ENGINE_IO.outputs)
+
+
+def test_router_is_core_minus_phase_handoff():
+    assert "context_phase_params" not in ROUTER_IO.input_names
+    assert "context_phase_params" not in ROUTER_IO.output_names
+    assert set(ROUTER_IO.input_names) == set(CORE_ENGINE_IO.input_names) - {"context_phase_params"}
+
+
+def test_step_maps_name_existing_tensors():
+    produced = {t.name: t for t in ENSEMBLE_IO.inputs}
+    for io, step in ((PREPROCESSING_IO, PREPROCESSING_STEP_MAP), (ROUTER_IO, ENGINE_STEP_MAP),
+                     (POSTPROCESSING_IO, POSTPROCESSING_STEP_MAP)):
+        for model_name, tensor in step.inputs:
+            assert tensor in produced, tensor
+            assert io.input(model_name).dtype == produced[tensor].dtype
+        for model_name, tensor in step.outputs:
+            produced[tensor] = io.output(model_name)
+    assert "text_output" in produced
+    for model_name, _ in PREPROCESSING_STEP_MAP.inputs:
+        PREPROCESSING_IO.input(model_name)
+
+
+def test_numpy_names():
+    assert TritonDType.STRING.numpy_name == "object"
+    assert TritonDType.UINT64.numpy_name == "uint64"
