@@ -11,7 +11,9 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     ├── CatalogError              unknown GPU name, unreadable or invalid catalog / prices file
     ├── ModelConfigError          HF config.json missing, unreadable or incomplete
     │   └── UnsupportedModelError architecture pdtrt cannot model yet (e.g. MoE)
-    └── InfeasibleError           the request is well-formed but impossible (model does not fit)
+    ├── InfeasibleError           the request is well-formed but impossible (model does not fit)
+    └── RepoError                 a model repository cannot be generated (e.g. DIR exists)
+        └── RepoInvalidError      ``pdtrt repo validate`` found problems (carries every one)
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ __all__ = [
     "InfeasibleError",
     "ModelConfigError",
     "PdtrtError",
+    "RepoError",
+    "RepoInvalidError",
     "SpecError",
     "SpecIssue",
     "UnsupportedModelError",
@@ -92,3 +96,22 @@ class UnsupportedModelError(ModelConfigError):
 
 class InfeasibleError(PdtrtError):
     """A well-formed request that cannot be satisfied, e.g. a model that does not fit."""
+
+
+class RepoError(PdtrtError):
+    """A Triton model repository cannot be generated as asked (output exists, mode conflict)."""
+
+
+class RepoInvalidError(RepoError):
+    """A model repository failed ``pdtrt repo validate``; ``problems`` lists every one."""
+
+    def __init__(self, problems: list[str], *, source: str, hint: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        super().__init__(f"{source}: {len(self.problems)} problem(s)\n" + "\n".join(
+            f"  {p}" for p in self.problems), hint=hint)
+
+    def to_dict(self) -> dict[str, object]:
+        out = super().to_dict()
+        out["problems"] = list(self.problems)
+        return out

@@ -23,3 +23,13 @@ def catalog():
 def models_dir() -> Path:
     """The shared configs when present (they are the source), else pdtrt's built-in copies."""
     return SHARED_MODELS if SHARED_MODELS.is_dir() else BUILTIN_MODELS
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="Rewrite the golden files under tests/golden/ instead of comparing.")
+
+
+@pytest.fixture
+def update_golden(request) -> bool:
+    return bool(request.config.getoption("--update-golden"))
