@@ -204,10 +204,11 @@ def validate_repo(root: Path, *, require_engines: bool = False) -> ValidationRep
         problems += _model_problems(d.name, d, cfg)
     if not dirs:
         problems.append("no model directories")
+    broken = frozenset(d.name for d in dirs) - set(configs)
     for name, cfg in configs.items():
         if cfg.platform == "ensemble":
-            problems += ensemble_problems(name, cfg, configs)
-        problems += router_problems(name, cfg, configs)
+            problems += ensemble_problems(name, cfg, configs, broken)
+        problems += router_problems(name, cfg, configs, broken)
     target = _target(root, configs, problems)
     engine_problems, warnings = _engine_findings(_engines(configs), target, configs,
                                                  require_engines)

@@ -45,18 +45,26 @@ def _dims(d: object) -> str:
 
 
 def _unknown_model(name: str, models: Mapping[str, ModelConfig]) -> str:
-    return f"'{name}' is not a model of this repository{did_you_mean(name, models)}"
+    return f"'{name}', which is not a model of this repository{did_you_mean(name, models)}"
 
 
-def ensemble_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelConfig]) -> list[str]:
+def ensemble_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelConfig],
+                      broken: frozenset[str] = frozenset()) -> list[str]:
+    """Wiring problems of the ensemble ``name``. Steps on ``broken`` models (whose config did
+    not parse: already reported) are skipped, and so are the checks they would mislead."""
     problems: list[str] = []
+    complete = True
     tensors = {i.name: _Tensor(i.data_type, tuple(i.dims), "ensemble input") for i in cfg.input}
     steps = list(cfg.ensemble_scheduling.step)
     if not steps:
         problems.append(f"{name}: ensemble has no ensemble_scheduling steps")
     for n, step in enumerate(steps, 1):
         model = models.get(step.model_name)
+        if step.model_name in broken:
+            complete = False
+            continue
         if model is None:
+            complete = False
             problems.append(f"{name}: step {n} runs {_unknown_model(step.model_name, models)}")
             continue
         outputs = {o.name: o for o in model.output}
@@ -85,6 +93,8 @@ def ensemble_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelCon
                                 f"have{did_you_mean(key, inputs)}")
                 continue
             src = tensors.get(value)
+            if src is None and not complete:
+                continue
             if src is None:
                 problems.append(f"{where} input '{key}' reads '{value}', which is neither an "
                                 f"ensemble input nor a step output{did_you_mean(value, tensors)}")
@@ -100,7 +110,7 @@ def ensemble_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelCon
         if cfg.max_batch_size > model.max_batch_size:
             problems.append(f"{name}: max_batch_size {cfg.max_batch_size} exceeds step "
                             f"{step.model_name}'s {model.max_batch_size}")
-    for out in cfg.output:
+    for out in cfg.output if complete else ():
         src = tensors.get(out.name)
         if src is None or src.source == "ensemble input":
             problems.append(f"{name}: output '{out.name}' is not produced by any step")
@@ -113,7 +123,8 @@ def ensemble_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelCon
     return problems
 
 
-def router_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelConfig]) -> list[str]:
+def router_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelConfig],
+                    broken: frozenset[str] = frozenset()) -> list[str]:
     """Parameters naming models must name existing models; decoupling must agree with them."""
     problems: list[str] = []
     is_pdtrt_router = parameter(cfg, Param.ROLE) == Role.ROUTER
@@ -132,7 +143,7 @@ def router_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelConfi
     decoupled = cfg.model_transaction_policy.decoupled
     for key in ENGINE_REFERENCE_PARAMS:
         target = parameter(cfg, key)
-        if not target:
+        if not target or target in broken:
             continue
         model = models.get(target)
         if model is None:
