@@ -18,7 +18,9 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     │   ├── BuildRejected         invalid flag / setting combination for the target (before any run)
     │   ├── GPUMismatchError      the local GPU cannot build the phase's engine (compute capability)
     │   └── ToolchainError        TensorRT-LLM tools or versions missing / different from the target
-    └── IncompatibleEnginesError  engines that cannot serve together (``pdtrt engines check``)
+    ├── IncompatibleEnginesError  engines that cannot serve together (``pdtrt engines check``)
+    └── RepoError                 a model repository cannot be generated (e.g. DIR exists)
+        └── RepoInvalidError      ``pdtrt repo validate`` found problems (carries every one)
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ __all__ = [
     "ModelConfigError",
     "PdtrtError",
     "ServerError",
+    "RepoError",
+    "RepoInvalidError",
     "SpecError",
     "SpecIssue",
     "ToolchainError",
@@ -145,3 +149,20 @@ class ToolchainError(BuildError):
 
 class IncompatibleEnginesError(PdtrtError):
     """Engines whose manifests say they cannot serve together (or here)."""
+class RepoError(PdtrtError):
+    """A Triton model repository cannot be generated as asked (output exists, mode conflict)."""
+
+
+class RepoInvalidError(RepoError):
+    """A model repository failed ``pdtrt repo validate``; ``problems`` lists every one."""
+
+    def __init__(self, problems: list[str], *, source: str, hint: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        super().__init__(f"{source}: {len(self.problems)} problem(s)\n" + "\n".join(
+            f"  {p}" for p in self.problems), hint=hint)
+
+    def to_dict(self) -> dict[str, object]:
+        out = super().to_dict()
+        out["problems"] = list(self.problems)
+        return out

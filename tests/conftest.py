@@ -63,3 +63,6 @@ def reference_engines(tmp_path_factory):
     dep = load_deployment(EXAMPLES / "reference-cpu.yaml")
     run_build(plan_build(dep, engines_root=root), dep)
     return root, dep
+@pytest.fixture
+def update_golden(request) -> bool:
+    return bool(request.config.getoption("--update-golden"))
