@@ -78,7 +78,9 @@ class TritonPythonModel:
                                "Seconds requests waited before the scheduler took them"),
             "requests": counter("pdtrt_engine_requests_total", "Requests the engine finished"),
         }
-        self.metrics = {k: f.Metric(labels=labels) for k, f in fams.items() if f is not None}
+        # A Metric must not outlive its MetricFamily: keep the families.
+        self._families = {k: f for k, f in fams.items() if f is not None}
+        self.metrics = {k: f.Metric(labels=labels) for k, f in self._families.items()}
 
     def _metric(self, key: str, value: float, *, gauge: bool = False) -> None:
         m = self.metrics.get(key)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -39,6 +41,26 @@ class PhaseError(Exception):
     """A phase model answered with an error."""
 
 
+_DONE = object()
+# Triton 2.51's BLS response iterator is synchronous: each stream is drained on a worker thread
+# so one router instance keeps many requests in flight.
+_STREAM_THREADS = 256
+
+
+async def _responses(phase: Any, pool: ThreadPoolExecutor) -> AsyncIterator[Any]:
+    it = await phase.async_exec(decoupled=True)
+    if hasattr(it, "__aiter__"):
+        async for r in it:
+            yield r
+        return
+    loop = asyncio.get_running_loop()
+    while True:
+        r = await loop.run_in_executor(pool, next, it, _DONE)
+        if r is _DONE:
+            return
+        yield r
+
+
 class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
         p = model_params(args)
@@ -47,7 +69,10 @@ class TritonPythonModel:
         self.aggregated_model = p.get(Param.AGGREGATED_MODEL, "")
         self.aggregated_below = int(p.get(Param.AGGREGATED_BELOW_TOKENS, "0") or 0)
         self.early_first_token = p.get(Param.EARLY_FIRST_TOKEN, "true") == "true"
-        self.input_names = [t.name for t in ROUTER_IO.inputs]
+        # Scalars arrive reshaped to [batch]; a BLS request must send the config shape [batch, 1].
+        self.inputs = {t.name: t.reshape_scalar for t in ROUTER_IO.inputs}
+        self.pool = ThreadPoolExecutor(max_workers=_STREAM_THREADS,
+                                       thread_name_prefix="pdtrt-router")
         labels = {"model": args["model_name"]}
         fams = {
             "requests": counter("pdtrt_router_requests_total", "Requests routed"),
@@ -62,7 +87,9 @@ class TritonPythonModel:
             "decode_queue_s": counter("pdtrt_decode_queue_seconds_total",
                                       "Sum of decode queue time (after the KV pull), seconds"),
         }
-        self.metrics = {k: f.Metric(labels=labels) for k, f in fams.items() if f is not None}
+        # A Metric must not outlive its MetricFamily: keep the families.
+        self._families = {k: f for k, f in fams.items() if f is not None}
+        self.metrics = {k: f.Metric(labels=labels) for k, f in self._families.items()}
 
     def _count(self, key: str, value: float = 1.0) -> None:
         m = self.metrics.get(key)
@@ -77,8 +104,8 @@ class TritonPythonModel:
     async def _route(self, request: Any) -> None:
         sender = request.get_response_sender()
         start = time.perf_counter()
-        self._count("requests")
         try:
+            self._count("requests")
             await self._serve(request, sender, start)
         except (RequestError, PhaseError) as exc:
             self._count("errors")
@@ -89,13 +116,14 @@ class TritonPythonModel:
 
     def _inputs(self, request: Any, **overrides: np.ndarray) -> list[Any]:
         tensors = []
-        for name in self.input_names:
-            if name in overrides:
-                tensors.append(pb_utils.Tensor(name, overrides[name]))
-                continue
-            t = pb_utils.get_input_tensor_by_name(request, name)
-            if t is not None:
-                tensors.append(t)
+        for name, is_scalar in self.inputs.items():
+            value = overrides.get(name)
+            if value is None:
+                t = pb_utils.get_input_tensor_by_name(request, name)
+                if t is None:
+                    continue
+                value = t.as_numpy()
+            tensors.append(pb_utils.Tensor(name, value.reshape(-1, 1) if is_scalar else value))
         return tensors
 
     def _phase_request(self, request: Any, model: str, request_type: str, extra: list[Any],
@@ -130,7 +158,7 @@ class TritonPythonModel:
                                       streaming=no, exclude_input_in_output=yes)
         first: list[int] = []
         params = None
-        async for r in await prefill.async_exec(decoupled=True):
+        async for r in _responses(prefill, self.pool):
             if r.has_error():
                 raise PhaseError(f"prefill failed: {r.error().message()}")
             out = pb_utils.get_output_tensor_by_name(r, "output_ids")
@@ -165,15 +193,13 @@ class TritonPythonModel:
         """Forward a phase's stream; returns the tokens not yet sent (non-streaming) or []."""
         collected: list[int] = []
         seen = 0
-        responses = await phase.async_exec(decoupled=True)
+        responses = _responses(phase, self.pool)
         async for r in responses:
             if r.has_error():
                 raise PhaseError(f"{name} failed: {r.error().message()}")
             if request.is_cancelled():
                 self._count("cancelled")
-                cancel = getattr(responses, "cancel", None)
-                if cancel is not None:
-                    cancel()
+                await responses.aclose()
                 break
             out = pb_utils.get_output_tensor_by_name(r, "output_ids")
             if out is None:
