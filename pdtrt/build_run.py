@@ -40,9 +40,17 @@ from pdtrt.reference_build import (
 )
 from pdtrt.toolchain import Toolchain, check_toolchain
 
-__all__ = ["BuildResult", "ProgressEvent", "StepResult", "StepStatus", "run_build"]
+__all__ = ["BuildResult", "ProgressEvent", "ProgressKind", "StepResult", "StepStatus",
+           "run_build"]
 
 STAMP_NAME = ".pdtrt-step.json"
+
+
+class ProgressKind(StrEnum):
+    START = "start"
+    LINE = "line"  # one line of a subprocess's output
+    SKIP = "skip"
+    DONE = "done"
 
 
 class StepStatus(StrEnum):
@@ -55,7 +63,7 @@ class ProgressEvent:
     step: str
     index: int  # 1-based
     total: int
-    kind: str  # "start" | "line" | "skip" | "done"
+    kind: ProgressKind
     line: str = ""
 
 
@@ -160,12 +168,16 @@ def _run_external(step: BuildStep, emit: Callable[[str], None]) -> None:
 
 def _run_in_process(step: BuildStep, dep: Deployment) -> None:
     step.log_file.parent.mkdir(parents=True, exist_ok=True)
-    if step.kind is StepKind.REFERENCE_TOKENIZER:
-        write_reference_tokenizer(dep, step.output_dir)
-        what = "tokenizer"
-    else:
-        write_reference_checkpoint(dep, step.output_dir)
-        what = "checkpoint"
+    try:
+        if step.kind is StepKind.REFERENCE_TOKENIZER:
+            write_reference_tokenizer(dep, step.output_dir)
+            what = "tokenizer"
+        else:
+            write_reference_checkpoint(dep, step.output_dir)
+            what = "checkpoint"
+    except ImportError as exc:
+        raise BuildError(f"step {step.name} needs {exc.name or 'torch/transformers'}, which is "
+                         "not installed", hint="pip install 'pdtrt[reference]'") from None
     step.log_file.write_text(f"wrote the reference {what} into {step.output_dir}\n",
                              encoding="utf-8")
 
@@ -235,17 +247,17 @@ def _execute(step: BuildStep, dep: Deployment, notify: Callable[..., None]) -> S
         extra = checkpoint_inputs(dep)
     digest = _input_hash(step, extra)
     if _stamp_matches(step, digest):
-        notify("skip")
+        notify(ProgressKind.SKIP)
         return StepResult(name=step.name, status=StepStatus.SKIPPED, seconds=0.0,
                           log_file=str(step.log_file), input_hash=digest)
-    notify("start")
+    notify(ProgressKind.START)
     _remove(step.output_dir)  # stale or partial outputs of an earlier run
     started = time.monotonic()
     try:
         if step.kind.in_process:
             _run_in_process(step, dep)
         else:
-            _run_external(step, lambda line: notify("line", line))
+            _run_external(step, lambda line: notify(ProgressKind.LINE, line))
         if not step.output_dir.is_dir():
             raise BuildError(f"step {step.name} wrote nothing into {step.output_dir}; "
                              f"log: {step.log_file}")
@@ -253,7 +265,7 @@ def _execute(step: BuildStep, dep: Deployment, notify: Callable[..., None]) -> S
     except BaseException:
         _remove(step.output_dir)
         raise
-    notify("done")
+    notify(ProgressKind.DONE)
     return StepResult(name=step.name, status=StepStatus.RAN, seconds=time.monotonic() - started,
                       log_file=str(step.log_file), input_hash=digest)
 
