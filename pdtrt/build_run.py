@@ -40,9 +40,17 @@ from pdtrt.reference_build import (
 )
 from pdtrt.toolchain import Toolchain, check_toolchain
 
-__all__ = ["BuildResult", "ProgressEvent", "StepResult", "StepStatus", "run_build"]
+__all__ = ["BuildResult", "ProgressEvent", "ProgressKind", "StepResult", "StepStatus",
+           "run_build"]
 
 STAMP_NAME = ".pdtrt-step.json"
+
+
+class ProgressKind(StrEnum):
+    START = "start"
+    LINE = "line"  # one line of a subprocess's output
+    SKIP = "skip"
+    DONE = "done"
 
 
 class StepStatus(StrEnum):
@@ -55,7 +63,7 @@ class ProgressEvent:
     step: str
     index: int  # 1-based
     total: int
-    kind: str  # "start" | "line" | "skip" | "done"
+    kind: ProgressKind
     line: str = ""
 
 
@@ -160,12 +168,16 @@ def _run_external(step: BuildStep, emit: Callable[[str], None]) -> None:
 
 def _run_in_process(step: BuildStep, dep: Deployment) -> None:
     step.log_file.parent.mkdir(parents=True, exist_ok=True)
-    if step.kind is StepKind.REFERENCE_TOKENIZER:
-        write_reference_tokenizer(dep, step.output_dir)
-        what = "tokenizer"
-    else:
-        write_reference_checkpoint(dep, step.output_dir)
-        what = "checkpoint"
+    try:
+        if step.kind is StepKind.REFERENCE_TOKENIZER:
+            write_reference_tokenizer(dep, step.output_dir)
+            what = "tokenizer"
+        else:
+            write_reference_checkpoint(dep, step.output_dir)
+            what = "checkpoint"
+    except ImportError as exc:
+        raise BuildError(f"step {step.name} needs {exc.name or 'torch/transformers'}, which is "
+                         "not installed", hint="pip install 'pdtrt[reference]'") from None
     step.log_file.write_text(f"wrote the reference {what} into {step.output_dir}\n",
                              encoding="utf-8")
 
@@ -226,6 +238,38 @@ def _check_model_dir(model_dir: Path | None) -> None:
                          hint="download the whole checkpoint, not only its config")
 
 
+def _execute(step: BuildStep, dep: Deployment, notify: Callable[..., None]) -> StepResult:
+    """Run one step unless its stamp says its outputs are current; clean up on failure."""
+    extra: dict[str, str] = {}
+    if step.kind is StepKind.REFERENCE_TOKENIZER:
+        extra = tokenizer_inputs(dep)
+    elif step.kind is StepKind.REFERENCE_CHECKPOINT:
+        extra = checkpoint_inputs(dep)
+    digest = _input_hash(step, extra)
+    if _stamp_matches(step, digest):
+        notify(ProgressKind.SKIP)
+        return StepResult(name=step.name, status=StepStatus.SKIPPED, seconds=0.0,
+                          log_file=str(step.log_file), input_hash=digest)
+    notify(ProgressKind.START)
+    _remove(step.output_dir)  # stale or partial outputs of an earlier run
+    started = time.monotonic()
+    try:
+        if step.kind.in_process:
+            _run_in_process(step, dep)
+        else:
+            _run_external(step, lambda line: notify(ProgressKind.LINE, line))
+        if not step.output_dir.is_dir():
+            raise BuildError(f"step {step.name} wrote nothing into {step.output_dir}; "
+                             f"log: {step.log_file}")
+        _write_stamp(step, digest)
+    except BaseException:
+        _remove(step.output_dir)
+        raise
+    notify(ProgressKind.DONE)
+    return StepResult(name=step.name, status=StepStatus.RAN, seconds=time.monotonic() - started,
+                      log_file=str(step.log_file), input_hash=digest)
+
+
 def run_build(plan: BuildPlan, dep: Deployment, *, force: bool = False, nvml: Any = None,
               toolchain: Toolchain | None = None,
               progress: Callable[[ProgressEvent], None] | None = None) -> BuildResult:
@@ -239,45 +283,17 @@ def run_build(plan: BuildPlan, dep: Deployment, *, force: bool = False, nvml: An
         _check_model_dir(plan.model_dir)
     results: list[StepResult] = []
     hashes: dict[str, str] = {}
+    manifests: dict[Phase, Path] = {}
     total = len(plan.steps)
     for index, step in enumerate(plan.steps, start=1):
-        extra = {}
-        if step.kind is StepKind.REFERENCE_TOKENIZER:
-            extra = tokenizer_inputs(dep)
-        elif step.kind is StepKind.REFERENCE_CHECKPOINT:
-            extra = checkpoint_inputs(dep)
-        digest = _input_hash(step, extra)
-        hashes[step.name] = digest
-        if _stamp_matches(step, digest):
-            notify(ProgressEvent(step=step.name, index=index, total=total, kind="skip"))
-            results.append(StepResult(name=step.name, status=StepStatus.SKIPPED, seconds=0.0,
-                                      log_file=str(step.log_file), input_hash=digest))
-            continue
-        notify(ProgressEvent(step=step.name, index=index, total=total, kind="start"))
-        _remove(step.output_dir)  # stale or partial outputs of an earlier run
-        started = time.monotonic()
-        try:
-            if step.kind.in_process:
-                _run_in_process(step, dep)
-            else:
-                _run_external(step, lambda line, s=step, i=index: notify(ProgressEvent(
-                    step=s.name, index=i, total=total, kind="line", line=line)))
-            if not step.output_dir.is_dir():
-                raise BuildError(f"step {step.name} wrote nothing into {step.output_dir}; "
-                                 f"log: {step.log_file}")
-            _write_stamp(step, digest)
-        except BaseException:
-            _remove(step.output_dir)
-            raise
-        notify(ProgressEvent(step=step.name, index=index, total=total, kind="done"))
-        results.append(StepResult(name=step.name, status=StepStatus.RAN,
-                                  seconds=time.monotonic() - started,
-                                  log_file=str(step.log_file), input_hash=digest))
-    manifests = {}
-    for ph in plan.phases:
-        phase_hashes = {s.name: hashes[s.name] for s in plan.steps
-                        if s.phase in (ph.phase, None)}
-        manifest = _manifest(plan, ph, dep, hashes=phase_hashes, detection=detection,
-                             toolchain=toolchain)
-        manifests[ph.phase] = write_manifest(ph.engine_dir, manifest)
+        result = _execute(step, dep, lambda kind, line="", s=step, i=index: notify(
+            ProgressEvent(step=s.name, index=i, total=total, kind=kind, line=line)))
+        results.append(result)
+        hashes[step.name] = result.input_hash
+        finished = next((ph for ph in plan.phases if ph.steps and ph.steps[-1] is step), None)
+        if finished is not None:  # a phase is complete: its manifest, before the next phase
+            manifests[finished.phase] = write_manifest(finished.engine_dir, _manifest(
+                plan, finished, dep, detection=detection, toolchain=toolchain,
+                hashes={s.name: hashes[s.name] for s in plan.steps
+                        if s.phase in (finished.phase, None)}))
     return BuildResult(steps=tuple(results), manifests=manifests)

@@ -10,7 +10,8 @@ Checks, each problem a line naming the engine:
   or the reference target's HF config): layers, KV heads, head size, tokens per block, KV
   quantisation, TensorRT-LLM version;
 - against a spec: the manifest's compute capability vs the pool's GPU;
-- with ``here``: a local GPU (NVML) with each engine's compute capability.
+- this machine: whether a local GPU (NVML) has each engine's compute capability -- a note,
+  or with ``here`` a problem.
 """
 
 from __future__ import annotations
@@ -131,6 +132,27 @@ def _config_problems(entry: EngineEntry) -> list[str]:
     return problems
 
 
+def _check_here(report: CheckReport, *, here: bool, nvml: Any) -> None:
+    """Whether each GPU engine loads on this machine: a note, or a problem under ``here``."""
+    gpu_engines = [e for e in report.engines if e.manifest.compute_capability is not None]
+    if not gpu_engines:
+        return
+    detection = detect_gpus(load_catalog(), nvml)
+    seen = ", ".join(f"{g.name} (compute {g.compute_capability})"
+                     for g in detection.gpus) or detection.problem or "no GPU"
+    for e in gpu_engines:
+        cc = e.manifest.compute_capability
+        local = next((g for g in detection.gpus if g.compute_capability == cc), None)
+        if local is not None:
+            report.info.append(f"{e.path}: loads on this machine's {local.name}")
+        elif here:
+            report.problems.append(f"{e.path}: needs a GPU of compute {cc} "
+                                   f"({e.manifest.gpu_name}); this machine has: {seen}")
+        else:
+            report.info.append(f"{e.path}: cannot load on this machine (needs compute {cc}; "
+                               f"this machine has: {seen}); --here makes this an error")
+
+
 def check_engines(targets: list[Path], *, engines_root: Path = DEFAULT_ENGINES_ROOT,
                   here: bool = False, nvml: Any = None) -> CheckReport:
     """Check the engines of ``targets``; problems are collected, never raised."""
@@ -152,16 +174,5 @@ def check_engines(targets: list[Path], *, engines_root: Path = DEFAULT_ENGINES_R
         if e.expected_cc and cc and e.expected_cc != cc:
             report.problems.append(f"{e.path}: built for compute {cc}, the spec's "
                                    f"{e.manifest.phase} GPU is compute {e.expected_cc}")
-    if here:
-        detection = detect_gpus(load_catalog(), nvml)
-        local = {g.compute_capability for g in detection.gpus}
-        for e in report.engines:
-            cc = e.manifest.compute_capability
-            if cc is None:
-                continue
-            if cc not in local:
-                seen = ", ".join(f"{g.name} (compute {g.compute_capability})"
-                                 for g in detection.gpus) or detection.problem or "no GPU"
-                report.problems.append(f"{e.path}: needs a GPU of compute {cc} "
-                                       f"({e.manifest.gpu_name}); this machine has: {seen}")
+    _check_here(report, here=here, nvml=nvml)
     return report

@@ -2,8 +2,9 @@
 
 ``install_fake_tools(tmp)`` writes ``tmp/bin/trtllm-build`` and, under ``tmp/examples``,
 ``quantization/quantize.py`` and ``models/core/llama/convert_checkpoint.py``. Each appends its
-argv (JSON, one line) to ``$FAKE_TRTLLM_RECORD``. With ``FAKE_TRTLLM_FAIL=<tool>`` that tool
-writes a partial output, prints an error and exits 1.
+argv (JSON, one line) to ``$FAKE_TRTLLM_RECORD``. With ``FAKE_TRTLLM_FAIL=<tool>`` (or
+``<tool>@<text in the output dir>``) that tool writes a partial output, prints an error and
+exits 1.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
 out = Path(args["--output_dir"])
 out.mkdir(parents=True, exist_ok=True)
 print(f"[fake {{tool}}] writing {{out}}", flush=True)
-if os.environ.get("FAKE_TRTLLM_FAIL") == tool:
+fail = os.environ.get("FAKE_TRTLLM_FAIL", "")
+if fail.split("@")[0] == tool and ("@" not in fail or fail.split("@")[1] in str(out)):
     (out / "partial.bin").write_bytes(b"x")
     print("RuntimeError: fake failure", flush=True)
     sys.exit(1)

@@ -119,6 +119,17 @@ def test_failure_removes_partial_outputs_and_names_the_log(env, monkeypatch):
     assert result.steps[1].status is StepStatus.RAN
 
 
+def test_a_finished_phase_keeps_its_manifest_when_a_later_one_fails(env, monkeypatch):
+    dep = _deployment(env)
+    monkeypatch.setenv("FAKE_TRTLLM_FAIL", "trtllm-build@decode")
+    with pytest.raises(BuildError, match="step decode-trtllm-build failed"):
+        _build(env, dep, FakeNVML([H100, L40S]))
+    root = env / "engines" / dep.spec.name
+    assert read_manifest(root / "prefill").phase is Phase.PREFILL
+    assert not (root / "decode").exists()
+    assert (root / "checkpoints" / "decode" / "rank0.safetensors").exists()
+
+
 def test_refuses_a_gpu_of_another_architecture(env):
     dep = _deployment(env)
     with pytest.raises(GPUMismatchError) as err:

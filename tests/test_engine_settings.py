@@ -57,3 +57,12 @@ def test_sources(tmp_path):
     assert s.values["max_batch_size"].source == "computed"
     assert s["max_num_tokens"] == -(-s["max_batch_size"] // 32) * 32
     assert "rounded up to a multiple of tokens_per_block 32" in s.values["max_num_tokens"].why
+
+
+def test_invalid_profile_names_the_field(tmp_path):
+    (tmp_path / "x.yaml").write_text(
+        "name: x\nphase: decode\ngpus: []\ndescription: d\n"
+        "settings: {max_batch_size: lots, max_num_tokens: 32}\n")
+    with pytest.raises(BuildError, match=r"invalid engine profile .*x.yaml: "
+                       r"settings.max_batch_size"):
+        load_profiles(tmp_path)

@@ -87,5 +87,9 @@ def test_here_needs_a_gpu_of_the_engines_compute_capability(tmp_path):
     assert ok.ok
     bad = check_engines([tmp_path / "e"], here=True,
                         nvml=FakeNVML([("NVIDIA H100 80GB HBM3", 80 << 30, (9, 0))]))
+    assert check_engines([tmp_path / "e"], nvml=FakeNVML()).info[1:] == [
+        f"{tmp_path / 'e'}: cannot load on this machine (needs compute 8.9; this machine has: "
+        "no GPU); --here makes this an error"]
+    assert ok.info[1:] == [f"{tmp_path / 'e'}: loads on this machine's NVIDIA L40S"]
     assert bad.problems == [f"{tmp_path / 'e'}: needs a GPU of compute 8.9 (NVIDIA L40S); "
                             "this machine has: NVIDIA H100 80GB HBM3 (compute 9.0)"]

@@ -9,7 +9,7 @@ import click
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pdtrt.build_plan import BuildPlan, plan_build
-from pdtrt.build_run import BuildResult, ProgressEvent, run_build
+from pdtrt.build_run import BuildResult, ProgressEvent, ProgressKind, StepStatus, run_build
 from pdtrt.cli.render import console, emit_json, json_option
 from pdtrt.enums import Phase
 from pdtrt.manifest import DEFAULT_ENGINES_ROOT
@@ -55,7 +55,7 @@ def plan_lines(plan: BuildPlan) -> list[str]:
 def _result_lines(result: BuildResult) -> list[str]:
     lines = []
     for r in result.steps:
-        if r.status == "skipped":
+        if r.status is StepStatus.SKIPPED:
             lines.append(f"skipped {r.name} (outputs exist for unchanged inputs)")
         else:
             lines.append(f"built {r.name} in {r.seconds:.1f} s (log: {r.log_file})")
@@ -110,10 +110,11 @@ def build(spec_file: Path, phase_name: str, dry_run: bool, engines_dir: Path, fo
 
         def show(event: ProgressEvent) -> None:
             text = f"[{event.index}/{event.total}] {event.step}"
-            if event.kind == "line" and event.line:
+            if event.kind is ProgressKind.LINE and event.line:
                 text += f": {event.line[:80]}"
             bar.update(task, description=text,
-                       completed=event.index - (event.kind in ("start", "line")))
+                       completed=event.index - (event.kind in (ProgressKind.START,
+                                                               ProgressKind.LINE)))
 
         result = run_build(plan, dep, force=force, progress=show)
     click.echo("\n".join(_result_lines(result)))
