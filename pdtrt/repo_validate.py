@@ -86,11 +86,11 @@ def _model_problems(name: str, d: Path, cfg: ModelConfig) -> list[str]:
     if cfg.backend == "python":
         problems += [f"{name}: {name}/{v.name}/model.py is missing" for v in versions
                      if not (v / "model.py").is_file()]
-    if cfg.max_batch_size == 0:
-        problems += [f"{name}: max_batch_size is 0 but input '{i.name}' has reshape: {{ shape: "
-                     "[ ] }} -- Triton rejects a scalar reshape without a batch dim (set "
-                     "max_batch_size > 0)" for i in cfg.input
-                     if i.HasField("reshape") and not i.reshape.shape]
+    scalars = [f"'{i.name}'" for i in cfg.input if i.HasField("reshape") and not i.reshape.shape]
+    if cfg.max_batch_size == 0 and scalars:
+        problems.append(f"{name}: max_batch_size is 0 but input(s) {', '.join(scalars)} have "
+                        "reshape: { shape: [ ] } -- Triton rejects a scalar reshape without a "
+                        "batch dim (set max_batch_size > 0, NVIDIA's templates assume it)")
     role = parameter(cfg, Param.ROLE)
     if role is not None:
         if role not in {r.value for r in Role}:
