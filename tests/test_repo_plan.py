@@ -195,3 +195,22 @@ def test_a_config_that_does_not_parse_is_reported_as_a_bug(tmp_path, monkeypatch
     (tmp_path / "model.pbtxt.j2").write_text("name: {{ nmae }}\n")
     with pytest.raises(jinja2.UndefinedError):
         generate_repo(llama, tmp_path / "r", engines_root=tmp_path / "e")
+
+
+def test_repo_manifest_fields(tmp_path, llama):
+    import json
+
+    from pdtrt.repo_render import spec_sha256
+    generate_repo(llama, tmp_path / "r", engines_root=tmp_path / "e")
+    data = json.loads((tmp_path / "r" / "pdtrt-repo.json").read_text())
+    assert sorted(data) == ["deployment", "engine_dirs", "launch", "limits", "mode", "models",
+                            "pdtrt_version", "repo_manifest_version", "spec", "spec_sha256",
+                            "target", "tokenizer_dir"]
+    assert data["spec_sha256"] == spec_sha256(llama) and len(data["spec_sha256"]) == 64
+    assert data["spec"]["decode"]["instances"] == 2
+    assert data["launch"]["mpi_world_size"] == 4
+    assert data["engine_dirs"] == {"decode": str(tmp_path / "e" / "llama3-8b-h100-l40s" /
+                                                 "decode"),
+                                   "prefill": str(tmp_path / "e" / "llama3-8b-h100-l40s" /
+                                                  "prefill")}
+    assert data["tokenizer_dir"] == "meta-llama/Meta-Llama-3.1-8B"  # no model.path: a Hub id
