@@ -8,7 +8,8 @@ directories: their manifests must match the repository's target, the phase of th
 using them, and each other (KV layout, via :func:`pdtrt.manifest.compatibility_problems`).
 
 An engine directory that does not exist yet is a *warning* (repositories are generated before
-engines are built) unless ``require_engines``; so is one without ``pdtrt-engine.json``.
+engines are built) unless ``require_engines``; so is one without ``pdtrt-engine.json``, and a
+``tokenizer_dir`` that is not a local directory.
 """
 
 from __future__ import annotations
@@ -164,6 +165,14 @@ def _engine_findings(engines: list[_Engine], target: Target | None, configs: dic
     return problems, warnings
 
 
+def _tokenizer_findings(configs: dict[str, ModelConfig]) -> list[str]:
+    """Pre/postprocessing load their tokenizer from a local directory."""
+    return [f"{name}: tokenizer_dir {tok} does not exist here (the model loads its tokenizer "
+            "from that local directory)" for name, cfg in configs.items()
+            if parameter(cfg, Param.ROLE) in (Role.PREPROCESSING, Role.POSTPROCESSING)
+            and (tok := parameter(cfg, Param.TOKENIZER_DIR)) and not Path(tok).is_dir()]
+
+
 def _target(root: Path, configs: dict[str, ModelConfig], problems: list[str]) -> Target | None:
     manifest = root / REPO_MANIFEST_NAME
     if manifest.is_file():
@@ -212,5 +221,6 @@ def validate_repo(root: Path, *, require_engines: bool = False) -> ValidationRep
     target = _target(root, configs, problems)
     engine_problems, warnings = _engine_findings(_engines(configs), target, configs,
                                                  require_engines)
+    (engine_problems if require_engines else warnings).extend(_tokenizer_findings(configs))
     return ValidationReport(root=root, target=target, models=tuple(d.name for d in dirs),
                             problems=tuple(problems + engine_problems), warnings=tuple(warnings))

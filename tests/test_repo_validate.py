@@ -175,6 +175,7 @@ def _build(pristine: Path, prefill: EngineManifest, decode: EngineManifest) -> P
     for phase, manifest in ((Phase.PREFILL, prefill), (Phase.DECODE, decode)):
         (engines / phase).mkdir(parents=True, exist_ok=True)
         write_manifest(engines / phase, manifest)
+    (engines / "tokenizer").mkdir(exist_ok=True)
     return engines
 
 
