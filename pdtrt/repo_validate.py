@@ -8,7 +8,8 @@ directories: their manifests must match the repository's target, the phase of th
 using them, and each other (KV layout, via :func:`pdtrt.manifest.compatibility_problems`).
 
 An engine directory that does not exist yet is a *warning* (repositories are generated before
-engines are built) unless ``require_engines``; so is one without ``pdtrt-engine.json``.
+engines are built) unless ``require_engines``; so is one without ``pdtrt-engine.json``, and a
+``tokenizer_dir`` that is not a local directory.
 """
 
 from __future__ import annotations
@@ -86,11 +87,11 @@ def _model_problems(name: str, d: Path, cfg: ModelConfig) -> list[str]:
     if cfg.backend == "python":
         problems += [f"{name}: {name}/{v.name}/model.py is missing" for v in versions
                      if not (v / "model.py").is_file()]
-    if cfg.max_batch_size == 0:
-        problems += [f"{name}: max_batch_size is 0 but input '{i.name}' has reshape: {{ shape: "
-                     "[ ] }} -- Triton rejects a scalar reshape without a batch dim (set "
-                     "max_batch_size > 0)" for i in cfg.input
-                     if i.HasField("reshape") and not i.reshape.shape]
+    scalars = [f"'{i.name}'" for i in cfg.input if i.HasField("reshape") and not i.reshape.shape]
+    if cfg.max_batch_size == 0 and scalars:
+        problems.append(f"{name}: max_batch_size is 0 but input(s) {', '.join(scalars)} have "
+                        "reshape: { shape: [ ] } -- Triton rejects a scalar reshape without a "
+                        "batch dim (set max_batch_size > 0, NVIDIA's templates assume it)")
     role = parameter(cfg, Param.ROLE)
     if role is not None:
         if role not in {r.value for r in Role}:
@@ -164,6 +165,14 @@ def _engine_findings(engines: list[_Engine], target: Target | None, configs: dic
     return problems, warnings
 
 
+def _tokenizer_findings(configs: dict[str, ModelConfig]) -> list[str]:
+    """Pre/postprocessing load their tokenizer from a local directory."""
+    return [f"{name}: tokenizer_dir {tok} does not exist here (the model loads its tokenizer "
+            "from that local directory)" for name, cfg in configs.items()
+            if parameter(cfg, Param.ROLE) in (Role.PREPROCESSING, Role.POSTPROCESSING)
+            and (tok := parameter(cfg, Param.TOKENIZER_DIR)) and not Path(tok).is_dir()]
+
+
 def _target(root: Path, configs: dict[str, ModelConfig], problems: list[str]) -> Target | None:
     manifest = root / REPO_MANIFEST_NAME
     if manifest.is_file():
@@ -212,5 +221,6 @@ def validate_repo(root: Path, *, require_engines: bool = False) -> ValidationRep
     target = _target(root, configs, problems)
     engine_problems, warnings = _engine_findings(_engines(configs), target, configs,
                                                  require_engines)
+    (engine_problems if require_engines else warnings).extend(_tokenizer_findings(configs))
     return ValidationReport(root=root, target=target, models=tuple(d.name for d in dirs),
                             problems=tuple(problems + engine_problems), warnings=tuple(warnings))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from pdtrt import envvars
 from pdtrt.errors import RepoError
 from pdtrt.spec import DeploymentSpec
 
@@ -76,15 +77,16 @@ def transfer_buffer_size(num_bytes: int) -> str:
 def _env(spec: DeploymentSpec) -> tuple[tuple[str, str], ...]:
     kv = spec.kv_transfer
     env = [
-        ("TRTLLM_USE_UCX_KVCACHE", "1"),
-        ("TRTLLM_ORCHESTRATOR", "1"),
-        ("TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES", "0"),
-        ("TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE", transfer_buffer_size(kv.buffer_size_bytes)),
-        ("UCX_TLS", ",".join(kv.transports)),
-        ("UCX_MEMTYPE_CACHE", "n"),
+        (envvars.TRTLLM_USE_UCX_KVCACHE, "1"),  # UCX KV transfer (TRT-LLM <= 0.21: by env)
+        (envvars.TRTLLM_ORCHESTRATOR, "1"),
+        (envvars.TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES, "0"),  # ranks come from mpirun
+        (envvars.TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE,
+         transfer_buffer_size(kv.buffer_size_bytes)),
+        (envvars.UCX_TLS, ",".join(kv.transports)),
+        (envvars.UCX_MEMTYPE_CACHE, "n"),  # NVIDIA's documented setting for GPU buffers
     ]
     if kv.net_devices:
-        env.append(("UCX_NET_DEVICES", ",".join(kv.net_devices)))
+        env.append((envvars.UCX_NET_DEVICES, ",".join(kv.net_devices)))
     for key, value in env:
         if not _SHELL_SAFE.match(value):
             raise RepoError(f"{key}={value!r} cannot be written to an env file",

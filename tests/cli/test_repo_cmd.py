@@ -27,8 +27,10 @@ def test_repo_writes_trtllm_repository(run, tmp_path):
         "prefill", "preprocessing", "router"]
     valid = run("repo", "validate", str(out))
     assert valid.exit_code == 0, valid.output
-    assert valid.stdout == f"ok: {out}: 6 models, target trtllm-0.21, 2 warning(s)\n"
-    assert valid.stderr.count("warning: ") == 2
+    assert valid.stdout == f"ok: {out}: 6 models, target trtllm-0.21, 4 warning(s)\n"
+    assert valid.stderr.count("warning: ") == 4
+    assert ("warning: preprocessing: tokenizer_dir meta-llama/Meta-Llama-3.1-8B does not exist "
+            "here (the model loads its tokenizer from that local directory)") in valid.stderr
 
 
 def test_repo_generate_alias_and_json(run, tmp_path):
@@ -103,7 +105,7 @@ def test_validate_require_engines(run, tmp_path):
     out = tmp_path / "out"
     assert run("repo", REF, "-o", str(out), "--engines-dir", str(tmp_path / "e")).exit_code == 0
     ok = run("repo", "validate", str(out), "--json")
-    assert ok.exit_code == 0 and len(json.loads(ok.stdout)["warnings"]) == 2
+    assert ok.exit_code == 0 and len(json.loads(ok.stdout)["warnings"]) == 4
     strict = run("repo", "validate", str(out), "--require-engines", "--json")
     assert strict.exit_code == 2
     problems = json.loads(strict.stdout)["problems"]
@@ -111,7 +113,10 @@ def test_validate_require_engines(run, tmp_path):
         f"decode: engine directory {tmp_path / 'e' / 'reference-cpu' / 'decode'} does not exist "
         "(build it with `pdtrt build SPEC`)",
         f"prefill: engine directory {tmp_path / 'e' / 'reference-cpu' / 'prefill'} does not "
-        "exist (build it with `pdtrt build SPEC`)"]
+        "exist (build it with `pdtrt build SPEC`)",
+        *(f"{m}: tokenizer_dir {tmp_path / 'e' / 'reference-cpu' / 'tokenizer'} does not exist "
+          "here (the model loads its tokenizer from that local directory)"
+          for m in ("postprocessing", "preprocessing"))]
 
 
 def test_validate_not_a_directory(run, tmp_path):
