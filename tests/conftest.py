@@ -63,6 +63,31 @@ def reference_engines(tmp_path_factory):
     dep = load_deployment(EXAMPLES / "reference-cpu.yaml")
     run_build(plan_build(dep, engines_root=root), dep)
     return root, dep
+
+
+@pytest.fixture(scope="session")
+def reference_server(reference_engines, tmp_path_factory):
+    """One real Triton server per test session running the reference deployment, both
+    ensembles (disaggregated ``ensemble`` and ``ensemble_aggregated``): (TritonServer, Prepared).
+    Skips when the embedded Triton or ucxx is not installed."""
+    import importlib.util
+
+    from pdtrt.embedded_triton import find_embedded_triton
+
+    if find_embedded_triton() is None or importlib.util.find_spec("ucxx") is None:
+        pytest.skip("needs the embedded Triton server (nvidia-pytriton) and ucxx")
+    from pdtrt.serve import prepare, server_config
+    from pdtrt.triton_server import TritonServer
+
+    root, _dep = reference_engines
+    workdir = tmp_path_factory.mktemp("serve")
+    prepared = prepare(EXAMPLES / "reference-cpu.yaml", workdir=workdir, engines_root=root)
+    server = TritonServer(server_config(prepared))
+    server.start(timeout_s=600)
+    yield server, prepared
+    server.stop()
+
+
 @pytest.fixture
 def update_golden(request) -> bool:
     return bool(request.config.getoption("--update-golden"))

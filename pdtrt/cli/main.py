@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from pdtrt import __version__
-from pdtrt.cli import build, doctor, engines, gpus, model_info, repo, spec
+from pdtrt.cli import build, doctor, engines, gpus, model_info, repo, serve, spec
 from pdtrt.cli.render import JSON_META_KEY, emit_json
 from pdtrt.envvars import PDTRT_DEBUG
 from pdtrt.errors import PdtrtError
@@ -70,6 +70,8 @@ cli.add_command(model_info.model_info)
 cli.add_command(build.build)
 cli.add_command(engines.engines)
 cli.add_command(repo.repo)
+cli.add_command(serve.serve)
+cli.add_command(serve.stop)
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ from pdtrt.runtime.reference_engine import SamplingParams, load_reference_engine
 from pdtrt.runtime.scheduler import Emission, Scheduler, SeqRequest
 from pdtrt.runtime.triton_io import (
     FINAL,
+    PB_LOCK,
     RequestError,
     counter,
     model_params,
@@ -77,6 +78,8 @@ class TritonPythonModel:
             "queue_s": counter("pdtrt_engine_queue_seconds_total",
                                "Seconds requests waited before the scheduler took them"),
             "requests": counter("pdtrt_engine_requests_total", "Requests the engine finished"),
+            "active": counter("pdtrt_engine_active_sequences",
+                              "Sequences the engine holds (waiting or running)", "GAUGE"),
         }
         # A Metric must not outlive its MetricFamily: keep the families.
         self._families = {k: f for k, f in fams.items() if f is not None}
@@ -88,19 +91,21 @@ class TritonPythonModel:
             m.set(value) if gauge else m.increment(value)
 
     def _publish_kv_gauges(self) -> None:
+        self._metric("active", self.scheduler.num_active, gauge=True)
         if self.ucx is not None:
             self._metric("kv_held", len(self.ucx.stats.held), gauge=True)
             self._metric("kv_expired", self.ucx.stats.expired, gauge=True)
 
     # -- requests ----------------------------------------------------------------------------
     def execute(self, requests: list[Any]) -> None:
-        for request in requests:
-            sender = request.get_response_sender()
-            try:
-                self._admit(request, sender)
-            except (RequestError, KVTransferError) as exc:
-                send_error(sender, str(getattr(exc, "message", exc)))
-        self._publish_kv_gauges()
+        with PB_LOCK:
+            for request in requests:
+                sender = request.get_response_sender()
+                try:
+                    self._admit(request, sender)
+                except (RequestError, KVTransferError) as exc:
+                    send_error(sender, str(getattr(exc, "message", exc)))
+            self._publish_kv_gauges()
         return None
 
     def _admit(self, request: Any, sender: Any) -> None:
@@ -136,7 +141,7 @@ class TritonPythonModel:
         seq = SeqRequest(request_id=request.request_id(), prompt=prompt, max_new_tokens=max_new,
                          end_id=None if end_id is None or int(end_id) < 0 else int(end_id),
                          sampling=sampling, mode=mode, emit=out.emit,
-                         is_cancelled=request.is_cancelled)
+                         is_cancelled=lambda: _locked(request.is_cancelled))
         if mode == RequestType.GENERATION_ONLY:
             raw = tensor(request, "context_phase_params")
             if raw is None:
@@ -175,6 +180,11 @@ class TritonPythonModel:
             self.ucx.stop()
 
 
+def _locked(call: Any) -> Any:
+    with PB_LOCK:
+        return call()
+
+
 class _Responder:
     """Turns one request's scheduler emissions into Triton responses."""
 
@@ -198,6 +208,10 @@ class _Responder:
         return [pb_utils.Tensor(k, np.array([[v]], dtype=np.int64)) for k, v in values.items()]
 
     def emit(self, em: Emission) -> None:
+        with PB_LOCK:
+            self._emit(em)
+
+    def _emit(self, em: Emission) -> None:
         if self.done:
             return
         if em.error is not None:

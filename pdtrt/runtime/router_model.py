@@ -26,6 +26,7 @@ import triton_python_backend_utils as pb_utils
 from pdtrt.engine_io import REQUEST_TYPE_PARAMETER, ROUTER_IO, Param, RequestType
 from pdtrt.runtime.triton_io import (
     FINAL,
+    PB_LOCK,
     RequestError,
     counter,
     model_params,
@@ -41,6 +42,16 @@ class PhaseError(Exception):
     """A phase model answered with an error."""
 
 
+def _send(sender: Any, *args: Any, **kwargs: Any) -> None:
+    with PB_LOCK:
+        sender.send(*args, **kwargs)
+
+
+def _cancelled(request: Any) -> bool:
+    with PB_LOCK:
+        return bool(request.is_cancelled())
+
+
 _DONE = object()
 # Triton 2.51's BLS response iterator is synchronous: each stream is drained on a worker thread
 # so one router instance keeps many requests in flight.
@@ -48,7 +59,8 @@ _STREAM_THREADS = 256
 
 
 async def _responses(phase: Any, pool: ThreadPoolExecutor) -> AsyncIterator[Any]:
-    it = await phase.async_exec(decoupled=True)
+    with PB_LOCK:
+        it = phase.exec(decoupled=True)
     if hasattr(it, "__aiter__"):
         async for r in it:
             yield r
@@ -166,14 +178,14 @@ class TritonPythonModel:
                 first = [int(t) for t in out.as_numpy().reshape(-1)]
                 params = pb_utils.get_output_tensor_by_name(r, "context_phase_params")
                 self._queue_metric("prefill_queue_s", r)
-        if request.is_cancelled():
+        if _cancelled(request):
             self._count("cancelled")
-            sender.send(flags=FINAL)
+            _send(sender, flags=FINAL)
             return
         max_new = int(scalar(request, "request_output_len", 1))
         sent_early = False
         if first and streaming and self.early_first_token:
-            sender.send(pb_utils.InferenceResponse(output_tensors=token_outputs(first)))
+            _send(sender, pb_utils.InferenceResponse(output_tensors=token_outputs(first)))
             self._count("ttft_s", time.perf_counter() - start)
             sent_early = True
         if not first or params is None or len(first) >= max_new:
@@ -197,7 +209,7 @@ class TritonPythonModel:
         async for r in responses:
             if r.has_error():
                 raise PhaseError(f"{name} failed: {r.error().message()}")
-            if request.is_cancelled():
+            if _cancelled(request):
                 self._count("cancelled")
                 await responses.aclose()
                 break
@@ -215,7 +227,7 @@ class TritonPythonModel:
                 if start is not None:
                     self._count("ttft_s", time.perf_counter() - start)
                     start = None
-                sender.send(pb_utils.InferenceResponse(output_tensors=token_outputs(new)))
+                _send(sender, pb_utils.InferenceResponse(output_tensors=token_outputs(new)))
             else:
                 collected += new
         return collected
@@ -234,10 +246,10 @@ class TritonPythonModel:
                 exclude_input: bool) -> None:
         if streaming:
             if tokens:
-                sender.send(pb_utils.InferenceResponse(output_tensors=token_outputs(tokens)),
+                _send(sender, pb_utils.InferenceResponse(output_tensors=token_outputs(tokens)),
                             flags=FINAL)
             else:
-                sender.send(flags=FINAL)
+                _send(sender, flags=FINAL)
             return
         full = tokens if exclude_input else prompt + tokens
-        sender.send(pb_utils.InferenceResponse(output_tensors=token_outputs(full)), flags=FINAL)
+        _send(sender, pb_utils.InferenceResponse(output_tensors=token_outputs(full)), flags=FINAL)

@@ -6,12 +6,18 @@ Only importable inside Triton's Python backend (``triton_python_backend_utils``)
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+# The stub's C++ side is not safe for concurrent calls from several threads (seen: a segfault
+# with 32 streams when the scheduler thread sent responses while execute() read requests).
+# Every call into pb_utils from a thread other than the one execute() runs on takes this lock.
+PB_LOCK = threading.RLock()
 
 
 class RequestError(Exception):
@@ -47,7 +53,9 @@ def request_parameters(request: Any) -> dict[str, Any]:
 
 
 def send_error(sender: Any, message: str) -> None:
-    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)), flags=FINAL)
+    with PB_LOCK:
+        sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)),
+                    flags=FINAL)
 
 
 def token_outputs(tokens: list[int] | tuple[int, ...]) -> list[Any]:

@@ -36,7 +36,7 @@ def _submit(sched, prompt, n, *, mode="context_and_generation", **kw):
 
 
 def _collect(out):
-    tokens, last = [], None
+    tokens = []
     while True:
         em = out.get(timeout=60)
         tokens += em.tokens

@@ -1,0 +1,95 @@
+"""``pdtrt serve`` and ``pdtrt stop``: run a deployment in a real Triton server."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import click
+
+from pdtrt.cli.render import emit_json, json_option
+from pdtrt.manifest import DEFAULT_ENGINES_ROOT
+from pdtrt.repo import RepoMode
+from pdtrt.serve import prepare, server_config, stop_detached, write_state
+from pdtrt.triton_server import TritonServer
+
+
+@click.command("serve")
+@click.argument("target", type=click.Path(exists=True, path_type=Path))
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where the repository, server log and state go [default: out/<deployment>].")
+@click.option("--engines-dir", type=click.Path(file_okay=False, path_type=Path),
+              default=DEFAULT_ENGINES_ROOT, show_default=True, help="Root of the built engines.")
+@click.option("--mode", type=click.Choice([m.value for m in RepoMode]), default="both",
+              show_default=True, help="Which ensembles to serve (from a spec).")
+@click.option("--host", help="Listen address [default: the spec's serving.host, loopback].")
+@click.option("--grpc-port", type=click.IntRange(1, 65535), help="gRPC port [default: free].")
+@click.option("--http-port", type=click.IntRange(1, 65535), help="HTTP port [default: free].")
+@click.option("--metrics-port", type=click.IntRange(1, 65535),
+              help="Prometheus metrics port [default: free].")
+@click.option("--tritonserver", type=click.Path(dir_okay=False, path_type=Path),
+              help="Run this tritonserver binary instead of the embedded one (e.g. in NGC).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=300,
+              show_default=True, help="Seconds to wait for every model to be READY.")
+@click.option("--detach", is_flag=True, help="Start it, print the endpoints and return; stop "
+              "it later with `pdtrt stop WORKDIR`.")
+@json_option
+def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host: str | None,
+          grpc_port: int | None, http_port: int | None, metrics_port: int | None,
+          tritonserver: Path | None, timeout_s: float, detach: bool, as_json: bool) -> None:
+    """Serve TARGET -- a spec (pdtrt.yaml) or a model repository directory.
+
+    From a spec: builds the reference engines if they are missing, generates the repository
+    (both ensembles by default), starts Triton with the KV-transfer environment, waits until
+    every model is READY (or says which model failed and why), prints the endpoints and serves
+    until Ctrl-C / SIGTERM, then stops the server and its Python stubs.
+    """
+    say = (lambda _m: None) if as_json else (lambda m: click.echo(f"==> {m}", err=True))
+    workdir = workdir or Path("out") / (target.stem if target.is_file() else target.name)
+    workdir.mkdir(parents=True, exist_ok=True)
+    prepared = prepare(target, workdir=workdir, engines_root=engines_dir, mode=RepoMode(mode),
+                       progress=say)
+    config = server_config(prepared, host=host, grpc_port=grpc_port, http_port=http_port,
+                           metrics_port=metrics_port, tritonserver=tritonserver)
+    server = TritonServer(config)
+    say(f"starting Triton on {prepared.repository} (log: {config.log_path})")
+    endpoints = server.start(timeout_s=timeout_s)
+    info = {"repository": str(prepared.repository), "log": str(config.log_path),
+            "endpoints": endpoints.to_dict(), "built": list(prepared.built),
+            "detached": detach}
+    if detach:
+        assert server._proc is not None  # noqa: SLF001 -- the pid outlives this command
+        info["state"] = str(write_state(workdir, server._proc.pid, endpoints, config.log_path))
+    if as_json:
+        emit_json(info)
+    else:
+        click.echo(f"ready: grpc {endpoints.grpc_url}  http {endpoints.http_url}  metrics "
+                   f"{endpoints.metrics_url}")
+        click.echo(f"log: {config.log_path}")
+        if detach:
+            click.echo(f"detached; stop it with: pdtrt stop {workdir}")
+    if detach:
+        return
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        while not done.wait(1.0):
+            if not server.running:
+                raise click.ClickException(f"tritonserver exited; see {config.log_path}")
+    finally:
+        say("stopping Triton")
+        server.stop()
+
+
+@click.command("stop")
+@click.argument("workdir", type=click.Path(file_okay=False, path_type=Path))
+@json_option
+def stop(workdir: Path, as_json: bool) -> None:
+    """Stop the server that `pdtrt serve --detach --workdir WORKDIR` started."""
+    pid = stop_detached(workdir)
+    if as_json:
+        emit_json({"stopped": pid})
+    else:
+        click.echo(f"stopped tritonserver (pid {pid})")

@@ -1,0 +1,147 @@
+"""``pdtrt serve``: from a spec (or a ready repository) to a running Triton server.
+
+Given a spec, :func:`prepare` makes sure the engines exist (the reference target's are built on
+the spot when missing; TensorRT-LLM engines must be built on their GPUs first), generates the
+model repository into the work directory, and works out the environment of the server: the
+UCX settings of the spec's ``kv_transfer`` section (and, for a trtllm-0.21 repository, its
+``pdtrt.env``). Given a repository directory, it serves it as is. A detached server leaves a
+state file (``serve.json``) in the work directory that :func:`stop_detached` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pdtrt.build_plan import plan_build
+from pdtrt.build_run import run_build
+from pdtrt.enums import Phase, Target
+from pdtrt.errors import ServerError
+from pdtrt.manifest import MANIFEST_NAME, EngineLayout
+from pdtrt.repo import RepoMode, generate_repo
+from pdtrt.spec import DeploymentSpec
+from pdtrt.spec_load import load_deployment
+from pdtrt.triton_server import Endpoints, ServerConfig
+
+__all__ = ["Prepared", "kv_environment", "prepare", "read_state", "server_config",
+           "stop_detached", "write_state"]
+
+STATE_FILE = "serve.json"
+REPO_MANIFEST = "pdtrt-repo.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    repository: Path
+    workdir: Path
+    spec: DeploymentSpec | None  # None: a repository pdtrt did not generate
+    built: tuple[str, ...]  # what had to be built first (reference engines)
+    env: dict[str, str]
+
+
+def kv_environment(spec: DeploymentSpec | None, repository: Path) -> dict[str, str]:
+    """Environment of the server process for the KV transfer (see :mod:`pdtrt.envvars`)."""
+    env = {"UCX_WARN_UNUSED_ENV_VARS": "n"}
+    if spec is not None:
+        env["UCX_TLS"] = ",".join(spec.kv_transfer.transports)
+        if spec.kv_transfer.net_devices:
+            env["UCX_NET_DEVICES"] = ",".join(spec.kv_transfer.net_devices)
+    env_file = repository / "pdtrt.env"
+    if env_file.is_file():
+        for line in env_file.read_text().splitlines():
+            line = line.strip()
+            if line and not line.startswith("#") and "=" in line:
+                key, value = line.removeprefix("export ").split("=", 1)
+                env[key.strip()] = value.strip().strip("'\"")
+    return env
+
+
+def _is_repository(path: Path) -> bool:
+    return path.is_dir() and ((path / REPO_MANIFEST).is_file()
+                              or any(p.joinpath("config.pbtxt").is_file() for p in path.iterdir()))
+
+
+def prepare(path: Path, *, workdir: Path, engines_root: Path,
+            mode: RepoMode = RepoMode.BOTH,
+            progress: Callable[[str], None] = lambda _msg: None) -> Prepared:
+    """Resolve ``path`` (spec file or repository dir) into a repository ready to serve."""
+    if _is_repository(path):
+        spec = None
+        manifest = path / REPO_MANIFEST
+        if manifest.is_file():
+            spec = DeploymentSpec.model_validate(json.loads(manifest.read_text())["spec"])
+        return Prepared(repository=path.resolve(), workdir=workdir, spec=spec, built=(),
+                        env=kv_environment(spec, path))
+    dep = load_deployment(path)
+    layout = EngineLayout(engines_root, dep.spec.name)
+    missing = [p for p in Phase if not (layout.phase_dir(p) / MANIFEST_NAME).is_file()]
+    built: tuple[str, ...] = ()
+    if missing:
+        if dep.spec.target is not Target.REFERENCE:
+            raise ServerError(
+                f"no engines for {', '.join(map(str, missing))} under {layout.deployment_dir}",
+                hint=f"build them on their GPUs first: pdtrt build {path} --engines-dir "
+                f"{engines_root}")
+        progress(f"building the reference engines into {layout.deployment_dir}")
+        run_build(plan_build(dep, engines_root=engines_root), dep)
+        built = tuple(str(p) for p in missing)
+    repository = workdir / "repo"
+    progress(f"generating the model repository {repository} ({mode})")
+    generate_repo(dep, repository, mode=mode, engines_root=engines_root, force=True)
+    return Prepared(repository=repository.resolve(), workdir=workdir, spec=dep.spec,
+                    built=built, env=kv_environment(dep.spec, repository))
+
+
+def server_config(prepared: Prepared, *, host: str | None = None, grpc_port: int | None = None,
+                  http_port: int | None = None, metrics_port: int | None = None,
+                  tritonserver: Path | None = None) -> ServerConfig:
+    """Flags win over the spec's ``serving`` section; unset ports become free ports."""
+    serving = prepared.spec.serving if prepared.spec is not None else None
+    return ServerConfig(
+        repository=prepared.repository,
+        log_path=prepared.workdir / "server.log",
+        host=host or (serving.host if serving else "127.0.0.1"),
+        grpc_port=grpc_port or (serving.grpc_port if serving else None),
+        http_port=http_port or (serving.http_port if serving else None),
+        metrics_port=metrics_port or (serving.metrics_port if serving else None),
+        tritonserver=tritonserver,
+        env=prepared.env,
+        backend_dir=prepared.workdir / "backends",
+    )
+
+
+def write_state(workdir: Path, pid: int, endpoints: Endpoints, log_path: Path) -> Path:
+    state = workdir / STATE_FILE
+    state.write_text(json.dumps({"pid": pid, "endpoints": endpoints.to_dict(),
+                                 "log": str(log_path)}, indent=2) + "\n")
+    return state
+
+
+def read_state(workdir: Path) -> dict[str, object]:
+    state = workdir / STATE_FILE
+    try:
+        return json.loads(state.read_text())
+    except FileNotFoundError:
+        raise ServerError(f"no detached server recorded in {workdir} (no {STATE_FILE})",
+                          hint="start one with: pdtrt serve SPEC --detach --workdir DIR") from None
+
+
+def stop_detached(workdir: Path, *, grace_s: float = 20.0) -> int:
+    """SIGTERM the detached server's process group, SIGKILL after ``grace_s``; returns its pid."""
+    pid = int(read_state(workdir)["pid"])
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            time.sleep(0.2)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    (workdir / STATE_FILE).unlink(missing_ok=True)
+    return pid

@@ -1,0 +1,66 @@
+"""A minimal streaming tritonclient helper for the end-to-end tests (independent of pdtrt's own
+client library, so the tests check the server with the stock client API only)."""
+
+from __future__ import annotations
+
+import queue
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+
+@dataclass
+class Stream:
+    texts: list[str] = field(default_factory=list)  # one entry per response with data
+    times_s: list[float] = field(default_factory=list)
+    error: str | None = None
+    final_seen: bool = False
+
+
+def _input(name: str, value: np.ndarray, dtype: str) -> grpcclient.InferInput:
+    x = grpcclient.InferInput(name, list(value.shape), dtype)
+    x.set_data_from_numpy(value)
+    return x
+
+
+def ensemble_inputs(text: str, max_tokens: int, *, stream: bool = True) -> list:
+    return [_input("text_input", np.array([[text.encode()]], dtype=object), "BYTES"),
+            _input("max_tokens", np.array([[max_tokens]], dtype=np.int32), "INT32"),
+            _input("stream", np.array([[stream]]), "BOOL"),
+            _input("exclude_input_in_output", np.array([[True]]), "BOOL")]
+
+
+def generate(url: str, model: str, inputs: list, *, request_id: str = "r",
+             parameters: dict | None = None, output: str = "text_output",
+             timeout_s: float = 120.0, cancel_after: int | None = None) -> Stream:
+    """Stream one request; ``cancel_after`` N responses stops the stream cancelling it."""
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(url)
+    out = Stream()
+    start = time.perf_counter()
+    try:
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        client.async_stream_infer(model, inputs, request_id=request_id,
+                                  enable_empty_final_response=True, parameters=parameters)
+        while True:
+            result, error = results.get(timeout=timeout_s)
+            if error is not None:
+                out.error = str(error)
+                return out
+            resp = result.get_response()
+            if resp.outputs:
+                value = result.as_numpy(output)
+                out.texts.append(value.reshape(-1)[0].decode() if value.dtype == object
+                                 else value)
+                out.times_s.append(time.perf_counter() - start)
+            if resp.parameters["triton_final_response"].bool_param:
+                out.final_seen = True
+                return out
+            if cancel_after is not None and len(out.texts) >= cancel_after:
+                client.stop_stream(cancel_requests=True)
+                return out
+    finally:
+        client.stop_stream()
+        client.close()

@@ -1,0 +1,192 @@
+"""The reference deployment on the real Triton server, through tritonclient gRPC streaming.
+
+Oracle: greedy disaggregated output == aggregated output == transformers generate() on the same
+checkpoint, token by token (each streamed response carries one token).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+from e2e_client import ensemble_inputs, generate
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+
+PROMPTS = ["Hello", "The quick brown fox jumps over the lazy dog",
+           "In a hole in the ground there lived a hobbit. " * 6]
+
+
+@pytest.fixture(scope="module")
+def oracle(reference_server):
+    """(tokenizer, expected(prompt, n) -> per-token texts and full text) from transformers."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _server, prepared = reference_server
+    root = prepared.repository.parent
+    del root
+    import json
+
+    manifest = json.loads((prepared.repository / "pdtrt-repo.json").read_text())
+    tok = AutoTokenizer.from_pretrained(manifest["tokenizer_dir"], local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(manifest["engine_dirs"]["prefill"],
+                                                 local_files_only=True).eval()
+
+    def expected(prompt: str, n: int) -> tuple[list[int], list[str], str]:
+        ids = tok.encode(prompt)
+        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        new = out[0, len(ids):].tolist()
+        if tok.eos_token_id in new:
+            new = new[:new.index(tok.eos_token_id)]
+        return new, [tok.decode([t], skip_special_tokens=True) for t in new], tok.decode(
+            new, skip_special_tokens=True)
+
+    return tok, expected
+
+
+def _url(reference_server) -> str:
+    return reference_server[0].endpoints.grpc_url
+
+
+def _metric(reference_server, name: str, **labels: str) -> float:
+    text = urllib.request.urlopen(reference_server[0].endpoints.metrics_url, timeout=10).read()
+    total = 0.0
+    for line in text.decode().splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.mark.parametrize("prompt", PROMPTS, ids=["short", "medium", "long"])
+@pytest.mark.parametrize("model", ["ensemble", "ensemble_aggregated"])
+def test_streaming_equals_generate(reference_server, oracle, model, prompt):
+    _tok, expected = oracle
+    ids, per_token, _ = expected(prompt, 16)
+    got = generate(_url(reference_server), model, ensemble_inputs(prompt, 16))
+    assert got.error is None and got.final_seen
+    assert got.texts == per_token  # one token per response, none missing or repeated
+    assert len(got.texts) == len(ids)
+
+
+@pytest.mark.parametrize("model", ["ensemble", "ensemble_aggregated"])
+def test_non_streaming_equals_generate(reference_server, oracle, model):
+    _tok, expected = oracle
+    for prompt in PROMPTS:
+        _ids, _per_token, full = expected(prompt, 12)
+        got = generate(_url(reference_server), model, ensemble_inputs(prompt, 12, stream=False))
+        assert got.error is None and got.final_seen
+        assert got.texts == [full]
+
+
+def test_first_token_comes_from_prefill_at_once(reference_server, oracle):
+    before = _metric(reference_server, "pdtrt_kv_transfers_total", model="decode")
+    got = generate(_url(reference_server), "ensemble", ensemble_inputs(PROMPTS[1], 8))
+    assert got.error is None and len(got.texts) >= 2
+    # The KV moved from prefill to decode over UCX for this request.
+    assert _metric(reference_server, "pdtrt_kv_transfers_total", model="decode") == before + 1
+    assert _metric(reference_server, "pdtrt_kv_transfer_bytes_total", model="decode") > 0
+    assert _metric(reference_server, "pdtrt_router_ttft_seconds_total") > 0
+
+
+def test_32_concurrent_streams_each_get_their_own_tokens(reference_server, oracle):
+    _tok, expected = oracle
+    prompts = [f"Request number {i} asks about item {i * 7}" for i in range(32)]
+    results: dict[int, object] = {}
+
+    def one(i: int) -> None:
+        results[i] = generate(_url(reference_server), "ensemble", ensemble_inputs(prompts[i], 8),
+                              request_id=f"c{i}")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    for i, prompt in enumerate(prompts):
+        assert results[i].error is None and results[i].final_seen
+        assert results[i].texts == expected(prompt, 8)[1]
+
+
+def test_cancel_frees_both_sides(reference_server):
+    before = _metric(reference_server, "pdtrt_router_cancelled_total")
+    got = generate(_url(reference_server), "ensemble", ensemble_inputs("Tell me a long story", 400),
+                   cancel_after=3)
+    assert len(got.texts) == 3
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if (_metric(reference_server, "pdtrt_router_cancelled_total") > before
+                and _metric(reference_server, "pdtrt_engine_active_sequences") == 0
+                and _metric(reference_server, "pdtrt_kv_held_buffers") == 0):
+            break
+        time.sleep(0.5)
+    assert _metric(reference_server, "pdtrt_router_cancelled_total") > before
+    assert _metric(reference_server, "pdtrt_engine_active_sequences") == 0  # decode freed it
+    assert _metric(reference_server, "pdtrt_kv_held_buffers") == 0  # prefill holds no KV
+
+
+@pytest.mark.parametrize(
+    ("text", "max_tokens", "message"),
+    [("", 8, "empty"),
+     ("Hello", 100000, "exceeds max_seq_len"),
+     ("word " * 500, 4, "this engine takes 1..384")],
+    ids=["empty-prompt", "too-many-tokens", "prompt-too-long"])
+@pytest.mark.parametrize("model", ["ensemble", "ensemble_aggregated"])
+def test_bad_requests_are_clear_errors_and_the_server_keeps_serving(reference_server, model, text,
+                                                                    max_tokens, message):
+    got = generate(_url(reference_server), model, ensemble_inputs(text, max_tokens))
+    assert got.error is not None and message in got.error
+    ok = generate(_url(reference_server), model, ensemble_inputs("Hello again", 4))
+    assert ok.error is None and ok.final_seen and len(ok.texts) >= 1
+
+
+def _engine_inputs(ids: list[int], n: int, extra=()):
+    import tritonclient.grpc as grpcclient
+
+    def t(name, value, dtype):
+        x = grpcclient.InferInput(name, list(value.shape), dtype)
+        x.set_data_from_numpy(value)
+        return x
+
+    return [t("input_ids", np.array([ids], dtype=np.int32), "INT32"),
+            t("input_lengths", np.array([[len(ids)]], dtype=np.int32), "INT32"),
+            t("request_output_len", np.array([[n]], dtype=np.int32), "INT32"),
+            t("streaming", np.array([[True]]), "BOOL"), *extra]
+
+
+def test_kv_that_is_gone_is_a_request_error_not_a_hang(reference_server):
+    import tritonclient.grpc as grpcclient
+
+    url = _url(reference_server)
+    ids = [1, 40, 41, 42, 43]
+    ctx = generate(url, "prefill", _engine_inputs(ids, 4),
+                   parameters={"request_type": "context_only"}, output="context_phase_params")
+    assert ctx.error is None and len(ctx.texts) == 1
+    params = ctx.texts[0].reshape(1, -1).astype(np.uint8)
+    cpp = grpcclient.InferInput("context_phase_params", list(params.shape), "UINT8")
+    cpp.set_data_from_numpy(params)
+    first = generate(url, "decode", _engine_inputs(ids, 4, [cpp]),
+                     parameters={"request_type": "generation_only"}, output="output_ids")
+    assert first.error is None and first.final_seen
+    again = generate(url, "decode", _engine_inputs(ids, 4, [cpp]),
+                     parameters={"request_type": "generation_only"}, output="output_ids",
+                     timeout_s=60)
+    assert again.error is not None and "no longer holds" in again.error
+    bad = grpcclient.InferInput("context_phase_params", [1, 3], "UINT8")
+    bad.set_data_from_numpy(np.array([[1, 2, 3]], dtype=np.uint8))
+    garbage = generate(url, "decode", _engine_inputs(ids, 4, [bad]),
+                       parameters={"request_type": "generation_only"}, output="output_ids")
+    assert garbage.error is not None and "malformed context_phase_params" in garbage.error
+
+
+def test_metrics_endpoint_has_pdtrt_metrics(reference_server):
+    text = urllib.request.urlopen(reference_server[0].endpoints.metrics_url).read().decode()
+    for name in ("pdtrt_router_requests_total", "pdtrt_kv_transfer_seconds_total",
+                 "pdtrt_prefill_queue_seconds_total", "pdtrt_decode_queue_seconds_total"):
+        assert re.search(rf"^{name}\{{", text, re.M), name
