@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 
 from pdtrt.sim.config import SimConfig
-from pdtrt.sim.events import Event, RequestArrival
+from pdtrt.sim.events import Event
 from pdtrt.sim.metrics import SimResult
 from pdtrt.sim.state import SimState
 from pdtrt.sim.workload import ArrivalKind, generate_requests
@@ -43,9 +43,9 @@ def simulate(config: SimConfig, rng: np.random.Generator | None = None) -> SimRe
         assert config.workload.concurrency is not None
         first, rest = specs[: config.workload.concurrency], specs[config.workload.concurrency:]
         state.closed_loop_backlog.extend(rest)
-        initial: list[Event] = [RequestArrival(time_s=0.0, spec=s) for s in first]
+        initial: list[Event] = [state.arrival(s, 0.0) for s in first]
     else:
-        initial = [RequestArrival(time_s=s.arrival_s, spec=s) for s in specs]
+        initial = [state.arrival(s, s.arrival_s) for s in specs]
     run_events(state, initial)
     return _result(config, state)
 
@@ -56,8 +56,14 @@ def _result(config: SimConfig, state: SimState) -> SimResult:
     measured = [r for r in reqs[skip:] if r.done_s is not None]
     unfinished = sum(1 for r in reqs if r.done_s is None)
     start = reqs[skip].arrival_s if len(reqs) > skip else 0.0
+    # The window spans the measured arrivals (n arrivals cover n - 1 gaps), so a stable
+    # open-loop run reports its arrival rate; the drain after the last arrival is not idle
+    # capacity. With one request, or all at one instant, the completions' span is used.
+    arrivals = [r.arrival_s for r in reqs[skip:]]
+    span = (arrivals[-1] - arrivals[0]) * len(arrivals) / (len(arrivals) - 1) \
+        if len(arrivals) > 1 else 0.0
     end = max((r.done_s for r in measured), default=start)
-    window = max(end - start, 1e-9)
+    window = span if span > 0 else max(end - start, 1e-9)
     ttft = np.array([r.first_token_s - r.arrival_s for r in measured])  # type: ignore[operator]
     tpot = np.array([(r.last_token_s - r.first_token_s) / (r.osl - 1)  # type: ignore[operator]
                      for r in measured if r.osl > 1])

@@ -62,8 +62,8 @@ class SimState:
     def replica(self, role: ReplicaRole, index: int) -> Replica:
         return self.replicas[role][index]
 
-    def new_request(self, spec: RequestSpec) -> Request:
-        req = Request(id=len(self.requests), arrival_s=self.now_s, isl=spec.isl, osl=spec.osl)
+    def new_request(self, spec: RequestSpec, *, sent_s: float) -> Request:
+        req = Request(id=len(self.requests), arrival_s=sent_s, isl=spec.isl, osl=spec.osl)
         self.requests.append(req)
         return req
 
@@ -72,6 +72,13 @@ class SimState:
         assert s.link is not None
         return kv_transfer_s(s.link, req.isl, s.prefill.model.kv_bytes_per_token(
             s.prefill.kv_dtype))
+
+    def arrival(self, spec: RequestSpec, sent_s: float):
+        """The arrival event of a request the client sends at ``sent_s``."""
+        from pdtrt.sim.events.request_arrival import RequestArrival
+
+        delay = self.config.factors_prefill.request_overhead_s
+        return RequestArrival(time_s=sent_s + delay, sent_s=sent_s, spec=spec)
 
     def record_itl(self, itl_s: float) -> None:
         self.itl_time_s.append(self.now_s)

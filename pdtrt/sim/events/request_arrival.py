@@ -1,4 +1,9 @@
-"""A request arrives: route it to an entry replica (aggregated or prefill) and queue it."""
+"""A request reaches the engines: route it to an entry replica (aggregated or prefill), queue it.
+
+``time_s`` is when it reaches the engines: ``sent_s`` (when the client sent it) plus the fixed
+per-request overhead outside the engine (:attr:`EfficiencyFactors.request_overhead_s`), which
+counts in TTFT but occupies no GPU.
+"""
 
 from __future__ import annotations
 
@@ -18,10 +23,11 @@ __all__ = ["RequestArrival"]
 class RequestArrival:
     order: ClassVar[EventOrder] = EventOrder.REQUEST_ARRIVAL
     time_s: float
+    sent_s: float
     spec: RequestSpec
 
     def handle(self, state: SimState) -> list[Event]:
-        req = state.new_request(self.spec)
+        req = state.new_request(self.spec, sent_s=self.sent_s)
         replica = state.route_entry(state.replicas[state.entry_role])
         req.prefill_replica = replica.index
         replica.waiting.append(req)

@@ -16,11 +16,9 @@ __all__ = ["StepEnd"]
 
 
 def _finish(state: SimState, req: Request) -> list[Event]:
-    from pdtrt.sim.events.request_arrival import RequestArrival
-
     req.done_s = state.now_s
     if state.closed_loop_backlog:  # closed loop: this client sends its next request now
-        return [RequestArrival(time_s=state.now_s, spec=state.closed_loop_backlog.popleft())]
+        return [state.arrival(state.closed_loop_backlog.popleft(), state.now_s)]
     return []
 
 
