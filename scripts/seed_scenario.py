@@ -46,7 +46,7 @@ def capacity(serving, n, f, hi=64.0):
     lo = 0.0
     for _ in range(9):
         mid = (lo + hi) / 2
-        res = run(serving, mid, n, f)
+        res = run(serving, mid, max(n, int(mid * 90)), f)  # >= 90 s of arrivals
         lo, hi = (mid, hi) if res.slo_met else (lo, mid)
     return lo
 

@@ -5,7 +5,10 @@ Definitions (the same as ``pdtrt bench`` reports for real runs):
 - TTFT = first token time - arrival; TPOT of a request = (last - first token) / (osl - 1);
   ITL = the gap between consecutive tokens of a request (every gap is one sample); E2E = done -
   arrival. The first ``warmup_share`` of requests (by arrival) are left out.
-- SLO *met* when the SLO percentile of TTFT and of ITL are within their targets.
+- SLO *met* when the SLO percentile of TTFT and of ITL are within their targets, every
+  request finished, and the backlog is not growing: a run whose later half of requests (by
+  arrival) has a median TTFT above ``1.5 x`` the earlier half's ``+ 50 ms`` is overloaded --
+  its percentiles only look good because the run was short.
 - *attainment*: share of requests whose TTFT and TPOT are both within the targets (DistServe);
   *goodput*: those requests per second of the measured window.
 - utilisation: busy time of a pool's replicas / (window x replicas); link likewise.
@@ -115,8 +118,17 @@ class SimResult:
             else math.inf
 
     @property
+    def backlog_growing(self) -> bool:
+        """TTFT drifting upwards over the run: arrivals outpace service (see module doc)."""
+        n = self.ttft_s.size
+        if n < 20:
+            return False
+        first, second = np.median(self.ttft_s[: n // 2]), np.median(self.ttft_s[n // 2:])
+        return bool(second > 1.5 * first + 0.05)
+
+    @property
     def slo_met(self) -> bool:
-        if self.num_unfinished:
+        if self.num_unfinished or self.backlog_growing:
             return False
         ok = True
         if self.slo.ttft_ms is not None:
@@ -143,6 +155,7 @@ class SimResult:
             "label": self.label, "mode": self.mode, "seed": self.seed,
             "num_requests": self.num_requests, "num_measured": self.num_measured,
             "num_unfinished": self.num_unfinished, "window_s": round(self.window_s, 4),
+            "backlog_growing": self.backlog_growing,
             "ttft_ms": self.ttft.to_ms(), "tpot_ms": self.tpot.to_ms(),
             "itl_ms": self.itl.to_ms(), "e2e_ms": self.e2e.to_ms(),
             "req_per_s": round(self.req_per_s, 4),

@@ -183,3 +183,12 @@ def test_whole_prompt_policy_and_constant_arrivals(llama8b, h100):
     res = run(agg(llama8b, h100, 1), w, n=50, batch_policy=BatchPolicy.WHOLE_PROMPT)
     assert res.num_unfinished == 0
     assert res.ttft.p99 == pytest.approx(res.ttft.p50, rel=0.2)  # no queueing at a steady pace
+
+
+def test_overload_is_not_an_slo_pass_however_short_the_run(llama8b, h100):
+    cfg = agg(llama8b, h100, 1)
+    generous = SloTarget(ttft_ms=60_000, itl_ms=10_000)
+    over = run(cfg, poisson(3000, 100, 40.0), n=300, slo=generous)
+    assert over.backlog_growing and not over.slo_met
+    ok = run(cfg, poisson(3000, 100, 2.0), n=300, slo=generous)
+    assert not ok.backlog_growing and ok.slo_met
