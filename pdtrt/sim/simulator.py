@@ -56,12 +56,17 @@ def _result(config: SimConfig, state: SimState) -> SimResult:
     measured = [r for r in reqs[skip:] if r.done_s is not None]
     unfinished = sum(1 for r in reqs if r.done_s is None)
     start = reqs[skip].arrival_s if len(reqs) > skip else 0.0
-    # The window spans the measured arrivals (n arrivals cover n - 1 gaps), so a stable
-    # open-loop run reports its arrival rate; the drain after the last arrival is not idle
-    # capacity. With one request, or all at one instant, the completions' span is used.
+    # The window is the time the measured arrivals take at the nominal rate (open loop), or
+    # their observed span (closed loop, traces; n arrivals cover n - 1 gaps). So a stable
+    # open-loop run reports its target rate, not its sample's, and the drain after the last
+    # arrival is not counted as idle capacity. All arrivals at one instant: the completions'.
     arrivals = [r.arrival_s for r in reqs[skip:]]
-    span = (arrivals[-1] - arrivals[0]) * len(arrivals) / (len(arrivals) - 1) \
-        if len(arrivals) > 1 else 0.0
+    w = config.workload
+    if w.arrivals in (ArrivalKind.POISSON, ArrivalKind.CONSTANT) and w.rate_per_s:
+        span = len(arrivals) / w.rate_per_s
+    else:
+        span = (arrivals[-1] - arrivals[0]) * len(arrivals) / (len(arrivals) - 1) \
+            if len(arrivals) > 1 else 0.0
     end = max((r.done_s for r in measured), default=start)
     window = span if span > 0 else max(end - start, 1e-9)
     ttft = np.array([r.first_token_s - r.arrival_s for r in measured])  # type: ignore[operator]
