@@ -12,6 +12,7 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     ├── ModelConfigError          HF config.json missing, unreadable or incomplete
     │   └── UnsupportedModelError architecture pdtrt cannot model yet (e.g. MoE)
     └── InfeasibleError           the request is well-formed but impossible (model does not fit)
+        └── NoFeasiblePlanError   ``pdtrt plan`` found no configuration to write a spec for
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "CatalogError",
     "InfeasibleError",
     "ModelConfigError",
+    "NoFeasiblePlanError",
     "PdtrtError",
     "SpecError",
     "SpecIssue",
@@ -92,3 +94,7 @@ class UnsupportedModelError(ModelConfigError):
 
 class InfeasibleError(PdtrtError):
     """A well-formed request that cannot be satisfied, e.g. a model that does not fit."""
+
+
+class NoFeasiblePlanError(InfeasibleError):
+    """The planner found no disaggregated configuration meeting the SLOs: no spec to write."""

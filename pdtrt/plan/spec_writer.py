@@ -13,15 +13,11 @@ import re
 import yaml
 
 from pdtrt.enums import ServingMode, WeightQuant
-from pdtrt.errors import InfeasibleError
+from pdtrt.errors import NoFeasiblePlanError
 from pdtrt.perf.hardware import Instance
 from pdtrt.plan.search import Plan, PlanCandidate
 
 __all__ = ["NoFeasiblePlanError", "spec_candidate", "spec_text"]
-
-
-class NoFeasiblePlanError(InfeasibleError):
-    """No disaggregated configuration met the SLOs, so there is no spec to write."""
 
 
 def spec_candidate(p: Plan) -> PlanCandidate:

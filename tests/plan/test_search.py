@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 
 from pdtrt.enums import ServingMode
+from pdtrt.errors import NoFeasiblePlanError
 from pdtrt.perf.factors import EfficiencyFactors
 from pdtrt.plan.search import PlanRequest, plan
 from pdtrt.plan.space import SearchBounds
-from pdtrt.plan.spec_writer import NoFeasiblePlanError, spec_text
+from pdtrt.plan.spec_writer import spec_text
 from pdtrt.sim.config import SloTarget
 from pdtrt.spec_load import load_deployment
 

@@ -192,3 +192,15 @@ def test_overload_is_not_an_slo_pass_however_short_the_run(llama8b, h100):
     assert over.backlog_growing and not over.slo_met
     ok = run(cfg, poisson(3000, 100, 2.0), n=300, slo=generous)
     assert not ok.backlog_growing and ok.slo_met
+
+
+@pytest.mark.parametrize("rate", [4.0, 10.0])
+def test_more_instances_never_lower_goodput(llama8b, h100, rate):
+    w = poisson(3000, 300, rate)
+    slo = SloTarget(ttft_ms=1500, itl_ms=25)
+    goodput = [run(disagg(llama8b, h100, h100, a, b), w, n=250, slo=slo).goodput_req_per_s
+               for a, b in ((1, 1), (2, 1), (2, 2), (3, 2))]
+    assert goodput == sorted(goodput)
+    agg_goodput = [run(agg(llama8b, h100, n), w, n=250, slo=slo).goodput_req_per_s
+                   for n in (1, 2, 3)]
+    assert agg_goodput == sorted(agg_goodput)
