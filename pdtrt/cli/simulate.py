@@ -64,8 +64,10 @@ def _rows(res: SimResult) -> dict[str, str]:
               default="fixed", show_default=True, help="Prompt/output length distribution.")
 @click.option("--length-spread", type=click.FloatRange(min=0, max=0.99), default=0.0,
               show_default=True, help="Uniform: relative half-width; normal: CV.")
-@click.option("--num-requests", type=click.IntRange(min=1), default=500, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--num-requests", type=click.IntRange(min=1), default=500, show_default=True,
+              help="Requests to simulate (with --trace: its first N).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the arrival and length draws.")
 @click.option("--agg-instances", type=click.IntRange(min=1),
               help="Aggregated baseline instances (default: as many GPUs as the spec).")
 @click.option("--prefill-instances", type=click.IntRange(min=1), help="Override the spec.")

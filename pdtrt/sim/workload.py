@@ -4,7 +4,8 @@ Arrivals: Poisson (exponential gaps, rate ``r``), constant (gaps ``1/r``), a tra
 with ``arrival_s,isl,osl``), or closed loop (``concurrency`` clients that all start at t = 0
 and send their next request when the last one ends). Lengths: fixed, uniform within
 ``mean * (1 +- spread)``, or normal with coefficient of variation ``spread`` (clipped to >= 1
-token). All randomness comes from the injected :class:`numpy.random.Generator`.
+token, and to ``mean * (1 + 4 spread)``). All randomness comes from the injected
+:class:`numpy.random.Generator`.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class LengthDist:
             values = rng.uniform(lo, hi, n)
         else:
             values = rng.normal(self.mean, self.mean * self.spread, n)
-        return np.maximum(np.rint(values), 1).astype(np.int64)
+        # clipped to [1, max] so a rare tail draw cannot outgrow the KV sized for `max`
+        return np.clip(np.rint(values), 1, self.max).astype(np.int64)
 
     @property
     def max(self) -> int:
