@@ -74,19 +74,32 @@ def plot_simulation(results: Sequence[SimResult], path: Path, *, title: str) -> 
 
 def plot_pareto(candidates: Sequence[PlanCandidate], path: Path, *, title: str,
                 chosen: PlanCandidate | None = None) -> Path:
-    """Output tokens/s per dollar-hour against tokens/s per user, Pareto frontier marked."""
+    """Output tokens/s per dollar-hour against tokens/s per user at the target rate.
+
+    Large dots pass the model's screen (and, when simulated, met the SLOs), small ones do
+    not, crosses failed the SLOs in simulation; the frontier runs over the large dots.
+    """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5.5))
     pts = [(c, c.user_tok_per_s, c.tok_per_s_per_usd_hour) for c in candidates
            if c.user_tok_per_s > 0]
+
+    def viable(c: PlanCandidate) -> bool:
+        return c.meets_slo if c.sim is not None else c.screen_ok
+
     for mode, colour in _COLOURS.items():
-        sel = [(x, y, c.meets_slo) for c, x, y in pts if str(c.config.mode) == mode]
-        if sel:
-            xs, ys, ok = zip(*sel, strict=True)
-            ax.scatter(xs, ys, s=[28 if o else 10 for o in ok], color=colour, alpha=0.7,
-                       label=f"{mode} (large: meets SLO)")
+        mine = [(c, x, y) for c, x, y in pts if str(c.config.mode) == mode]
+        for kind, sel, marker, size in (
+                ("passes", [p for p in mine if viable(p[0])], "o", 30),
+                ("fails screen", [p for p in mine if not viable(p[0]) and p[0].sim is None],
+                 "o", 8),
+                ("fails in simulation", [p for p in mine if p[0].sim is not None
+                                         and not p[0].meets_slo], "x", 40)):
+            if sel:
+                ax.scatter([p[1] for p in sel], [p[2] for p in sel], s=size, marker=marker,
+                           color=colour, alpha=0.7, label=f"{mode}: {kind}")
     frontier, best_y = [], -1.0
-    for _c, x, y in sorted(pts, key=lambda p: -p[1]):
+    for _c, x, y in sorted((p for p in pts if viable(p[0])), key=lambda p: -p[1]):
         if y > best_y:
             frontier.append((x, y))
             best_y = y
@@ -97,9 +110,9 @@ def plot_pareto(candidates: Sequence[PlanCandidate], path: Path, *, title: str,
         ax.scatter([chosen.user_tok_per_s], [chosen.tok_per_s_per_usd_hour], marker="*",
                    s=250, color="gold", edgecolor="k", zorder=5, label="chosen")
     ax.set_xlabel("tokens/s per user (1 / TPOT)")
-    ax.set_ylabel("output tokens/s per $/h")
+    ax.set_ylabel("output tokens/s per $/h (at the target rate)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper right")
     ax.set_title(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
