@@ -81,3 +81,26 @@ def test_factors_file_errors(tmp_path):
         load_factors_file(f)
     with pytest.raises(CatalogError, match="cannot read factors file"):
         load_factors_file(tmp_path / "missing.yaml")
+
+
+def test_calibrate_script_end_to_end(tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    lines = DATA.read_text().splitlines()
+    trt = [line for line in lines[1:] if ",trtllm,1.0.0rc3," in line]
+    small = tmp_path / "small.csv"
+    small.write_text("\n".join([lines[0], *trt[::40]]) + "\n")  # 5 rows
+    out, res = tmp_path / "f.yaml", tmp_path / "r.csv"
+    script = DATA.parents[3] / "scripts" / "calibrate.py"
+    done = subprocess.run([sys.executable, str(script), "--data", str(small), "-o", str(out),
+                           "--residuals", str(res), "--max-evals", "12", "--backend", "trtllm"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "| trtllm | 5 |" in done.stdout
+    fitted = load_factors_file(out)[ServingBackend.TRTLLM]
+    assert fitted != DEFAULT_FACTORS
+    assert yaml.safe_load(out.read_text())["backends"]["trtllm"]["fit"]["rows"] == 5
+    assert len(res.read_text().splitlines()) == 6
