@@ -62,6 +62,7 @@ class SimResult:
     window_s: float
     ttft_s: np.ndarray
     tpot_s: np.ndarray
+    request_tpot_s: np.ndarray
     itl_s: np.ndarray
     e2e_s: np.ndarray
     itl_time_s: np.ndarray
@@ -101,7 +102,7 @@ class SimResult:
         if self.slo.ttft_ms is not None:
             ok &= self.ttft_s * 1e3 <= self.slo.ttft_ms
         if self.slo.itl_ms is not None:
-            ok &= self.tpot_s * 1e3 <= self.slo.itl_ms
+            ok &= self.request_tpot_s * 1e3 <= self.slo.itl_ms
         return ok
 
     @property

@@ -70,8 +70,11 @@ def _result(config: SimConfig, state: SimState) -> SimResult:
     end = max((r.done_s for r in measured), default=start)
     window = span if span > 0 else max(end - start, 1e-9)
     ttft = np.array([r.first_token_s - r.arrival_s for r in measured])  # type: ignore[operator]
-    tpot = np.array([(r.last_token_s - r.first_token_s) / (r.osl - 1)  # type: ignore[operator]
-                     for r in measured if r.osl > 1])
+    # per request, aligned with ttft; a one-token answer has no TPOT (0: it cannot miss)
+    request_tpot = np.array([(r.last_token_s - r.first_token_s) / (r.osl - 1)  # type: ignore
+                             if r.osl > 1 else 0.0 for r in measured])
+    tpot = request_tpot[np.array([r.osl > 1 for r in measured], dtype=bool)] \
+        if measured else request_tpot
     e2e = np.array([r.done_s - r.arrival_s for r in measured])  # type: ignore[operator]
     itl_t, itl = np.array(state.itl_time_s), np.array(state.itl_s)
     keep = itl_t >= start
@@ -87,7 +90,8 @@ def _result(config: SimConfig, state: SimState) -> SimResult:
     return SimResult(
         label=s.label(), mode=str(s.mode), seed=config.seed, num_requests=len(reqs),
         num_measured=len(measured), num_unfinished=unfinished, window_s=window, ttft_s=ttft,
-        tpot_s=tpot, itl_s=itl[keep], e2e_s=e2e, itl_time_s=itl_t[keep],
+        tpot_s=tpot, request_tpot_s=request_tpot, itl_s=itl[keep], e2e_s=e2e,
+        itl_time_s=itl_t[keep],
         output_tokens=sum(r.osl for r in measured), utilisation=utilisation,
         num_gpus=s.num_gpus, cost_per_hour_usd=s.cost_per_hour_usd(), slo=config.slo,
         num_events=state.num_events)

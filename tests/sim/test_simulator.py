@@ -204,3 +204,12 @@ def test_more_instances_never_lower_goodput(llama8b, h100, rate):
     agg_goodput = [run(agg(llama8b, h100, n), w, n=250, slo=slo).goodput_req_per_s
                    for n in (1, 2, 3)]
     assert agg_goodput == sorted(agg_goodput)
+
+
+def test_one_token_answers_mixed_with_longer_ones(llama8b, h100):
+    w = Workload(arrivals=ArrivalKind.POISSON, rate_per_s=4.0,
+                 isl=LengthDist(mean=500), osl=LengthDist(kind=LengthKind.UNIFORM, mean=2,
+                                                          spread=0.5))
+    res = run(agg(llama8b, h100, 1), w, n=200, slo=SloTarget(ttft_ms=5000, itl_ms=1000))
+    assert res.tpot_s.size < res.ttft_s.size == res.request_tpot_s.size
+    assert res.attainment == 1.0 and res.slo_met
