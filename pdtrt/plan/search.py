@@ -180,6 +180,14 @@ def _verdict(ranked: list[PlanCandidate], screened: list[PlanCandidate],
              everything: list[PlanCandidate], req: PlanRequest) -> str:
     agg = next((c for c in ranked if c.config.mode is ServingMode.AGGREGATED), None)
     dis = next((c for c in ranked if c.config.mode is ServingMode.DISAGGREGATED), None)
+    if not everything:
+        gpus = ", ".join(g.key for g in req.gpus)
+        weights = "bf16" if req.weights is WeightQuant.NONE else str(req.weights)
+        return (f"no configuration to evaluate: no way to serve {req.model.name} ({weights} "
+                f"weights, {req.kv_dtype} KV cache) on {gpus} at {req.rate_per_s:g} req/s "
+                "fits in memory and within the GPU / budget bounds (FP8 also needs an "
+                "FP8-capable GPU: try --kv-dtype bf16, a larger --max-gpus / --budget, or "
+                "another GPU)")
     if agg is None and dis is None:
         closest = min(everything, key=lambda c: c.cost_per_hour_usd, default=None)
         why = "; ".join(closest.reasons()) if closest else "no configuration fits in memory"

@@ -94,7 +94,14 @@ def test_written_spec_validates(seed_plan, llama8b, tmp_path):
 
 def test_no_spec_without_a_feasible_disaggregated_configuration(llama8b, catalog):
     p = plan(request(llama8b, catalog, gpus=("l40s",), rate=4.0, itl=5.0,
-                     bounds=SearchBounds(max_gpus=2)))
+                     bounds=SearchBounds(max_gpus=4)))
+    assert p.candidates
     assert not p.ranked and p.verdict.startswith("nothing within the bounds")
     with pytest.raises(NoFeasiblePlanError):
         spec_text(p, model_name=llama8b.name)
+
+
+def test_no_candidates_says_why(llama8b, catalog):
+    p = plan(request(llama8b, catalog, gpus=("a100-sxm",), bounds=SearchBounds(max_gpus=4)))
+    assert not p.candidates and not p.ranked
+    assert p.verdict.startswith("no configuration to evaluate") and "FP8" in p.verdict
