@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["DType", "DeviceKind", "KVDType", "KVTransferBackend", "Phase", "Target", "WeightQuant"]
+__all__ = [
+    "DType",
+    "DeviceKind",
+    "KVDType",
+    "KVTransferBackend",
+    "Phase",
+    "ServingBackend",
+    "ServingMode",
+    "Target",
+    "WeightQuant",
+]
 
 
 class Phase(StrEnum):
@@ -88,3 +98,22 @@ class KVTransferBackend(StrEnum):
     """Transport of the KV cache between prefill and decode instances."""
 
     UCX = "ucx"
+
+
+class ServingMode(StrEnum):
+    """Both phases on the same GPUs (the baseline) or prefill and decode on separate pools."""
+
+    AGGREGATED = "aggregated"
+    DISAGGREGATED = "disaggregated"
+
+
+class ServingBackend(StrEnum):
+    """The serving runtime whose scheduler and kernels the performance model is calibrated to.
+
+    pdtrt deploys TensorRT-LLM; vLLM and SGLang appear because the calibration data measures
+    them too, and their fitted efficiency factors show how much of a prediction is the runtime.
+    """
+
+    TRTLLM = "trtllm"
+    VLLM = "vllm"
+    SGLANG = "sglang"

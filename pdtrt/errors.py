@@ -12,6 +12,7 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     ├── ModelConfigError          HF config.json missing, unreadable or incomplete
     │   └── UnsupportedModelError architecture pdtrt cannot model yet (e.g. MoE)
     ├── InfeasibleError           the request is well-formed but impossible (model does not fit)
+    │   └── NoFeasiblePlanError   ``pdtrt plan`` found no configuration to write a spec for
     ├── ServerError               a Triton server could not be started, or a model failed to load
     ├── KVTransferError           a request's KV cache could not be moved between instances
     ├── BuildError                an engine build cannot be planned or did not complete
@@ -36,6 +37,7 @@ __all__ = [
     "InfeasibleError",
     "KVTransferError",
     "ModelConfigError",
+    "NoFeasiblePlanError",
     "PdtrtError",
     "ServerError",
     "RepoError",
@@ -166,3 +168,5 @@ class RepoInvalidError(RepoError):
         out = super().to_dict()
         out["problems"] = list(self.problems)
         return out
+class NoFeasiblePlanError(InfeasibleError):
+    """The planner found no disaggregated configuration meeting the SLOs: no spec to write."""

@@ -14,7 +14,8 @@ from typing import Any
 import click
 
 from pdtrt import __version__
-from pdtrt.cli import build, doctor, engines, gpus, model_info, repo, serve, spec
+from pdtrt.cli import (build, doctor, engines, estimate, gpus, model_info, plan, repo, serve,
+                       simulate, spec)
 from pdtrt.cli.render import JSON_META_KEY, emit_json
 from pdtrt.envvars import PDTRT_DEBUG
 from pdtrt.errors import PdtrtError
@@ -72,6 +73,9 @@ cli.add_command(engines.engines)
 cli.add_command(repo.repo)
 cli.add_command(serve.serve)
 cli.add_command(serve.stop)
+cli.add_command(estimate.estimate_cmd)
+cli.add_command(simulate.simulate_cmd)
+cli.add_command(plan.plan_cmd)
 
 
 def main() -> None:

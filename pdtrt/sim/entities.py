@@ -1,0 +1,98 @@
+"""The simulator's entities: requests, replicas (engine instances) and KV links.
+
+Entities are the mutable state of one simulation run -- owned by its :class:`SimState`, never
+shared between runs, never global. Events (``pdtrt/sim/events/``) change them; the scheduler
+(:mod:`pdtrt.sim.scheduling`) reads them to form batches. Times are simulated seconds.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pdtrt.perf.hardware import Instance
+
+__all__ = ["Link", "Replica", "ReplicaRole", "Request"]
+
+
+class ReplicaRole(StrEnum):
+    AGGREGATED = "aggregated"
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+@dataclass(slots=True, kw_only=True)
+class Request:
+    """One request's progress. ``generated`` counts output tokens produced so far."""
+
+    id: int
+    arrival_s: float
+    isl: int
+    osl: int
+    prefilled: int = 0
+    generated: int = 0
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    done_s: float | None = None
+    prefill_replica: int | None = None
+    decode_replica: int | None = None
+    kv_transfer_start_s: float | None = None
+    kv_ready_s: float | None = None
+    max_itl_s: float = 0.0
+
+    @property
+    def prefill_left(self) -> int:
+        return self.isl - self.prefilled
+
+    @property
+    def seq_len(self) -> int:
+        return self.isl + self.osl
+
+    @property
+    def context_len(self) -> int:
+        """Tokens in this request's KV cache now (prompt + generated)."""
+        return self.prefilled + self.generated
+
+
+@dataclass(slots=True, kw_only=True)
+class Replica:
+    """One engine instance: its queues, running set, KV blocks and busy time."""
+
+    index: int
+    role: ReplicaRole
+    instance: Instance
+    kv_blocks: int
+    waiting: deque[Request] = field(default_factory=deque)
+    prefilling: list[Request] = field(default_factory=list)
+    decoding: list[Request] = field(default_factory=list)
+    used_blocks: int = 0
+    busy: bool = False
+    busy_s: float = 0.0
+    num_steps: int = 0
+
+    def blocks_for(self, req: Request) -> int:
+        return -(-req.seq_len // self.instance.tokens_per_block)
+
+    def prefill_blocks_for(self, req: Request) -> int:
+        return -(-req.isl // self.instance.tokens_per_block)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.prefilling) + len(self.decoding)
+
+    @property
+    def load(self) -> int:
+        """Requests this replica holds (routing uses it)."""
+        return len(self.waiting) + self.num_running
+
+
+@dataclass(slots=True, kw_only=True)
+class Link:
+    """A FIFO KV-transfer path into one decode replica (its host link is the bottleneck)."""
+
+    index: int
+    queue: deque[Request] = field(default_factory=deque)
+    busy: bool = False
+    busy_s: float = 0.0
+    num_transfers: int = 0

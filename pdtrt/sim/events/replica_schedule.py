@@ -1,0 +1,55 @@
+"""An idle replica looks for work: admit KV hand-offs (decode), then start a step if any."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from pdtrt.perf.step import step_time
+from pdtrt.sim.entities import ReplicaRole
+from pdtrt.sim.events.base import Event, EventOrder
+from pdtrt.sim.events.kv_transfer_end import start_transfer
+from pdtrt.sim.events.step_end import StepEnd
+from pdtrt.sim.scheduling import form_batch
+
+if TYPE_CHECKING:
+    from pdtrt.sim.state import SimState
+
+__all__ = ["ReplicaSchedule"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaSchedule:
+    order: ClassVar[EventOrder] = EventOrder.REPLICA_SCHEDULE
+    time_s: float
+    role: ReplicaRole
+    index: int
+
+    def handle(self, state: SimState) -> list[Event]:
+        state.scheduled.discard((self.role, self.index))
+        replica = state.replica(self.role, self.index)
+        events: list[Event] = []
+        if self.role is ReplicaRole.DECODE:
+            # Reserve the whole sequence's KV, then queue the pull on this replica's link.
+            link = state.links[self.index]
+            while replica.waiting and len(replica.decoding) + len(link.queue) + (
+                    1 if link.busy else 0) < replica.instance.max_batch_size:
+                req = replica.waiting[0]
+                need = replica.blocks_for(req)
+                if replica.used_blocks + need > replica.kv_blocks:
+                    break
+                replica.used_blocks += need
+                replica.waiting.popleft()
+                link.queue.append(req)
+            events += start_transfer(state, link)
+        if replica.busy:
+            return events
+        batch = form_batch(state.config.batch_policy, replica)
+        if batch is None:
+            return events
+        factors = (state.config.factors_decode if self.role is ReplicaRole.DECODE
+                   else state.config.factors_prefill)
+        duration = step_time(batch.work, replica.instance, factors).total_s
+        replica.busy = True
+        return events + [StepEnd(time_s=state.now_s + duration, role=self.role,
+                                 index=self.index, batch=batch, duration_s=duration)]

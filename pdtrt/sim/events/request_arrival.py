@@ -1,0 +1,34 @@
+"""A request reaches the engines: route it to an entry replica (aggregated or prefill), queue it.
+
+``time_s`` is when it reaches the engines: ``sent_s`` (when the client sent it) plus the fixed
+per-request overhead outside the engine (:attr:`EfficiencyFactors.request_overhead_s`), which
+counts in TTFT but occupies no GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from pdtrt.sim.events.base import Event, EventOrder, wake
+from pdtrt.sim.workload import RequestSpec
+
+if TYPE_CHECKING:
+    from pdtrt.sim.state import SimState
+
+__all__ = ["RequestArrival"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestArrival:
+    order: ClassVar[EventOrder] = EventOrder.REQUEST_ARRIVAL
+    time_s: float
+    sent_s: float
+    spec: RequestSpec
+
+    def handle(self, state: SimState) -> list[Event]:
+        req = state.new_request(self.spec, sent_s=self.sent_s)
+        replica = state.route_entry(state.replicas[state.entry_role])
+        req.prefill_replica = replica.index
+        replica.waiting.append(req)
+        return wake(state, replica.role, replica.index)

@@ -1,0 +1,74 @@
+"""A replica's step ends: advance prefill chunks, emit tokens, finish or hand off requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from pdtrt.sim.entities import ReplicaRole, Request
+from pdtrt.sim.events.base import Event, EventOrder, wake
+from pdtrt.sim.scheduling import Batch
+
+if TYPE_CHECKING:
+    from pdtrt.sim.state import SimState
+
+__all__ = ["StepEnd"]
+
+
+def _finish(state: SimState, req: Request) -> list[Event]:
+    req.done_s = state.now_s
+    if state.closed_loop_backlog:  # closed loop: this client sends its next request now
+        return [state.arrival(state.closed_loop_backlog.popleft(), state.now_s)]
+    return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepEnd:
+    order: ClassVar[EventOrder] = EventOrder.STEP_END
+    time_s: float
+    role: ReplicaRole
+    index: int
+    batch: Batch
+    duration_s: float
+
+    def handle(self, state: SimState) -> list[Event]:
+        now = state.now_s
+        replica = state.replica(self.role, self.index)
+        replica.busy = False
+        replica.busy_s += self.duration_s
+        replica.num_steps += 1
+        events: list[Event] = []
+        finished: list[Request] = []
+        for req in self.batch.decodes:
+            assert req.last_token_s is not None
+            itl = now - req.last_token_s
+            state.record_itl(itl)
+            req.max_itl_s = max(req.max_itl_s, itl)
+            req.generated += 1
+            req.last_token_s = now
+            if req.generated >= req.osl:
+                finished.append(req)
+        for req, tokens in self.batch.chunks:
+            req.prefilled += tokens
+            if req.prefilled < req.isl:
+                continue
+            req.generated, req.first_token_s, req.last_token_s = 1, now, now
+            replica.prefilling.remove(req)
+            if req.osl <= 1:
+                if self.role is ReplicaRole.PREFILL:
+                    replica.used_blocks -= replica.prefill_blocks_for(req)
+                else:
+                    replica.used_blocks -= replica.blocks_for(req)
+                events += _finish(state, req)
+            elif self.role is ReplicaRole.PREFILL:
+                decode = state.route_decode(state.replicas[ReplicaRole.DECODE])
+                req.decode_replica = decode.index
+                decode.waiting.append(req)
+                events += wake(state, ReplicaRole.DECODE, decode.index)
+            else:
+                replica.decoding.append(req)
+        for req in finished:
+            replica.decoding.remove(req)
+            replica.used_blocks -= replica.blocks_for(req)
+            events += _finish(state, req)
+        return events + wake(state, self.role, self.index)

@@ -1,0 +1,136 @@
+"""Pluggable scheduling: batch formation per replica and routing across replicas.
+
+Both are enum-keyed registries, so a new policy is one function and one enum member.
+
+Batch policies (how one replica fills a step, TensorRT-LLM inflight batching):
+
+- ``chunked``: every running decode sequence gets its token, then prefill chunks fill the rest
+  of ``max_num_tokens`` (TensorRT-LLM ``enable_chunked_context``; Sarathi-style). Partially
+  prefilled prompts go first, then new requests FCFS while KV blocks and ``max_batch_size``
+  allow.
+- ``whole-prompt``: a prompt is prefilled in one step or waits (chunked context off); prompts
+  longer than ``max_num_tokens`` are still chunked, as the engine would refuse them otherwise.
+
+KV admission reserves the blocks of the whole sequence (prompt + output) on aggregated and
+decode replicas, of the prompt only on prefill replicas (TensorRT-LLM's guaranteed-no-evict).
+
+Routing: ``round-robin`` or ``least-loaded`` (fewest requests held, lowest index on ties).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pdtrt.perf.step import StepWork, decode_work, prefill_chunk_work
+from pdtrt.sim.entities import Replica, ReplicaRole, Request
+
+__all__ = ["BATCH_POLICIES", "ROUTERS", "Batch", "BatchPolicy", "RoutingPolicy", "form_batch"]
+
+
+class BatchPolicy(StrEnum):
+    CHUNKED = "chunked"
+    WHOLE_PROMPT = "whole-prompt"
+
+
+class RoutingPolicy(StrEnum):
+    ROUND_ROBIN = "round-robin"
+    LEAST_LOADED = "least-loaded"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Batch:
+    """One step's contents: prefill chunks ``(request, tokens)`` and decoding requests."""
+
+    chunks: tuple[tuple[Request, int], ...]
+    decodes: tuple[Request, ...]
+    work: StepWork
+
+
+def _admit(replica: Replica, req: Request) -> bool:
+    need = (replica.prefill_blocks_for(req) if replica.role is ReplicaRole.PREFILL
+            else replica.blocks_for(req))
+    if replica.used_blocks + need > replica.kv_blocks:
+        return False
+    replica.used_blocks += need
+    return True
+
+
+def _fill(replica: Replica, chunked: bool) -> Batch | None:
+    inst = replica.instance
+    decodes = tuple(replica.decoding[: inst.max_batch_size])
+    budget = inst.max_num_tokens - len(decodes)
+    work = decode_work(len(decodes), sum(r.context_len for r in decodes))
+    chunks: list[tuple[Request, int]] = []
+
+    def take(req: Request) -> int:
+        left = req.prefill_left
+        if chunked or left > inst.max_num_tokens:
+            return min(left, budget)
+        return left if left <= budget else 0
+
+    for req in replica.prefilling:
+        if budget <= 0:
+            break
+        n = take(req)
+        if n == 0:
+            break
+        chunks.append((req, n))
+        budget -= n
+    while (replica.waiting and budget > 0 and replica.num_running < inst.max_batch_size
+           and replica.role is not ReplicaRole.DECODE):
+        req = replica.waiting[0]
+        n = take(req)
+        if n == 0 or not _admit(replica, req):
+            break
+        replica.waiting.popleft()
+        replica.prefilling.append(req)
+        chunks.append((req, n))
+        budget -= n
+    for req, n in chunks:
+        work = work + prefill_chunk_work(n, req.prefilled, last=req.prefilled + n == req.isl)
+    if not chunks and not decodes:
+        return None
+    return Batch(chunks=tuple(chunks), decodes=decodes, work=work)
+
+
+def _chunked(replica: Replica) -> Batch | None:
+    return _fill(replica, chunked=True)
+
+
+def _whole_prompt(replica: Replica) -> Batch | None:
+    return _fill(replica, chunked=False)
+
+
+BATCH_POLICIES: dict[BatchPolicy, Callable[[Replica], Batch | None]] = {
+    BatchPolicy.CHUNKED: _chunked,
+    BatchPolicy.WHOLE_PROMPT: _whole_prompt,
+}
+
+
+def form_batch(policy: BatchPolicy, replica: Replica) -> Batch | None:
+    """The next step of ``replica`` under ``policy``, or None when it has nothing to run."""
+    return BATCH_POLICIES[policy](replica)
+
+
+class _RoundRobin:
+    def __init__(self) -> None:
+        self._next = 0
+
+    def __call__(self, replicas: Sequence[Replica]) -> Replica:
+        replica = replicas[self._next % len(replicas)]
+        self._next += 1
+        return replica
+
+
+class _LeastLoaded:
+    def __call__(self, replicas: Sequence[Replica]) -> Replica:
+        return min(replicas, key=lambda r: (r.load, r.index))
+
+
+# Factories, so every simulation run owns its router state (no shared counters).
+ROUTERS: dict[RoutingPolicy, Callable[[], Callable[[Sequence[Replica]], Replica]]] = {
+    RoutingPolicy.ROUND_ROBIN: _RoundRobin,
+    RoutingPolicy.LEAST_LOADED: _LeastLoaded,
+}

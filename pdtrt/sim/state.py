@@ -1,0 +1,85 @@
+"""The state of one simulation run: clock, replicas, links, routers, records, RNG.
+
+Everything a run mutates lives here (and in the entities it holds), created fresh per run, so
+two runs in one process are independent and identical for one seed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from pdtrt.enums import ServingMode
+from pdtrt.perf.link import kv_transfer_s
+from pdtrt.sim.config import SimConfig
+from pdtrt.sim.entities import Link, Replica, ReplicaRole, Request
+from pdtrt.sim.scheduling import ROUTERS, RoutingPolicy
+from pdtrt.sim.workload import RequestSpec
+
+__all__ = ["SimState"]
+
+
+class SimState:
+    def __init__(self, config: SimConfig, rng: np.random.Generator) -> None:
+        self.config = config
+        self.rng = rng
+        self.now_s = 0.0
+        self.num_events = 0
+        s = config.serving
+        seq = config.workload.isl.max + config.workload.osl.max
+        self.replicas: dict[ReplicaRole, list[Replica]] = {}
+        if s.mode is ServingMode.AGGREGATED:
+            kv = s.prefill.memory(seq).kv_blocks
+            self.replicas[ReplicaRole.AGGREGATED] = [
+                Replica(index=i, role=ReplicaRole.AGGREGATED, instance=s.prefill, kv_blocks=kv)
+                for i in range(s.prefill_instances)]
+        else:
+            assert s.decode is not None
+            kv_p = s.prefill.memory(config.workload.isl.max).kv_blocks
+            kv_d = s.decode.memory(seq).kv_blocks
+            self.replicas[ReplicaRole.PREFILL] = [
+                Replica(index=i, role=ReplicaRole.PREFILL, instance=s.prefill, kv_blocks=kv_p)
+                for i in range(s.prefill_instances)]
+            self.replicas[ReplicaRole.DECODE] = [
+                Replica(index=i, role=ReplicaRole.DECODE, instance=s.decode, kv_blocks=kv_d)
+                for i in range(s.decode_instances)]
+        self.links = [Link(index=i) for i in range(len(self.replicas.get(ReplicaRole.DECODE,
+                                                                          [])))]
+        self.route_entry = ROUTERS[config.routing]()
+        self.route_decode = ROUTERS[RoutingPolicy.LEAST_LOADED]()
+        self.requests: list[Request] = []
+        self.closed_loop_backlog: deque[RequestSpec] = deque()
+        self.scheduled: set[tuple[ReplicaRole, int]] = set()
+        self.itl_time_s: list[float] = []
+        self.itl_s: list[float] = []
+
+    @property
+    def entry_role(self) -> ReplicaRole:
+        return (ReplicaRole.AGGREGATED if ReplicaRole.AGGREGATED in self.replicas
+                else ReplicaRole.PREFILL)
+
+    def replica(self, role: ReplicaRole, index: int) -> Replica:
+        return self.replicas[role][index]
+
+    def new_request(self, spec: RequestSpec, *, sent_s: float) -> Request:
+        req = Request(id=len(self.requests), arrival_s=sent_s, isl=spec.isl, osl=spec.osl)
+        self.requests.append(req)
+        return req
+
+    def kv_transfer_s(self, req: Request) -> float:
+        s = self.config.serving
+        assert s.link is not None
+        return kv_transfer_s(s.link, req.isl, s.prefill.model.kv_bytes_per_token(
+            s.prefill.kv_dtype))
+
+    def arrival(self, spec: RequestSpec, sent_s: float):
+        """The arrival event of a request the client sends at ``sent_s``."""
+        from pdtrt.sim.events.request_arrival import RequestArrival
+
+        delay = self.config.factors_prefill.request_overhead_s
+        return RequestArrival(time_s=sent_s + delay, sent_s=sent_s, spec=spec)
+
+    def record_itl(self, itl_s: float) -> None:
+        self.itl_time_s.append(self.now_s)
+        self.itl_s.append(itl_s)

@@ -1,0 +1,215 @@
+"""The simulator: determinism, event ordering, M/D/1, head-of-line blocking, disaggregation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+from pdtrt.enums import KVDType, ServingMode
+from pdtrt.perf.estimate import ServingConfig
+from pdtrt.perf.factors import EfficiencyFactors
+from pdtrt.perf.hardware import Instance
+from pdtrt.perf.link import kv_link
+from pdtrt.perf.step import prefill_chunk_work, step_time
+from pdtrt.sim import (
+    ArrivalKind,
+    BatchPolicy,
+    LengthDist,
+    LengthKind,
+    SimConfig,
+    SloTarget,
+    Workload,
+    simulate,
+)
+from pdtrt.sim.events import EventOrder
+from pdtrt.sim.simulator import run_events
+from pdtrt.sim.state import SimState
+
+F = EfficiencyFactors(gemm_eff=0.5, attention_eff=0.4, bandwidth_eff=0.8,
+                      step_overhead_s=3e-4, allreduce_latency_s=1e-5)
+
+
+@pytest.fixture(scope="module")
+def llama8b():
+    from pdtrt.model import load_model_facts
+
+    return load_model_facts("meta-llama/Meta-Llama-3.1-8B")
+
+
+@pytest.fixture(scope="module")
+def h100(catalog):
+    return catalog.get("h100-sxm")
+
+
+def inst(model, gpu, **kw):
+    return Instance(model=model, gpu=gpu, kv_dtype=KVDType.FP8, **kw)
+
+
+def agg(model, gpu, n):
+    return ServingConfig(mode=ServingMode.AGGREGATED, prefill=inst(model, gpu),
+                         prefill_instances=n)
+
+
+def disagg(model, pgpu, dgpu, a, b, *, same_node=True, prefill_batch=8):
+    return ServingConfig(mode=ServingMode.DISAGGREGATED,
+                         prefill=inst(model, pgpu, max_batch_size=prefill_batch),
+                         prefill_instances=a, decode=inst(model, dgpu), decode_instances=b,
+                         link=kv_link(pgpu, dgpu, same_node=same_node))
+
+
+def poisson(isl, osl, rate, **kw):
+    return Workload(arrivals=ArrivalKind.POISSON, isl=LengthDist(mean=isl, **kw),
+                    osl=LengthDist(mean=osl), rate_per_s=rate)
+
+
+def run(serving, workload, n=400, seed=0, **kw):
+    return simulate(SimConfig(serving=serving, factors_prefill=F, factors_decode=F,
+                              workload=workload, num_requests=n, seed=seed, **kw))
+
+
+def test_deterministic_for_a_seed_and_independent_runs(llama8b, h100):
+    w = Workload(arrivals=ArrivalKind.POISSON, rate_per_s=6.0,
+                 isl=LengthDist(kind=LengthKind.UNIFORM, mean=2000, spread=0.5),
+                 osl=LengthDist(kind=LengthKind.NORMAL, mean=200, spread=0.3))
+    cfg = disagg(llama8b, h100, h100, 1, 1)
+    a, b, c = run(cfg, w, 200, seed=7), run(cfg, w, 200, seed=7), run(cfg, w, 200, seed=8)
+    assert a.to_dict() == b.to_dict()
+    assert np.array_equal(a.itl_s, b.itl_s) and np.array_equal(a.ttft_s, b.ttft_s)
+    assert a.to_dict() != c.to_dict()
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Probe:
+    order: ClassVar[EventOrder]
+    time_s: float
+    name: str
+    log: list
+
+    def handle(self, state):
+        self.log.append(self.name)
+        return []
+
+
+def _probe(order):
+    return type(f"Probe{order.name}", (_Probe,), {"order": order})
+
+
+def test_events_at_one_time_run_by_type_then_creation(llama8b, h100):
+    log: list[str] = []
+    arrival, step_end = _probe(EventOrder.REQUEST_ARRIVAL), _probe(EventOrder.STEP_END)
+    schedule, transfer = _probe(EventOrder.REPLICA_SCHEDULE), _probe(EventOrder.KV_TRANSFER_END)
+    events = [schedule(time_s=1.0, name="schedule", log=log),
+              arrival(time_s=1.0, name="arrival-a", log=log),
+              arrival(time_s=1.0, name="arrival-b", log=log),
+              transfer(time_s=1.0, name="transfer", log=log),
+              step_end(time_s=1.0, name="step-end", log=log),
+              arrival(time_s=0.5, name="early", log=log)]
+    cfg = SimConfig(serving=agg(llama8b, h100, 1), factors_prefill=F, factors_decode=F,
+                    workload=poisson(10, 2, 1.0))
+    state = SimState(cfg, np.random.default_rng(0))
+    run_events(state, events)
+    assert log == ["early", "step-end", "transfer", "arrival-a", "arrival-b", "schedule"]
+    assert state.num_events == 6
+
+
+def test_simultaneous_arrivals_share_one_step(llama8b, h100):
+    w = Workload(arrivals=ArrivalKind.CLOSED, concurrency=4, isl=LengthDist(mean=100),
+                 osl=LengthDist(mean=3))
+    res = run(agg(llama8b, h100, 1), w, n=4, warmup_share=0.0)
+    assert np.allclose(res.ttft_s, res.ttft_s[0])  # all four prefilled in the first step
+
+
+def test_single_prefill_server_matches_md1(llama8b, h100):
+    """One prefill instance, one prompt per step, Poisson arrivals, deterministic service:
+    mean TTFT = S + rho S / (2 (1 - rho)) (Pollaczek-Khinchine)."""
+    isl, rho = 2000, 0.6
+    cfg = disagg(llama8b, h100, h100, 1, 1, prefill_batch=1)
+    service = step_time(prefill_chunk_work(isl), cfg.prefill, F).total_s
+    res = run(cfg, poisson(isl, 1, rho / service), n=20000, seed=3)
+    expected = service + rho * service / (2 * (1 - rho))
+    assert res.num_unfinished == 0
+    assert res.ttft.mean == pytest.approx(expected, rel=0.04)
+    assert res.utilisation["prefill"] == pytest.approx(rho, rel=0.04)
+
+
+def test_head_of_line_blocking_in_aggregated(llama8b, h100):
+    w = poisson(6000, 300, 8.0)
+    a = run(agg(llama8b, h100, 4), w)
+    d = run(disagg(llama8b, h100, h100, 3, 1), w)
+    assert a.itl.p99 > 5 * a.itl.p50  # decode steps stall behind 6000-token prefills
+    assert d.itl.p99 < 1.5 * d.itl.p50
+    # at high load with long prompts disaggregation wins TTFT and TPOT at equal GPU count
+    assert d.num_gpus == a.num_gpus == 4
+    assert d.ttft.p90 < a.ttft.p90
+    assert d.tpot.p90 < a.tpot.p90
+
+
+def test_no_gain_for_short_prompts_at_low_load(llama8b, catalog, h100):
+    w = poisson(200, 200, 0.5)
+    a = run(agg(llama8b, h100, 2), w, n=150)
+    d = run(disagg(llama8b, h100, h100, 1, 1), w, n=150)
+    assert d.ttft.p90 >= a.ttft.p90 * 0.98 and d.itl.p90 >= a.itl.p90 * 0.98
+    het = run(disagg(llama8b, h100, catalog.get("l40s"), 1, 1, same_node=False), w, n=150)
+    assert het.itl.p50 > 2 * a.itl.p50  # an L40S decodes 8B ~4x slower than an H100
+
+
+def test_kv_transfer_queues_on_a_slow_link(llama8b, h100, catalog):
+    l40s = catalog.get("l40s")
+    cfg = disagg(llama8b, h100, l40s, 2, 1, same_node=False)
+    res = run(cfg, poisson(8000, 20, 6.0), n=200)
+    assert 0 < res.utilisation["kv_link"] < 1
+    assert res.num_unfinished == 0
+
+
+def test_metrics_slo_goodput_cost(llama8b, h100):
+    cfg = agg(llama8b, h100, 1)
+    res = run(cfg, poisson(1000, 100, 2.0), n=200, slo=SloTarget(ttft_ms=10_000, itl_ms=1000))
+    assert res.slo_met and res.attainment == 1.0
+    assert res.goodput_req_per_s == pytest.approx(res.req_per_s)
+    tight = run(cfg, poisson(1000, 100, 2.0), n=200, slo=SloTarget(ttft_ms=1, itl_ms=1))
+    assert not tight.slo_met and tight.attainment == 0 and tight.goodput_req_per_s == 0
+    assert res.usd_per_mtok == pytest.approx(
+        4.916 * res.window_s / 3600 / res.output_tokens * 1e6)
+    d = res.to_dict()
+    assert d["ttft_ms"]["p90"] >= d["ttft_ms"]["p50"] and d["num_events"] > 0
+
+
+def test_whole_prompt_policy_and_constant_arrivals(llama8b, h100):
+    w = Workload(arrivals=ArrivalKind.CONSTANT, rate_per_s=2.0, isl=LengthDist(mean=1000),
+                 osl=LengthDist(mean=50))
+    res = run(agg(llama8b, h100, 1), w, n=50, batch_policy=BatchPolicy.WHOLE_PROMPT)
+    assert res.num_unfinished == 0
+    assert res.ttft.p99 == pytest.approx(res.ttft.p50, rel=0.2)  # no queueing at a steady pace
+
+
+def test_overload_is_not_an_slo_pass_however_short_the_run(llama8b, h100):
+    cfg = agg(llama8b, h100, 1)
+    generous = SloTarget(ttft_ms=60_000, itl_ms=10_000)
+    over = run(cfg, poisson(3000, 100, 40.0), n=300, slo=generous)
+    assert over.backlog_growing and not over.slo_met
+    ok = run(cfg, poisson(3000, 100, 2.0), n=300, slo=generous)
+    assert not ok.backlog_growing and ok.slo_met
+
+
+@pytest.mark.parametrize("rate", [4.0, 10.0])
+def test_more_instances_never_lower_goodput(llama8b, h100, rate):
+    w = poisson(3000, 300, rate)
+    slo = SloTarget(ttft_ms=1500, itl_ms=25)
+    goodput = [run(disagg(llama8b, h100, h100, a, b), w, n=250, slo=slo).goodput_req_per_s
+               for a, b in ((1, 1), (2, 1), (2, 2), (3, 2))]
+    assert goodput == sorted(goodput)
+    agg_goodput = [run(agg(llama8b, h100, n), w, n=250, slo=slo).goodput_req_per_s
+                   for n in (1, 2, 3)]
+    assert agg_goodput == sorted(agg_goodput)
+
+
+def test_one_token_answers_mixed_with_longer_ones(llama8b, h100):
+    w = Workload(arrivals=ArrivalKind.POISSON, rate_per_s=4.0,
+                 isl=LengthDist(mean=500), osl=LengthDist(kind=LengthKind.UNIFORM, mean=2,
+                                                          spread=0.5))
+    res = run(agg(llama8b, h100, 1), w, n=200, slo=SloTarget(ttft_ms=5000, itl_ms=1000))
+    assert res.tpot_s.size < res.ttft_s.size == res.request_tpot_s.size
+    assert res.attainment == 1.0 and res.slo_met
