@@ -12,7 +12,11 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     ├── ModelConfigError          HF config.json missing, unreadable or incomplete
     │   └── UnsupportedModelError architecture pdtrt cannot model yet (e.g. MoE)
     ├── InfeasibleError           the request is well-formed but impossible (model does not fit)
-    └── ServerError               a Triton server could not be started, or a model failed to load
+    ├── ServerError               a Triton server could not be started, or a model failed to load
+    └── ClientError               talking to a running server failed (``pdtrt infer`` / ``bench``)
+        ├── ServerUnavailableError    nothing answers at the URL, or it is not ready
+        ├── ModelNotFoundError        the server has no such model, or it is not ready
+        └── RequestError              the server rejected or failed one request
 """
 
 from __future__ import annotations
@@ -21,10 +25,14 @@ from dataclasses import dataclass
 
 __all__ = [
     "CatalogError",
+    "ClientError",
     "InfeasibleError",
     "ModelConfigError",
+    "ModelNotFoundError",
     "PdtrtError",
+    "RequestError",
     "ServerError",
+    "ServerUnavailableError",
     "SpecError",
     "SpecIssue",
     "UnsupportedModelError",
@@ -98,3 +106,19 @@ class InfeasibleError(PdtrtError):
 
 class ServerError(PdtrtError):
     """A Triton server that cannot be started or reached, or a model that failed to load."""
+
+
+class ClientError(PdtrtError):
+    """Talking to a running Triton server failed (the client side of ``infer`` / ``bench``)."""
+
+
+class ServerUnavailableError(ClientError):
+    """Nothing answers at the URL, or the server is not live and ready."""
+
+
+class ModelNotFoundError(ClientError):
+    """The server has no model of that name, or the model is not ready."""
+
+
+class RequestError(ClientError):
+    """The server rejected or failed one request (bad input, model error, timeout)."""
