@@ -13,6 +13,7 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     │   └── UnsupportedModelError architecture pdtrt cannot model yet (e.g. MoE)
     ├── InfeasibleError           the request is well-formed but impossible (model does not fit)
     ├── ServerError               a Triton server could not be started, or a model failed to load
+    ├── BenchError                a benchmark that cannot run as asked (bad dataset, lengths, SLOs)
     └── ClientError               talking to a running server failed (``pdtrt infer`` / ``bench``)
         ├── ServerUnavailableError    nothing answers at the URL, or it is not ready
         ├── ModelNotFoundError        the server has no such model, or it is not ready
@@ -24,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "BenchError",
     "CatalogError",
     "ClientError",
     "InfeasibleError",
@@ -122,3 +124,7 @@ class ModelNotFoundError(ClientError):
 
 class RequestError(ClientError):
     """The server rejected or failed one request (bad input, model error, timeout)."""
+
+
+class BenchError(PdtrtError):
+    """A benchmark that cannot run as asked: a bad dataset, length distribution or bound."""

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from pdtrt import __version__
-from pdtrt.cli import doctor, gpus, infer, model_info, spec
+from pdtrt.cli import bench, doctor, gpus, infer, model_info, spec
 from pdtrt.cli.render import JSON_META_KEY, emit_json
 from pdtrt.envvars import PDTRT_DEBUG
 from pdtrt.errors import PdtrtError
@@ -68,6 +68,7 @@ cli.add_command(gpus.gpus)
 cli.add_command(doctor.doctor)
 cli.add_command(model_info.model_info)
 cli.add_command(infer.infer)
+cli.add_command(bench.bench)
 
 
 def main() -> None:
