@@ -58,7 +58,7 @@ class RunPlan:
 
 class _Collector:
     def __init__(self, total: int | None, on_progress: Callable[[int, int | None], None] | None):
-        self.records: list[RequestRecord] = []
+        self.results: list[tuple[PlannedRequest, GenerateResult, bool, float | None]] = []
         self.total = total
         self.on_progress = on_progress
         self.lock = threading.Lock()
@@ -69,13 +69,14 @@ class _Collector:
         with self.lock:
             self.in_flight += 1
 
-    def done(self, record: RequestRecord, count: bool) -> None:
+    def done(self, planned: PlannedRequest, result: GenerateResult, warmup: bool,
+             scheduled_s: float | None) -> None:
         with self.lock:
-            self.records.append(record)
+            self.results.append((planned, result, warmup, scheduled_s))
             self.in_flight -= 1
             self.idle.notify_all()
-            num_done = sum(not r.warmup for r in self.records)
-        if count and self.on_progress is not None:
+            num_done = sum(not w for _, _, w, _ in self.results)
+        if not warmup and self.on_progress is not None:
             self.on_progress(num_done, self.total)
 
     def wait_idle(self) -> None:
@@ -108,8 +109,7 @@ def run_plan(client: LLMClient, plan: RunPlan, *, clock: Callable[[], float] = t
     def send(planned: PlannedRequest, *, warmup: bool, scheduled_s: float | None,
              gate: threading.Semaphore | None) -> None:
         def on_done(result: GenerateResult) -> None:
-            out.done(_record(planned, result, t0_s=t0[0], warmup=warmup,
-                             scheduled_s=scheduled_s), count=not warmup)
+            out.done(planned, result, warmup, scheduled_s)
             if gate is not None:
                 gate.release()
 
@@ -151,5 +151,6 @@ def run_plan(client: LLMClient, plan: RunPlan, *, clock: Callable[[], float] = t
                 break
             send(plan.workload.request(i), warmup=False, scheduled_s=None, gate=gate)
     out.wait_idle()
-    return sorted(out.records, key=lambda r: (not r.warmup, r.index if not r.warmup
-                                              else -r.index))
+    records = [_record(planned, result, t0_s=t0[0], warmup=warmup, scheduled_s=scheduled_s)
+               for planned, result, warmup, scheduled_s in out.results]
+    return sorted(records, key=lambda r: (not r.warmup, r.index if not r.warmup else -r.index))

@@ -4,9 +4,15 @@ Each in-flight request has its own stream (a :class:`~pdtrt.client.transport.Tra
 streams are reused for the next request once a request ends, so a closed loop of C users
 opens C streams, and an open loop as many as are in flight at its peak. Responses are timed
 on the transport's reader thread with the injected monotonic clock. Timeouts and cancellation
-end a request at once (its result says so) and retire its stream with ``cancel``, so a late
-response can never be taken for another request's. Retired streams are closed on a
-housekeeping thread: closing joins the reader thread, which must not close itself.
+end a request at once (its result says so) and retire its stream, so a late response can
+never be taken for another request's. Retired streams are closed off their reader threads
+(closing joins the reader thread, which must not close itself).
+
+By default a retired stream is closed *gracefully*: the server finishes the abandoned request
+and its responses are dropped. ``cancel_streams=True`` cancels the gRPC stream instead, which
+frees the server at once -- but Triton up to 2.52 (24.11) can crash with SIGSEGV on a gRPC
+cancellation racing a response (triton-inference-server/server #7368, fixed by PR #7840 in
+24.12); pdtrt's embedded Triton 2.51 was seen to crash that way here.
 
 ``submit`` is non-blocking and returns a :class:`Pending`; ``generate`` waits for it.
 """
@@ -100,7 +106,8 @@ class _Slot:
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
         self.pending: Pending | None = None
-        self.cancel_on_close = False  # True once a request on it ended without its final
+        self.cancel_on_close = False  # cancel the gRPC stream when closing it
+        self.abandoned = False  # a request on it ended early; closing may wait for the server
 
     def on_event(self, event: StreamEvent) -> None:
         pending = self.pending
@@ -122,9 +129,11 @@ class LLMClient:
 
     def __init__(self, url: str = "127.0.0.1:8001", *,
                  transport_factory: TransportFactory | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 cancel_streams: bool = False) -> None:
         self.url = url
         self.clock = clock
+        self.cancel_streams = cancel_streams
         self._factory = transport_factory or (lambda: GrpcTransport(url))
         self._lock = threading.Lock()
         self._idle: list[_Slot] = []
@@ -226,7 +235,8 @@ class LLMClient:
             if clean and not self._closed:
                 self._idle.append(slot)
                 return
-        slot.cancel_on_close = not clean
+        slot.cancel_on_close = self.cancel_streams and not clean
+        slot.abandoned = not clean
         self._retired.put(slot)
 
     def _housekeeping(self) -> None:
@@ -239,7 +249,12 @@ class LLMClient:
             if slot is None:
                 break
             if slot is not _NO_SLOT:
-                self._close_slot(slot)
+                if slot.abandoned and not slot.cancel_on_close:
+                    # a graceful close waits for the server to finish the request: not here
+                    threading.Thread(target=self._close_slot, args=(slot,), daemon=True,
+                                     name="pdtrt-client-drain").start()
+                else:
+                    self._close_slot(slot)
             self._expire_deadlines()
         while True:  # slots queued after the stop sentinel
             try:

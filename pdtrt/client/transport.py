@@ -4,7 +4,7 @@ A :class:`Transport` is one gRPC stream plus the model look-ups the client needs
 (:mod:`pdtrt.client.client`) keeps a pool of them and sends one request at a time on each, so
 every response -- including an error response, which ``tritonclient`` delivers without its
 request id -- belongs to exactly one request. Tests swap in a fake transport
-(``tests/client/fake_transport.py``); :class:`GrpcTransport` is the real one over
+(``tests/fake_transport.py``); :class:`GrpcTransport` is the real one over
 ``tritonclient.grpc`` (``start_stream`` / ``async_stream_infer`` with
 ``enable_empty_final_response=True``; the end of a request is the response parameter
 ``triton_final_response``; ``stop_stream`` always runs, in ``close``).

@@ -96,6 +96,13 @@ def test_request_error_is_in_the_result_and_raises_cleanly():
             result.raise_for_error()
         # the stream that carried the error is retired with cancel; a fresh one serves on
         assert client.generate(GenerateRequest(prompt="x", max_tokens=1)).ok
+    assert hub.transports[1].closed_with is False  # graceful by default (see cancel_streams)
+
+
+def test_cancel_streams_cancels_the_grpc_stream_of_a_failed_request():
+    hub = FakeHub()
+    with LLMClient("fake", transport_factory=hub, clock=hub.clock, cancel_streams=True) as c:
+        c.generate(GenerateRequest(prompt="", max_tokens=3))
     assert hub.transports[1].closed_with is True
 
 
@@ -123,7 +130,8 @@ def test_timeout_ends_the_request_and_retires_its_stream():
         assert result.error_kind is ErrorKind.TIMEOUT and result.num_chunks == 1
         with pytest.raises(RequestError, match="no final response within 1 s"):
             result.raise_for_error()
-    assert hub.transports[1].closed_with is True
+        time.sleep(0.1)  # the drain thread closes it
+    assert hub.transports[1].closed_with is False
 
 
 def test_cancel_and_late_responses_are_ignored():
