@@ -5,11 +5,17 @@ loop (a fixed number of users, each sending its next request when the last one e
 Open-loop sends are never skipped or bunched to catch up: a late send is recorded as *lag*
 (send minus schedule) and reported, so a generator that cannot keep up shows it. The clock and
 sleep are injected; ``on_progress(done, total)`` may run on the client's reader threads.
+
+Opening a stream costs milliseconds of client time, so streams are opened before the measured
+clock starts: closed loop, one per user; open loop, enough for the rate times twice the
+longest warm-up end-to-end latency (1 s without warm-up), plus 8. More are opened on demand
+(and show up as send lag).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -96,6 +102,17 @@ def _record(planned: PlannedRequest, result: GenerateResult, *, t0_s: float, war
         max_tokens=planned.max_tokens, error=result.error)
 
 
+def _streams_needed(plan: RunPlan, warmup: list[tuple[PlannedRequest, GenerateResult, bool,
+                                                     float | None]]) -> int:
+    if plan.loop is LoopKind.CLOSED:
+        return plan.concurrency
+    if len(plan.arrivals_s) < 2:
+        return len(plan.arrivals_s)
+    rate_per_s = (len(plan.arrivals_s) - 1) / max(plan.arrivals_s[-1], 1e-9)
+    e2e_s = max((r.e2e_s for _, r, _, _ in warmup), default=1.0)
+    return min(len(plan.arrivals_s), math.ceil(rate_per_s * 2 * e2e_s) + 8)
+
+
 def run_plan(client: LLMClient, plan: RunPlan, *, clock: Callable[[], float] = time.monotonic,
              sleep: Callable[[float], None] = time.sleep,
              on_progress: Callable[[int, int | None], None] | None = None
@@ -131,6 +148,7 @@ def run_plan(client: LLMClient, plan: RunPlan, *, clock: Callable[[], float] = t
                  gate=gate)
         out.wait_idle()
 
+    client.open_streams(_streams_needed(plan, out.results))
     t0[0] = clock()
     if plan.loop is LoopKind.OPEN:
         for i, at_s in enumerate(plan.arrivals_s):

@@ -191,6 +191,18 @@ class LLMClient:
         ``result.raise_for_error()`` raises them)."""
         return self.submit(request, model=model, timeout_s=timeout_s, on_chunk=on_chunk).wait()
 
+    def open_streams(self, num_streams: int) -> int:
+        """Open idle streams until ``num_streams`` exist (busy or idle); returns how many were
+        opened. Opening one costs milliseconds (threads, a gRPC channel): a load generator
+        opens them before its clock starts."""
+        with self._lock:
+            missing = num_streams - len(self._idle) - len(self._busy)
+        for _ in range(max(0, missing)):
+            slot = self._acquire(new=True)
+            with self._lock:
+                self._idle.append(slot)
+        return max(0, missing)
+
     @property
     def num_open_streams(self) -> int:
         with self._lock:
@@ -217,9 +229,9 @@ class LLMClient:
         self.close()
 
     # -- internals ---------------------------------------------------------------------------
-    def _acquire(self) -> _Slot:
+    def _acquire(self, *, new: bool = False) -> _Slot:
         with self._lock:
-            if self._idle:
+            if self._idle and not new:
                 return self._idle.pop()
         slot = _Slot(self._factory())
         slot.transport.start_stream(slot.on_event)

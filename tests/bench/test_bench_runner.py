@@ -92,3 +92,18 @@ def test_compare_and_sweep_share_requests_and_schedule():
     assert a2.records[-1].scheduled_s < a1.records[-1].scheduled_s  # faster rate
     assert report.best_rate_per_s("a") == 2.0 and report.is_sweep
     assert report.to_dict()["best_rate_per_s"] == {"a": 2.0, "b": 2.0}
+
+
+def test_streams_are_opened_before_the_clock_starts():
+    hub = FakeHub(words_script(delay_s=0.01))
+    with _client(hub) as client:
+        plan = RunPlan(model="ensemble", workload=WORKLOAD, loop=LoopKind.CLOSED,
+                       concurrency=5, num_requests=2)
+        run_plan(client, plan, clock=hub.clock)
+        assert client.num_open_streams == 5
+        # open loop at 10/s, warm-up E2E 6 x 0.01 s: ceil(10 * 2 * 0.06) + 8 = 10 streams
+        fixed = Workload(isl=parse_length("8"), osl=parse_length("6"))
+        plan = RunPlan(model="ensemble", workload=fixed, loop=LoopKind.OPEN, num_warmup=1,
+                       arrivals_s=tuple(i / 10 for i in range(40)))
+        run_plan(client, plan, clock=hub.clock, sleep=hub.clock.advance)
+        assert client.num_open_streams == 10
