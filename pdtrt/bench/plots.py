@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,11 +23,13 @@ MAX_TIMELINE_REQUESTS = 200
 
 
 def _pyplot():
-    import matplotlib
+    # matplotlib 3.9 calls pyparsing APIs that pyparsing 3.3 deprecates, at import time
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
     return plt
 
 
@@ -106,9 +109,10 @@ def write_plots(report: BenchReport, out_dir: Path) -> list[Path]:
         ax_lat.set_xlabel("offered request rate (requests/s)")
         ax_lat.set_ylabel("latency (ms)")
         ax_lat.set_title("TTFT and TPOT vs rate")
-        for target in (slo.ttft_ms, slo.itl_ms):
+        for target, name in ((slo.ttft_ms, "TTFT"), (slo.itl_ms, "TPOT")):
             if target is not None:
-                ax_lat.axhline(target, color="red", linestyle=":", linewidth=0.8)
+                ax_lat.axhline(target, color="red", linestyle=":", linewidth=0.8,
+                               label=f"{name} SLO {target:g} ms")
         for ax in (ax_tp, ax_lat):
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)

@@ -43,8 +43,8 @@ def test_request_error_timeout_then_the_client_still_works(llm_server):
     with LLMClient(llm_server) as client:
         bad = client.generate(GenerateRequest(prompt="  ", max_tokens=3))
         assert bad.error_kind is ErrorKind.REQUEST and "text_input is empty" in bad.error
-        slow = client.generate(GenerateRequest(prompt="x", max_tokens=300), timeout_s=0.1)
-        assert slow.error_kind is ErrorKind.TIMEOUT and 0 < slow.num_chunks < 300
+        slow = client.generate(GenerateRequest(prompt="x", max_tokens=500), timeout_s=0.2)
+        assert slow.error_kind is ErrorKind.TIMEOUT and slow.num_chunks < 500
         with pytest.raises(RequestError):
             slow.raise_for_error()
         assert client.generate(GenerateRequest(prompt="x", max_tokens=3)).num_chunks == 3
