@@ -54,6 +54,15 @@ class Transport(Protocol):
 TransportFactory = Callable[[], Transport]
 
 
+_CONNECTION_ERRORS = ("UNAVAILABLE", "CANCELLED", "Stream removed", "Socket closed",
+                      "failed to connect")
+
+
+def _is_connection_error(text: str) -> bool:
+    """A stream-level failure (server gone, connection cut), not the request's own error."""
+    return any(marker in text for marker in _CONNECTION_ERRORS)
+
+
 def _message(exc: Exception) -> str:
     msg = getattr(exc, "message", None)
     return msg() if callable(msg) else str(exc)
@@ -116,7 +125,7 @@ class GrpcTransport:
             if error is not None:
                 text = _message(error)
                 on_event(StreamEvent(error=text, final=True,
-                                     unavailable="UNAVAILABLE" in text or "CANCELLED" in text))
+                                     unavailable=_is_connection_error(text)))
                 return
             response = result.get_response()
             final = "triton_final_response" in response.parameters and \

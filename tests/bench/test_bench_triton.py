@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
-from fake_llm_server import needs_triton
+from fake_llm_server import needs_triton, start_fake_llm_server
 
 from pdtrt.bench import BenchConfig, LoopKind, SLOTargets, Workload, parse_length, run_bench
 from pdtrt.bench.outputs import write_report
 from pdtrt.bench.records import read_csv
-from pdtrt.client import LLMClient
+from pdtrt.client import GenerateRequest, LLMClient
+from pdtrt.errors import ServerUnavailableError
 
 pytestmark = needs_triton
 
@@ -60,3 +63,26 @@ def test_open_loop_compare_runs_both_models_on_one_schedule(llm_server):
         _accounted(run, 15)
     assert [r.scheduled_s for r in a.records] == [r.scheduled_s for r in b.records]
     assert {r.model for r in b.records} == {"ensemble_aggregated"}
+
+
+
+def test_server_dying_mid_run_ends_the_run_with_clean_errors(tmp_path):
+    server = start_fake_llm_server(tmp_path)
+    assert server.endpoints is not None
+    url = server.endpoints.grpc_url
+    killer = threading.Timer(0.7, server.stop, kwargs={"grace_s": 0.1})
+    killer.start()
+    config = BenchConfig(loop=LoopKind.CLOSED, concurrency=4, num_requests=40, timeout_s=10,
+                         workload=Workload(isl=parse_length("4"), osl=parse_length("50")))
+    start = time.monotonic()
+    try:
+        with LLMClient(url) as client:
+            report = run_bench(client, config)
+    finally:
+        killer.join()
+        server.stop()
+    assert time.monotonic() - start < 8  # no request waited for its 10 s timeout
+    s = report.runs[0].summary
+    assert s.num_requests == 40 and s.num_errors > 0 and s.num_ok + s.num_errors == 40
+    with LLMClient(url) as client, pytest.raises(ServerUnavailableError):
+        client.generate(GenerateRequest(prompt="x"))

@@ -157,3 +157,15 @@ def test_on_chunk_sees_each_chunk_as_it_arrives():
         client.generate(GenerateRequest(prompt="x", max_tokens=3), on_chunk=seen.append)
     assert [c.text for c in seen] == [" w0", " w1", " w2"]
     assert [c.time_s for c in seen] == [100.5, 101.0, 101.5]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Stream removed (Socket closed)", True),
+    ("failed to connect to all addresses", True),
+    ("[StatusCode.UNAVAILABLE] Socket closed", True),
+    ("fake_llm: text_input is empty", False),
+], ids=["stream-removed", "connect", "unavailable", "request-error"])
+def test_connection_errors_are_told_apart_from_request_errors(text, expected):
+    from pdtrt.client.transport import _is_connection_error
+
+    assert _is_connection_error(text) is expected
