@@ -28,6 +28,7 @@ class RequestRecord:
     input_tokens: int
     max_tokens: int
     error: str | None = None
+    error_kind: str | None = None  # request / timeout / cancelled / unavailable
 
     @property
     def ok(self) -> bool:
@@ -64,7 +65,7 @@ class RequestRecord:
 
 CSV_FIELDS = ("index", "model", "request_id", "warmup", "scheduled_s", "send_s",
               "first_token_s", "end_s", "input_tokens", "max_tokens", "output_tokens",
-              "ttft_ms", "tpot_ms", "e2e_ms", "error", "token_times_s")
+              "ttft_ms", "tpot_ms", "e2e_ms", "error", "error_kind", "token_times_s")
 
 
 def _row(r: RequestRecord) -> dict[str, object]:
@@ -78,6 +79,7 @@ def _row(r: RequestRecord) -> dict[str, object]:
         "ttft_ms": "" if r.ttft_s is None else f"{r.ttft_s * 1e3:.3f}",
         "tpot_ms": "" if r.tpot_s is None else f"{r.tpot_s * 1e3:.3f}",
         "e2e_ms": f"{r.e2e_s * 1e3:.3f}", "error": r.error or "",
+        "error_kind": r.error_kind or "",
         "token_times_s": json.dumps([round(t, 6) for t in r.token_times_s]),
     }
 
@@ -100,5 +102,6 @@ def read_csv(path: Path) -> list[RequestRecord]:
             scheduled_s=float(row["scheduled_s"]) if row["scheduled_s"] else None,
             send_s=float(row["send_s"]), token_times_s=tuple(json.loads(row["token_times_s"])),
             end_s=float(row["end_s"]), input_tokens=int(row["input_tokens"]),
-            max_tokens=int(row["max_tokens"]), error=row["error"] or None)
+            max_tokens=int(row["max_tokens"]), error=row["error"] or None,
+            error_kind=row["error_kind"] or None)
             for row in csv.DictReader(f)]

@@ -99,7 +99,8 @@ def _record(planned: PlannedRequest, result: GenerateResult, *, t0_s: float, war
         scheduled_s=scheduled_s, send_s=result.send_time_s - t0_s,
         token_times_s=tuple(c.time_s - t0_s for c in result.chunks),
         end_s=result.end_time_s - t0_s, input_tokens=planned.input_tokens,
-        max_tokens=planned.max_tokens, error=result.error)
+        max_tokens=planned.max_tokens, error=result.error,
+        error_kind=None if result.error_kind is None else str(result.error_kind))
 
 
 def _streams_needed(plan: RunPlan, warmup: list[tuple[PlannedRequest, GenerateResult, bool,

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -72,6 +73,7 @@ class Summary:
     num_requests: int
     num_ok: int
     num_errors: int
+    errors_by_kind: dict[str, int]
     input_tokens: int
     output_tokens: int
     requested_tokens: int
@@ -122,6 +124,7 @@ def summarize(records: Sequence[RequestRecord], *, slo: SLOTargets | None = None
         cost_per_mtok = cost_per_hour_usd / 3600.0 / tok_per_s * 1e6
     return Summary(
         num_requests=len(measured), num_ok=len(ok), num_errors=len(measured) - len(ok),
+        errors_by_kind=dict(Counter(r.error_kind or "unknown" for r in measured if not r.ok)),
         input_tokens=sum(r.input_tokens for r in measured), output_tokens=out_tokens,
         requested_tokens=sum(r.max_tokens for r in measured), window_s=window_s,
         request_per_s=per_s(len(ok)), output_tok_per_s=tok_per_s,

@@ -65,6 +65,7 @@ def test_errors_are_recorded_not_raised():
     with _client(hub) as client:
         records = run_plan(client, plan, clock=hub.clock)
     assert [r.error for r in records] == [None, "boom", None]
+    assert [r.error_kind for r in records] == [None, "request", None]
 
 
 def test_plan_needs_a_bound_and_users():

@@ -57,6 +57,7 @@ def test_errors_counted_not_measured():
     s = summarize(records)
     assert (s.num_ok, s.num_errors) == (1, 1)
     assert s.output_tokens == 2 and s.requested_tokens == 6 and s.ttft_ms.count == 1
+    assert s.errors_by_kind == {"unknown": 1}
 
 
 def test_goodput_uses_ttft_and_per_request_tpot():

@@ -84,5 +84,8 @@ def test_server_dying_mid_run_ends_the_run_with_clean_errors(tmp_path):
     assert time.monotonic() - start < 8  # no request waited for its 10 s timeout
     s = report.runs[0].summary
     assert s.num_requests == 40 and s.num_errors > 0 and s.num_ok + s.num_errors == 40
+    kinds = {r.error_kind: r.error for r in report.runs[0].records if r.error}
+    # a stopping Triton first unloads its models ("Request for unknown model"), then goes
+    assert set(kinds) <= {"unavailable", "request"} and kinds, kinds
     with LLMClient(url) as client, pytest.raises(ServerUnavailableError):
         client.generate(GenerateRequest(prompt="x"))
