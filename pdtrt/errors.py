@@ -20,8 +20,13 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     │   ├── GPUMismatchError      the local GPU cannot build the phase's engine (compute capability)
     │   └── ToolchainError        TensorRT-LLM tools or versions missing / different from the target
     ├── IncompatibleEnginesError  engines that cannot serve together (``pdtrt engines check``)
-    └── RepoError                 a model repository cannot be generated (e.g. DIR exists)
-        └── RepoInvalidError      ``pdtrt repo validate`` found problems (carries every one)
+    ├── RepoError                 a model repository cannot be generated (e.g. DIR exists)
+    │   └── RepoInvalidError      ``pdtrt repo validate`` found problems (carries every one)
+    ├── BenchError                a benchmark that cannot run as asked (bad dataset, lengths, SLOs)
+    └── ClientError               talking to a running server failed (``pdtrt infer`` / ``bench``)
+        ├── ServerUnavailableError    nothing answers at the URL, or it is not ready
+        ├── ModelNotFoundError        the server has no such model, or it is not ready
+        └── RequestError              the server rejected or failed one request
 """
 
 from __future__ import annotations
@@ -29,19 +34,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "BenchError",
     "BuildError",
     "BuildRejected",
     "CatalogError",
+    "ClientError",
     "GPUMismatchError",
     "IncompatibleEnginesError",
     "InfeasibleError",
     "KVTransferError",
     "ModelConfigError",
+    "ModelNotFoundError",
     "NoFeasiblePlanError",
     "PdtrtError",
-    "ServerError",
     "RepoError",
     "RepoInvalidError",
+    "RequestError",
+    "ServerError",
+    "ServerUnavailableError",
     "SpecError",
     "SpecIssue",
     "ToolchainError",
@@ -170,3 +180,21 @@ class RepoInvalidError(RepoError):
         return out
 class NoFeasiblePlanError(InfeasibleError):
     """The planner found no disaggregated configuration meeting the SLOs: no spec to write."""
+class ClientError(PdtrtError):
+    """Talking to a running Triton server failed (the client side of ``infer`` / ``bench``)."""
+
+
+class ServerUnavailableError(ClientError):
+    """Nothing answers at the URL, or the server is not live and ready."""
+
+
+class ModelNotFoundError(ClientError):
+    """The server has no model of that name, or the model is not ready."""
+
+
+class RequestError(ClientError):
+    """The server rejected or failed one request (bad input, model error, timeout)."""
+
+
+class BenchError(PdtrtError):
+    """A benchmark that cannot run as asked: a bad dataset, length distribution or bound."""

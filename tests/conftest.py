@@ -91,3 +91,15 @@ def reference_server(reference_engines, tmp_path_factory):
 @pytest.fixture
 def update_golden(request) -> bool:
     return bool(request.config.getoption("--update-golden"))
+@pytest.fixture(scope="session")
+def llm_server(tmp_path_factory):
+    """One real Triton server for the session, serving the ``fake_llm`` test fixture (not an
+    LLM) as ``ensemble`` and ``ensemble_aggregated``; yields its gRPC URL."""
+    from fake_llm_server import start_fake_llm_server
+
+    server = start_fake_llm_server(tmp_path_factory.mktemp("llm_server"))
+    try:
+        assert server.endpoints is not None
+        yield server.endpoints.grpc_url
+    finally:
+        server.stop()

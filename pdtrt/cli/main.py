@@ -14,8 +14,21 @@ from typing import Any
 import click
 
 from pdtrt import __version__
-from pdtrt.cli import (build, doctor, engines, estimate, gpus, model_info, plan, repo, serve,
-                       simulate, spec)
+from pdtrt.cli import (
+    bench,
+    build,
+    doctor,
+    engines,
+    estimate,
+    gpus,
+    infer,
+    model_info,
+    plan,
+    repo,
+    serve,
+    simulate,
+    spec,
+)
 from pdtrt.cli.render import JSON_META_KEY, emit_json
 from pdtrt.envvars import PDTRT_DEBUG
 from pdtrt.errors import PdtrtError
@@ -76,6 +89,8 @@ cli.add_command(serve.stop)
 cli.add_command(estimate.estimate_cmd)
 cli.add_command(simulate.simulate_cmd)
 cli.add_command(plan.plan_cmd)
+cli.add_command(infer.infer)
+cli.add_command(bench.bench)
 
 
 def main() -> None:

@@ -1,0 +1,107 @@
+"""Per-request records of a benchmark run, and their CSV form.
+
+Times are seconds from the start of the measured run (monotonic clock). ``output_tokens`` is
+the number of streamed responses (one per token with streaming on). A warm-up request has
+``warmup`` set and negative times; the statistics leave it out.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["CSV_FIELDS", "RequestRecord", "read_csv", "write_csv"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestRecord:
+    index: int
+    model: str
+    request_id: str
+    warmup: bool
+    scheduled_s: float | None  # open loop: the planned arrival; closed loop: None
+    send_s: float
+    token_times_s: tuple[float, ...]
+    end_s: float
+    input_tokens: int
+    max_tokens: int
+    error: str | None = None
+    error_kind: str | None = None  # request / timeout / cancelled / unavailable
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def output_tokens(self) -> int:
+        return len(self.token_times_s)
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.token_times_s[0] - self.send_s if self.token_times_s else None
+
+    @property
+    def itls_s(self) -> tuple[float, ...]:
+        t = self.token_times_s
+        return tuple(b - a for a, b in zip(t, t[1:], strict=False))
+
+    @property
+    def tpot_s(self) -> float | None:
+        """(last token - first token) / (output tokens - 1); None below 2 tokens."""
+        t = self.token_times_s
+        return (t[-1] - t[0]) / (len(t) - 1) if len(t) >= 2 else None
+
+    @property
+    def e2e_s(self) -> float:
+        return self.end_s - self.send_s
+
+    @property
+    def lag_s(self) -> float | None:
+        """How late the request was sent against its schedule (open loop)."""
+        return None if self.scheduled_s is None else self.send_s - self.scheduled_s
+
+
+CSV_FIELDS = ("index", "model", "request_id", "warmup", "scheduled_s", "send_s",
+              "first_token_s", "end_s", "input_tokens", "max_tokens", "output_tokens",
+              "ttft_ms", "tpot_ms", "e2e_ms", "error", "error_kind", "token_times_s")
+
+
+def _row(r: RequestRecord) -> dict[str, object]:
+    return {
+        "index": r.index, "model": r.model, "request_id": r.request_id, "warmup": int(r.warmup),
+        "scheduled_s": "" if r.scheduled_s is None else f"{r.scheduled_s:.6f}",
+        "send_s": f"{r.send_s:.6f}",
+        "first_token_s": f"{r.token_times_s[0]:.6f}" if r.token_times_s else "",
+        "end_s": f"{r.end_s:.6f}", "input_tokens": r.input_tokens, "max_tokens": r.max_tokens,
+        "output_tokens": r.output_tokens,
+        "ttft_ms": "" if r.ttft_s is None else f"{r.ttft_s * 1e3:.3f}",
+        "tpot_ms": "" if r.tpot_s is None else f"{r.tpot_s * 1e3:.3f}",
+        "e2e_ms": f"{r.e2e_s * 1e3:.3f}", "error": r.error or "",
+        "error_kind": r.error_kind or "",
+        "token_times_s": json.dumps([round(t, 6) for t in r.token_times_s]),
+    }
+
+
+def write_csv(records: list[RequestRecord], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        for record in records:
+            writer.writerow(_row(record))
+    return path
+
+
+def read_csv(path: Path) -> list[RequestRecord]:
+    with path.open(newline="") as f:
+        return [RequestRecord(
+            index=int(row["index"]), model=row["model"], request_id=row["request_id"],
+            warmup=row["warmup"] == "1",
+            scheduled_s=float(row["scheduled_s"]) if row["scheduled_s"] else None,
+            send_s=float(row["send_s"]), token_times_s=tuple(json.loads(row["token_times_s"])),
+            end_s=float(row["end_s"]), input_tokens=int(row["input_tokens"]),
+            max_tokens=int(row["max_tokens"]), error=row["error"] or None,
+            error_kind=row["error_kind"] or None)
+            for row in csv.DictReader(f)]

@@ -1,0 +1,175 @@
+"""Drive a benchmark run through an :class:`~pdtrt.client.LLMClient`: warm-up, then the
+measured requests, open loop (sent at planned arrival times, whatever is in flight) or closed
+loop (a fixed number of users, each sending its next request when the last one ends).
+
+Open-loop sends are never skipped or bunched to catch up: a late send is recorded as *lag*
+(send minus schedule) and reported, so a generator that cannot keep up shows it. The clock and
+sleep are injected; ``on_progress(done, total)`` may run on the client's reader threads.
+
+Opening a stream costs milliseconds of client time, so streams are opened before the measured
+clock starts: closed loop, one per user; open loop, enough for the rate times twice the
+longest warm-up end-to-end latency (1 s without warm-up), plus 8. More are opened on demand
+(and show up as send lag).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pdtrt.bench.records import RequestRecord
+from pdtrt.bench.workload import PlannedRequest, Workload
+from pdtrt.client import GenerateRequest, GenerateResult, LLMClient
+from pdtrt.errors import BenchError
+
+__all__ = ["LoopKind", "RunPlan", "run_plan"]
+
+WARMUP_INDEX_BASE = 1_000_000_000  # warm-up requests are drawn apart from the measured ones
+
+
+class LoopKind(StrEnum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    model: str
+    workload: Workload
+    loop: LoopKind
+    arrivals_s: tuple[float, ...] = ()  # open loop: planned send times from the start
+    concurrency: int = 1  # closed loop: users; also the warm-up's concurrency
+    num_requests: int | None = None  # closed loop: bound (with or instead of duration_s)
+    duration_s: float | None = None
+    num_warmup: int = 0
+    timeout_s: float = 60.0
+    stream: bool = True
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise BenchError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.loop is LoopKind.CLOSED and self.num_requests is None and \
+                self.duration_s is None:
+            raise BenchError("a closed-loop run needs a bound: a request count or a duration")
+
+    @property
+    def total(self) -> int | None:
+        return len(self.arrivals_s) if self.loop is LoopKind.OPEN else self.num_requests
+
+
+class _Collector:
+    def __init__(self, total: int | None, on_progress: Callable[[int, int | None], None] | None):
+        self.results: list[tuple[PlannedRequest, GenerateResult, bool, float | None]] = []
+        self.total = total
+        self.on_progress = on_progress
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.idle = threading.Condition(self.lock)
+
+    def started(self) -> None:
+        with self.lock:
+            self.in_flight += 1
+
+    def done(self, planned: PlannedRequest, result: GenerateResult, warmup: bool,
+             scheduled_s: float | None) -> None:
+        with self.lock:
+            self.results.append((planned, result, warmup, scheduled_s))
+            self.in_flight -= 1
+            self.idle.notify_all()
+            num_done = sum(not w for _, _, w, _ in self.results)
+        if not warmup and self.on_progress is not None:
+            self.on_progress(num_done, self.total)
+
+    def wait_idle(self) -> None:
+        with self.lock:
+            while self.in_flight:
+                self.idle.wait(0.1)
+
+
+def _record(planned: PlannedRequest, result: GenerateResult, *, t0_s: float, warmup: bool,
+            scheduled_s: float | None) -> RequestRecord:
+    return RequestRecord(
+        index=planned.index if not warmup else -(planned.index - WARMUP_INDEX_BASE) - 1,
+        model=result.model, request_id=result.request_id, warmup=warmup,
+        scheduled_s=scheduled_s, send_s=result.send_time_s - t0_s,
+        token_times_s=tuple(c.time_s - t0_s for c in result.chunks),
+        end_s=result.end_time_s - t0_s, input_tokens=planned.input_tokens,
+        max_tokens=planned.max_tokens, error=result.error,
+        error_kind=None if result.error_kind is None else str(result.error_kind))
+
+
+def _streams_needed(plan: RunPlan, warmup: list[tuple[PlannedRequest, GenerateResult, bool,
+                                                     float | None]]) -> int:
+    if plan.loop is LoopKind.CLOSED:
+        return plan.concurrency
+    if len(plan.arrivals_s) < 2:
+        return len(plan.arrivals_s)
+    rate_per_s = (len(plan.arrivals_s) - 1) / max(plan.arrivals_s[-1], 1e-9)
+    e2e_s = max((r.e2e_s for _, r, _, _ in warmup), default=1.0)
+    return min(len(plan.arrivals_s), math.ceil(rate_per_s * 2 * e2e_s) + 8)
+
+
+def run_plan(client: LLMClient, plan: RunPlan, *, clock: Callable[[], float] = time.monotonic,
+             sleep: Callable[[float], None] = time.sleep,
+             on_progress: Callable[[int, int | None], None] | None = None
+             ) -> list[RequestRecord]:
+    """Run ``plan``; returns every request's record (warm-up first). Raises the client's
+    errors (server unavailable, unknown model) before sending anything."""
+    client.check(plan.model)
+    out = _Collector(plan.total, on_progress)
+    t0 = [clock()]
+
+    def send(planned: PlannedRequest, *, warmup: bool, scheduled_s: float | None,
+             gate: threading.Semaphore | None) -> None:
+        def on_done(result: GenerateResult) -> None:
+            out.done(planned, result, warmup, scheduled_s)
+            if gate is not None:
+                gate.release()
+
+        out.started()
+        request = GenerateRequest(prompt=planned.prompt, max_tokens=planned.max_tokens,
+                                  stream=plan.stream)
+        try:
+            client.submit(request, model=plan.model, timeout_s=plan.timeout_s, on_done=on_done)
+        except BaseException:
+            with out.lock:
+                out.in_flight -= 1
+            raise
+
+    if plan.num_warmup:
+        gate = threading.Semaphore(plan.concurrency)
+        for k in range(plan.num_warmup):
+            gate.acquire()
+            send(plan.workload.request(WARMUP_INDEX_BASE + k), warmup=True, scheduled_s=None,
+                 gate=gate)
+        out.wait_idle()
+
+    client.open_streams(_streams_needed(plan, out.results))
+    t0[0] = clock()
+    if plan.loop is LoopKind.OPEN:
+        for i, at_s in enumerate(plan.arrivals_s):
+            if plan.duration_s is not None and at_s >= plan.duration_s:
+                break
+            wait_s = t0[0] + at_s - clock()
+            if wait_s > 0:
+                sleep(wait_s)
+            send(plan.workload.request(i), warmup=False, scheduled_s=at_s, gate=None)
+    else:
+        gate = threading.Semaphore(plan.concurrency)
+        for i in itertools.count():
+            if plan.num_requests is not None and i >= plan.num_requests:
+                break
+            gate.acquire()
+            if plan.duration_s is not None and clock() - t0[0] >= plan.duration_s:
+                gate.release()
+                break
+            send(plan.workload.request(i), warmup=False, scheduled_s=None, gate=gate)
+    out.wait_idle()
+    records = [_record(planned, result, t0_s=t0[0], warmup=warmup, scheduled_s=scheduled_s)
+               for planned, result, warmup, scheduled_s in out.results]
+    return sorted(records, key=lambda r: (not r.warmup, r.index if not r.warmup else -r.index))

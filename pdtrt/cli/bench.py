@@ -1,0 +1,156 @@
+"""``pdtrt bench``: an LLM load test against a Triton server speaking the ensemble I/O."""
+
+from __future__ import annotations
+
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import click
+
+from pdtrt.bench import (
+    COMPARED,
+    ArrivalProcess,
+    BenchConfig,
+    LoopKind,
+    SLOTargets,
+    Workload,
+    load_dataset,
+    parse_length,
+    run_bench,
+)
+from pdtrt.bench.outputs import write_report
+from pdtrt.cli.bench_render import progress_bar, render_report
+from pdtrt.cli.infer import url_option
+from pdtrt.cli.render import emit_json, json_option
+from pdtrt.client import LLMClient
+from pdtrt.errors import BenchError, PdtrtError
+
+DEFAULT_REQUESTS = 50
+
+
+def _rates(text: str | None) -> tuple[float, ...]:
+    if text is None:
+        return ()
+    try:
+        rates = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise BenchError(f"--rates '{text}' is not a comma-separated list of numbers") from None
+    if not rates or any(r <= 0 for r in rates):
+        raise BenchError(f"--rates '{text}': every rate must be > 0")
+    return tuple(sorted(rates))
+
+
+def _length(text: str, what: str):
+    try:
+        return parse_length(text)
+    except PdtrtError as exc:
+        raise BenchError(f"{what}: {exc.message}") from None
+
+
+@click.command("bench")
+@url_option
+@click.option("--model", default="ensemble", show_default=True,
+              help="Model speaking the TensorRT-LLM ensemble I/O.")
+@click.option("--compare", is_flag=True,
+              help=f"Run {COMPARED[0]} and {COMPARED[1]} on the same schedule, side by side.")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True),
+              help="Open loop: requests per second.")
+@click.option("--rates", "rates_text", metavar="R1,R2,...",
+              help="Open loop sweep; reports the highest rate meeting the SLOs.")
+@click.option("--arrival", type=click.Choice([p.value for p in ArrivalProcess]),
+              default=ArrivalProcess.POISSON.value, show_default=True,
+              help="Open-loop arrival process.")
+@click.option("--concurrency", type=click.IntRange(min=1),
+              help="Closed loop: concurrent users (the default loop, with 1 user).")
+@click.option("--requests", "num_requests", type=click.IntRange(min=1),
+              help=f"Measured requests per run (default {DEFAULT_REQUESTS} unless --duration).")
+@click.option("--duration", "duration_s", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds to send measured requests for (each run).")
+@click.option("--warmup", "num_warmup", type=click.IntRange(min=0), default=2,
+              show_default=True, help="Warm-up requests per run, excluded from the results.")
+@click.option("--isl", default=None, metavar="DIST",
+              help="Input length in tokens: N, uniform:LOW:HIGH or normal:MEAN:STD "
+              "(default: the spec's workload.isl, else 128).")
+@click.option("--osl", default=None, metavar="DIST",
+              help="Output length (max_tokens), same forms (default: workload.osl, else 32).")
+@click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False),
+              help='JSONL prompts, one {"prompt": ..., "max_tokens": ...} per line.')
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the requests and arrival times.")
+@click.option("--stream/--no-stream", default=True, show_default=True,
+              help="Stream tokens (needed for TTFT/ITL of every token).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
+              default=60.0, show_default=True, help="Per-request timeout, seconds.")
+@click.option("--spec", "spec_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Deployment spec: SLOs, workload lengths and GPU cost ($/Mtok).")
+@click.option("--slo-ttft-ms", type=click.FloatRange(min=0, min_open=True),
+              help="TTFT target, ms (overrides the spec).")
+@click.option("--slo-itl-ms", type=click.FloatRange(min=0, min_open=True),
+              help="Per-request TPOT/ITL target, ms (overrides the spec).")
+@click.option("--slo-percentile", type=click.Choice(["50", "90", "95", "99"]),
+              help="Share of requests that must meet the SLOs, as a percentile (default 90).")
+@click.option("--output-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Where report.json, records CSVs and plots go (default pdtrt-bench-TIME/).")
+@click.option("--plots/--no-plots", default=True, show_default=True, help="Write PNG plots.")
+@json_option
+def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: str | None,
+          arrival: str, concurrency: int | None, num_requests: int | None,
+          duration_s: float | None, num_warmup: int, isl: str | None, osl: str | None,
+          dataset: Path | None, seed: int, stream: bool, timeout_s: float,
+          spec_path: Path | None, slo_ttft_ms: float | None, slo_itl_ms: float | None,
+          slo_percentile: str | None, output_dir: Path | None, plots: bool,
+          as_json: bool) -> None:
+    """Load-test a Triton server: TTFT, ITL, TPOT, E2E, throughput, goodput, $/Mtok.
+
+    \b
+    Open loop:   --rate 2 (Poisson) or --rates 1,2,4 (sweep)
+    Closed loop: --concurrency 8 (the default is 1 user)
+    Compare:     --compare runs ensemble and ensemble_aggregated on one schedule
+    Results go to --output-dir: report.json, records-*.csv, ttft_cdf.png,
+    itl_cdf.png, token_timeline.png (and sweep.png).
+    """
+    rates = _rates(rates_text)
+    if rate is not None and rates:
+        raise BenchError("give --rate or --rates, not both")
+    if rate is not None:
+        rates = (rate,)
+    deployment = None
+    if spec_path is not None:
+        from pdtrt.spec_load import load_deployment
+
+        deployment = load_deployment(spec_path)
+    spec = deployment.spec if deployment else None
+    if rates and concurrency is not None:
+        raise BenchError("give a rate (open loop) or --concurrency (closed loop), not both")
+    if not rates and concurrency is None and spec is not None:
+        if spec.workload.request_rate_per_s is not None:
+            rates = (spec.workload.request_rate_per_s,)
+        concurrency = spec.workload.concurrency
+    loop = LoopKind.OPEN if rates else LoopKind.CLOSED
+    if num_requests is None and duration_s is None:
+        num_requests = DEFAULT_REQUESTS
+    slo = SLOTargets(
+        percentile=int(slo_percentile or (spec.slo.percentile if spec else 90)),
+        ttft_ms=slo_ttft_ms if slo_ttft_ms is not None else (spec.slo.ttft_ms if spec else None),
+        itl_ms=slo_itl_ms if slo_itl_ms is not None else (spec.slo.itl_ms if spec else None))
+    workload = Workload(
+        isl=_length(isl or str(spec.workload.isl if spec else 128), "--isl"),
+        osl=_length(osl or str(spec.workload.osl if spec else 32), "--osl"),
+        seed=seed, dataset=load_dataset(dataset) if dataset else ())
+    config = BenchConfig(
+        models=COMPARED if compare else (model,), loop=loop,
+        process=ArrivalProcess(arrival), rates_per_s=rates, concurrency=concurrency or 1,
+        num_requests=num_requests, duration_s=duration_s, num_warmup=num_warmup,
+        timeout_s=timeout_s, stream=stream, workload=workload, slo=slo,
+        cost_per_hour_usd=deployment.cost_per_hour_usd() if deployment else None)
+    out_dir = output_dir or Path(time.strftime("pdtrt-bench-%Y%m%d-%H%M%S"))
+    with ExitStack() as stack:
+        client = stack.enter_context(LLMClient(url))
+        on_run = None if as_json else stack.enter_context(progress_bar())
+        report = run_bench(client, config, on_run=on_run)
+    files = write_report(report, out_dir, plots=plots)
+    if as_json:
+        emit_json({**report.to_dict(), "files": files.to_dict()})
+        return
+    render_report(report, files)

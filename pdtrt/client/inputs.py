@@ -1,0 +1,73 @@
+"""Map a :class:`GenerateRequest` onto the NVIDIA TensorRT-LLM ensemble's input tensors.
+
+The ensemble I/O (``shared/reference/triton-trtllm.md``): ``text_input`` BYTES and
+``max_tokens`` INT32 are required; ``stream``, ``exclude_input_in_output``, ``temperature``,
+``top_k``, ``top_p`` and the seed (``random_seed`` before TRT-LLM 1.2, ``seed`` after) are
+optional. Only the inputs a model declares are sent, with the dtypes it declares, so the same
+client talks to pdtrt's generated ensembles and NVIDIA's. Asking for a sampling setting the
+model does not declare is a :class:`~pdtrt.errors.RequestError`, not a silent drop.
+"""
+
+from __future__ import annotations
+
+from pdtrt.client.types import GenerateRequest, ModelSignature, TensorSpec
+from pdtrt.errors import RequestError
+
+__all__ = ["OUTPUT_NAME", "REQUIRED_INPUTS", "build_inputs"]
+
+REQUIRED_INPUTS = ("text_input", "max_tokens")
+OUTPUT_NAME = "text_output"
+_SEED_NAMES = ("random_seed", "seed")
+_DEFAULT_DTYPES = {"text_input": "BYTES", "max_tokens": "INT32", "stream": "BOOL",
+                   "exclude_input_in_output": "BOOL", "temperature": "FP32", "top_k": "INT32",
+                   "top_p": "FP32", "random_seed": "UINT64", "seed": "UINT64"}
+
+
+def _missing_io(signature: ModelSignature) -> list[str]:
+    missing = [n for n in REQUIRED_INPUTS if n not in signature.inputs]
+    if signature.outputs and OUTPUT_NAME not in signature.outputs:
+        missing.append(f"output {OUTPUT_NAME}")
+    return missing
+
+
+def build_inputs(request: GenerateRequest, signature: ModelSignature) -> list[TensorSpec]:
+    """The tensors to send for ``request`` to the model described by ``signature``.
+
+    Raises :class:`RequestError` when the model lacks the ensemble I/O or an input the
+    request sets.
+    """
+    missing = _missing_io(signature)
+    if missing:
+        raise RequestError(
+            f"model '{signature.name}' does not speak the TensorRT-LLM ensemble I/O: it lacks "
+            + ", ".join(missing),
+            hint="point --model at the ensemble (text_input, max_tokens -> text_output)")
+    seed_name = next((n for n in _SEED_NAMES if n in signature.inputs), "random_seed")
+    wanted: dict[str, object] = {"text_input": request.prompt.encode(),
+                                 "max_tokens": request.max_tokens}
+    optional: dict[str, object | None] = {
+        "stream": request.stream, "exclude_input_in_output": request.exclude_input_in_output,
+    }
+    sampling: dict[str, object | None] = {
+        "temperature": request.temperature, "top_k": request.top_k, "top_p": request.top_p,
+        seed_name: request.seed,
+    }
+    for name, value in optional.items():
+        if name in signature.inputs:
+            wanted[name] = value
+    for name, value in sampling.items():
+        if value is None:
+            continue
+        if name not in signature.inputs:
+            raise RequestError(f"model '{signature.name}' has no input '{name}'",
+                               hint="drop that option; the model declares: "
+                               + ", ".join(sorted(signature.inputs)))
+        wanted[name] = value
+    if request.stream is False and "stream" not in signature.inputs:
+        raise RequestError(f"model '{signature.name}' has no 'stream' input: cannot turn "
+                           "streaming off", hint="use --stream")
+    # Batched models (max_batch_size > 0) take a leading batch dimension of 1.
+    shape = (1, 1) if signature.max_batch_size > 0 else (1,)
+    return [TensorSpec(name=name, datatype=signature.inputs.get(name, _DEFAULT_DTYPES[name]),
+                       shape=shape, values=(value,))
+            for name, value in wanted.items()]

@@ -1,0 +1,136 @@
+"""The typed values of the LLM client: a generation request, its streamed chunks, its result.
+
+A *chunk* is one streamed response of the TensorRT-LLM ensemble (``text_output``); with
+streaming on, an in-flight-batching engine sends one response per generated token, so pdtrt
+counts output tokens as chunks. Every chunk carries the monotonic time (seconds, the client's
+injected clock) at which the client received it; TTFT, inter-token latencies and end-to-end
+latency are differences of those times and the send time. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pdtrt.errors import ModelNotFoundError, RequestError, ServerUnavailableError
+
+__all__ = ["Chunk", "ErrorKind", "GenerateRequest", "GenerateResult", "ModelSignature",
+           "TensorSpec"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateRequest:
+    """One generation request in the NVIDIA ensemble's terms (``None``: the model's default)."""
+
+    prompt: str
+    max_tokens: int = 64
+    stream: bool = True
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    request_id: str | None = None  # None: the client assigns a unique one
+    exclude_input_in_output: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise RequestError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Chunk:
+    """One streamed response: its text and the monotonic receive time in seconds."""
+
+    text: str
+    time_s: float
+
+
+class ErrorKind(StrEnum):
+    REQUEST = "request"  # the server answered with an error for this request
+    TIMEOUT = "timeout"  # no final response before the client's deadline
+    CANCELLED = "cancelled"  # the caller cancelled it
+    UNAVAILABLE = "unavailable"  # the connection to the server failed
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateResult:
+    """What came back for one request; times are monotonic seconds of the client's clock."""
+
+    request_id: str
+    model: str
+    send_time_s: float
+    end_time_s: float
+    chunks: tuple[Chunk, ...] = ()
+    error: str | None = None
+    error_kind: ErrorKind | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def text(self) -> str:
+        return "".join(c.text for c in self.chunks)
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Send to first non-empty response; None when nothing came back."""
+        return self.chunks[0].time_s - self.send_time_s if self.chunks else None
+
+    @property
+    def itls_s(self) -> tuple[float, ...]:
+        """Gaps between consecutive responses (``num_chunks - 1`` of them)."""
+        times = [c.time_s for c in self.chunks]
+        return tuple(b - a for a, b in zip(times, times[1:], strict=False))
+
+    @property
+    def e2e_s(self) -> float:
+        """Send to the end of the request (its final response, error or deadline)."""
+        return self.end_time_s - self.send_time_s
+
+    def raise_for_error(self) -> GenerateResult:
+        """Raise the matching :class:`~pdtrt.errors.ClientError` if the request failed."""
+        if self.error is None:
+            return self
+        what = f"request {self.request_id} to model '{self.model}' failed: {self.error}"
+        if self.error_kind is ErrorKind.UNAVAILABLE:
+            raise ServerUnavailableError(what, hint="is the server still running?")
+        if self.error_kind is ErrorKind.REQUEST and "unknown model" in self.error.lower():
+            raise ModelNotFoundError(what)
+        raise RequestError(what, hint="raise --timeout" if self.error_kind is
+                           ErrorKind.TIMEOUT else None)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "request_id": self.request_id, "model": self.model, "text": self.text,
+            "num_chunks": self.num_chunks,
+            "ttft_ms": None if self.ttft_s is None else self.ttft_s * 1e3,
+            "itl_ms": [x * 1e3 for x in self.itls_s], "e2e_ms": self.e2e_s * 1e3,
+            "error": self.error, "error_kind": None if self.error_kind is None
+            else str(self.error_kind),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorSpec:
+    """One input tensor to send: Triton dtype name (``BYTES``, ``INT32``...), shape, values."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    values: tuple[object, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSignature:
+    """The inputs a served model declares (name -> Triton dtype) and whether it is batched."""
+
+    name: str
+    inputs: dict[str, str] = field(default_factory=dict)
+    outputs: tuple[str, ...] = ()
+    max_batch_size: int = 0
+    decoupled: bool = True
