@@ -1,0 +1,56 @@
+"""pdtrt serve / pdtrt stop (the real embedded server, on a tiny test repository)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES
+
+from pdtrt.embedded_triton import find_embedded_triton
+from pdtrt.triton_server import free_port
+
+MODELS = Path(__file__).resolve().parent.parent / "triton_models"
+
+
+def test_serve_unknown_binary_is_exit_2(run, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(MODELS / "echo_stream", repo / "echo_stream")
+    result = run("serve", str(repo), "--workdir", str(tmp_path / "wd"), "--tritonserver",
+                 str(tmp_path / "no-tritonserver"), "--timeout", "5")
+    assert result.exit_code == 2
+    assert result.stderr.splitlines()[-2].startswith("error: cannot run ")
+
+
+def test_serve_spec_without_trtllm_engines_says_build_first(run, tmp_path):
+    result = run("serve", str(EXAMPLES / "llama3-8b-h100-l40s.yaml"), "--workdir",
+                 str(tmp_path / "wd"), "--engines-dir", str(tmp_path / "engines"),
+                 "--mode", "disaggregated")
+    assert result.exit_code == 2
+    assert "no engines for prefill, decode" in result.stderr
+    assert "hint: build them on their GPUs first" in result.stderr
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(find_embedded_triton() is None, reason="nvidia-pytriton is not installed")
+def test_detach_then_stop(run, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(MODELS / "echo_stream", repo / "echo_stream")
+    wd = tmp_path / "wd"
+    ports = [str(free_port()) for _ in range(3)]
+    result = run("serve", str(repo), "--workdir", str(wd), "--host", "127.0.0.1",
+                 "--grpc-port", ports[0], "--http-port", ports[1], "--metrics-port", ports[2],
+                 "--detach", "--json")
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    assert info["endpoints"]["grpc"] == f"127.0.0.1:{ports[0]}"
+    assert info["detached"] is True and (wd / "serve.json").is_file()
+    pid = json.loads((wd / "serve.json").read_text())["pid"]
+    assert Path(f"/proc/{pid}").exists()
+    stopped = run("stop", str(wd), "--json")
+    assert json.loads(stopped.stdout) == {"stopped": pid}
+    assert not (wd / "serve.json").exists()
+    again = run("stop", str(wd))
+    assert again.exit_code == 2 and "no detached server" in again.stderr
