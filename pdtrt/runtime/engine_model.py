@@ -90,7 +90,7 @@ class TritonPythonModel:
         if m is not None:
             m.set(value) if gauge else m.increment(value)
 
-    def _publish_kv_gauges(self) -> None:
+    def _publish_gauges(self) -> None:
         self._metric("active", self.scheduler.num_active, gauge=True)
         if self.ucx is not None:
             self._metric("kv_held", len(self.ucx.stats.held), gauge=True)
@@ -105,7 +105,7 @@ class TritonPythonModel:
                     self._admit(request, sender)
                 except (RequestError, KVTransferError) as exc:
                     send_error(sender, str(getattr(exc, "message", exc)))
-            self._publish_kv_gauges()
+            self._publish_gauges()
         return None
 
     def _admit(self, request: Any, sender: Any) -> None:
@@ -239,7 +239,7 @@ class _Responder:
                 output_tensors=token_outputs(tokens) + self._timing(em) + extra)
             self.sender.send(response, flags=FINAL)
         if em.final:
-            self.model._publish_kv_gauges()
+            self.model._publish_gauges()
 
     def _offer(self, em: Emission) -> Any:
         ucx = self.model.ucx
