@@ -117,3 +117,11 @@ class ServingBackend(StrEnum):
     TRTLLM = "trtllm"
     VLLM = "vllm"
     SGLANG = "sglang"
+
+
+class LengthKind(StrEnum):
+    """Shape of a prompt/output length distribution (``pdtrt bench`` and ``pdtrt simulate``)."""
+
+    FIXED = "fixed"
+    UNIFORM = "uniform"
+    NORMAL = "normal"

@@ -3,9 +3,10 @@
 Given a spec, :func:`prepare` makes sure the engines exist (the reference target's are built on
 the spot when missing; TensorRT-LLM engines must be built on their GPUs first), generates the
 model repository into the work directory, and works out the environment of the server: the
-UCX settings of the spec's ``kv_transfer`` section (and, for a trtllm-0.21 repository, its
-``pdtrt.env``). Given a repository directory, it serves it as is. A detached server leaves a
-state file (``serve.json``) in the work directory that :func:`stop_detached` reads.
+UCX settings of the spec's ``kv_transfer`` section (and, for a trtllm-0.21 repository, the
+launch environment recorded in its ``pdtrt-repo.json``). Given a repository directory, it
+serves it as is. A detached server leaves a state file (``serve.json``) in the work
+directory that :func:`stop_detached` reads.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pdtrt.build_plan import plan_build
 from pdtrt.build_run import run_build
@@ -44,21 +46,23 @@ class Prepared:
     env: dict[str, str]
 
 
-def kv_environment(spec: DeploymentSpec | None, repository: Path) -> dict[str, str]:
-    """Environment of the server process for the KV transfer (see :mod:`pdtrt.envvars`)."""
+def kv_environment(spec: DeploymentSpec | None,
+                   manifest: dict[str, Any]) -> dict[str, str]:
+    """Environment of the server process for the KV transfer (see :mod:`pdtrt.envvars`): the
+    spec's UCX settings, plus the launch environment a trtllm repository records in its
+    ``pdtrt-repo.json`` (the same values as its ``pdtrt.env``)."""
     env = {"UCX_WARN_UNUSED_ENV_VARS": "n"}
     if spec is not None:
         env["UCX_TLS"] = ",".join(spec.kv_transfer.transports)
         if spec.kv_transfer.net_devices:
             env["UCX_NET_DEVICES"] = ",".join(spec.kv_transfer.net_devices)
-    env_file = repository / "pdtrt.env"
-    if env_file.is_file():
-        for line in env_file.read_text().splitlines():
-            line = line.strip()
-            if line and not line.startswith("#") and "=" in line:
-                key, value = line.removeprefix("export ").split("=", 1)
-                env[key.strip()] = value.strip().strip("'\"")
+    env.update({str(k): str(v) for k, v in (manifest.get("launch") or {}).get("env", {}).items()})
     return env
+
+
+def _read_manifest(repository: Path) -> dict[str, Any]:
+    path = repository / REPO_MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def _is_repository(path: Path) -> bool:
@@ -71,12 +75,10 @@ def prepare(path: Path, *, workdir: Path, engines_root: Path,
             progress: Callable[[str], None] = lambda _msg: None) -> Prepared:
     """Resolve ``path`` (spec file or repository dir) into a repository ready to serve."""
     if _is_repository(path):
-        spec = None
-        manifest = path / REPO_MANIFEST
-        if manifest.is_file():
-            spec = DeploymentSpec.model_validate(json.loads(manifest.read_text())["spec"])
+        manifest = _read_manifest(path)
+        spec = DeploymentSpec.model_validate(manifest["spec"]) if "spec" in manifest else None
         return Prepared(repository=path.resolve(), workdir=workdir, spec=spec, built=(),
-                        env=kv_environment(spec, path))
+                        env=kv_environment(spec, manifest))
     dep = load_deployment(path)
     layout = EngineLayout(engines_root, dep.spec.name)
     missing = [p for p in Phase if not (layout.phase_dir(p) / MANIFEST_NAME).is_file()]
@@ -94,7 +96,7 @@ def prepare(path: Path, *, workdir: Path, engines_root: Path,
     progress(f"generating the model repository {repository} ({mode})")
     generate_repo(dep, repository, mode=mode, engines_root=engines_root, force=True)
     return Prepared(repository=repository.resolve(), workdir=workdir, spec=dep.spec,
-                    built=built, env=kv_environment(dep.spec, repository))
+                    built=built, env=kv_environment(dep.spec, _read_manifest(repository)))
 
 
 def server_config(prepared: Prepared, *, host: str | None = None, grpc_port: int | None = None,

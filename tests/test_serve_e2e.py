@@ -6,6 +6,7 @@ checkpoint, token by token (each streamed response carries one token).
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import urllib.request
@@ -27,10 +28,6 @@ def oracle(reference_server):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _server, prepared = reference_server
-    root = prepared.repository.parent
-    del root
-    import json
-
     manifest = json.loads((prepared.repository / "pdtrt-repo.json").read_text())
     tok = AutoTokenizer.from_pretrained(manifest["tokenizer_dir"], local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(manifest["engine_dirs"]["prefill"],

@@ -8,19 +8,13 @@ clipping and is documented in docs/bench.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
 
+from pdtrt.enums import LengthKind
 from pdtrt.errors import BenchError
 
 __all__ = ["LengthDist", "LengthKind", "parse_length"]
-
-
-class LengthKind(StrEnum):
-    FIXED = "fixed"
-    UNIFORM = "uniform"
-    NORMAL = "normal"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,6 @@ requests first pull their KV over UCX on a worker thread.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,8 +29,8 @@ from pdtrt.runtime.scheduler import Emission, Scheduler, SeqRequest
 from pdtrt.runtime.triton_io import (
     FINAL,
     PB_LOCK,
+    Metrics,
     RequestError,
-    counter,
     model_params,
     request_parameters,
     scalar,
@@ -41,6 +40,20 @@ from pdtrt.runtime.triton_io import (
 )
 
 log = logging.getLogger(__name__)
+
+_METRICS = {
+    "kv_seconds": ("pdtrt_kv_transfer_seconds_total",
+                   "Seconds spent pulling KV caches over UCX (decode side)", "COUNTER"),
+    "kv_count": ("pdtrt_kv_transfers_total", "KV caches pulled (decode side)", "COUNTER"),
+    "kv_bytes": ("pdtrt_kv_transfer_bytes_total", "KV bytes pulled over UCX", "COUNTER"),
+    "kv_held": ("pdtrt_kv_held_buffers", "KV caches held for a decode pull", "GAUGE"),
+    "kv_expired": ("pdtrt_kv_expired_total", "Held KV caches freed by timeout", "GAUGE"),
+    "queue_s": ("pdtrt_engine_queue_seconds_total",
+                "Seconds requests waited before the scheduler took them", "COUNTER"),
+    "requests": ("pdtrt_engine_requests_total", "Requests the engine finished", "COUNTER"),
+    "active": ("pdtrt_engine_active_sequences",
+               "Sequences the engine holds (waiting or running)", "GAUGE"),
+}
 
 
 class TritonPythonModel:
@@ -61,40 +74,13 @@ class TritonPythonModel:
                                    max_num_tokens=int(p[Param.MAX_NUM_TOKENS]))
         self.scheduler.start()
         self.pulls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pdtrt-kv-pull")
-        self._metrics_lock = threading.Lock()
-        self._init_metrics(args["model_name"])
-
-    def _init_metrics(self, model_name: str) -> None:
-        labels = {"model": model_name}
-        fams = {
-            "kv_seconds": counter("pdtrt_kv_transfer_seconds_total",
-                                  "Seconds spent pulling KV caches over UCX (decode side)"),
-            "kv_count": counter("pdtrt_kv_transfers_total", "KV caches pulled (decode side)"),
-            "kv_bytes": counter("pdtrt_kv_transfer_bytes_total", "KV bytes pulled over UCX"),
-            "kv_held": counter("pdtrt_kv_held_buffers", "KV caches held for a decode pull",
-                               "GAUGE"),
-            "kv_expired": counter("pdtrt_kv_expired_total",
-                                  "Held KV caches freed by timeout", "GAUGE"),
-            "queue_s": counter("pdtrt_engine_queue_seconds_total",
-                               "Seconds requests waited before the scheduler took them"),
-            "requests": counter("pdtrt_engine_requests_total", "Requests the engine finished"),
-            "active": counter("pdtrt_engine_active_sequences",
-                              "Sequences the engine holds (waiting or running)", "GAUGE"),
-        }
-        # A Metric must not outlive its MetricFamily: keep the families.
-        self._families = {k: f for k, f in fams.items() if f is not None}
-        self.metrics = {k: f.Metric(labels=labels) for k, f in self._families.items()}
-
-    def _metric(self, key: str, value: float, *, gauge: bool = False) -> None:
-        m = self.metrics.get(key)
-        if m is not None:
-            m.set(value) if gauge else m.increment(value)
+        self.metrics = Metrics(_METRICS, {"model": args["model_name"]})
 
     def _publish_gauges(self) -> None:
-        self._metric("active", self.scheduler.num_active, gauge=True)
+        self.metrics.set("active", self.scheduler.num_active)
         if self.ucx is not None:
-            self._metric("kv_held", len(self.ucx.stats.held), gauge=True)
-            self._metric("kv_expired", self.ucx.stats.expired, gauge=True)
+            self.metrics.set("kv_held", len(self.ucx.stats.held))
+            self.metrics.set("kv_expired", self.ucx.stats.expired)
 
     # -- requests ----------------------------------------------------------------------------
     def execute(self, requests: list[Any]) -> None:
@@ -126,6 +112,7 @@ class TritonPythonModel:
         mode = request_parameters(request).get("request_type", RequestType.CONTEXT_AND_GENERATION)
         if mode not in tuple(RequestType):
             raise RequestError(f"unknown request_type '{mode}'")
+        mode = RequestType(mode)
         if mode != RequestType.CONTEXT_AND_GENERATION and self.ucx is None:
             raise RequestError(f"the {self.role} model does not serve {mode} requests")
         end_id = scalar(request, "end_id")
@@ -165,9 +152,9 @@ class TritonPythonModel:
             buffer = self.ucx.pull(params.ucx_address, params.transfer_id, params.kv_nbytes)
             seq.imported_kv = unpack_kv(buffer, self.engine.layout, params.prompt_len)
             seq.first_tokens = params.first_tokens
-            self._metric("kv_seconds", time.perf_counter() - start)
-            self._metric("kv_count", 1)
-            self._metric("kv_bytes", params.kv_nbytes)
+            self.metrics.add("kv_seconds", time.perf_counter() - start)
+            self.metrics.add("kv_count", 1)
+            self.metrics.add("kv_bytes", params.kv_nbytes)
         except Exception as exc:
             out.fail(f"KV transfer failed: {getattr(exc, 'message', exc)}")
             return
@@ -221,9 +208,9 @@ class _Responder:
         extra: list[Any] = []
         if em.final:
             self.done = True
-            self.model._metric("requests", 1)
+            self.model.metrics.add("requests", 1)
             if em.first_scheduled_ns:
-                self.model._metric("queue_s", (em.first_scheduled_ns - self.arrival_ns) / 1e9)
+                self.model.metrics.add("queue_s", (em.first_scheduled_ns - self.arrival_ns) / 1e9)
             if self.mode == RequestType.CONTEXT_ONLY and em.kv is not None and em.tokens:
                 extra.append(self._offer(em))
         if self.streaming:

@@ -142,11 +142,6 @@ def unpack_kv(buffer: np.ndarray, layout: KVLayout, seq_len: int) -> KV:
                  for i in range(layout.num_layers))
 
 
-def kv_nbytes(layout: KVLayout, seq_len: int) -> int:
-    bytes_per = torch.tensor([], dtype=_TORCH_DTYPE[layout.kv_dtype]).element_size()
-    return layout.num_layers * 2 * layout.num_kv_heads * seq_len * layout.head_dim * bytes_per
-
-
 def load_reference_engine(checkpoint_dir: Path, *, tokens_per_block: int,
                           num_threads: int = 1) -> ReferenceEngine:
     """Load a local HF checkpoint (no remote code, no network) on the CPU."""

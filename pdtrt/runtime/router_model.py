@@ -27,14 +27,27 @@ from pdtrt.engine_io import REQUEST_TYPE_PARAMETER, ROUTER_IO, Param, RequestTyp
 from pdtrt.runtime.triton_io import (
     FINAL,
     PB_LOCK,
+    Metrics,
     RequestError,
-    counter,
     model_params,
     scalar,
     send_error,
     token_outputs,
 )
 
+_METRICS = {
+    "requests": ("pdtrt_router_requests_total", "Requests routed", "COUNTER"),
+    "errors": ("pdtrt_router_errors_total", "Requests that ended in an error", "COUNTER"),
+    "cancelled": ("pdtrt_router_cancelled_total", "Requests cancelled by clients", "COUNTER"),
+    "ttft_s": ("pdtrt_router_ttft_seconds_total",
+               "Sum of router-side time to first token, seconds", "COUNTER"),
+    "aggregated": ("pdtrt_router_aggregated_total", "Short requests sent to the aggregated path",
+                   "COUNTER"),
+    "prefill_queue_s": ("pdtrt_prefill_queue_seconds_total", "Sum of prefill queue time, seconds",
+                        "COUNTER"),
+    "decode_queue_s": ("pdtrt_decode_queue_seconds_total",
+                       "Sum of decode queue time (after the KV pull), seconds", "COUNTER"),
+}
 _PHASE_OUTPUTS = ["output_ids", "sequence_length", "arrival_time_ns", "first_scheduled_time_ns"]
 
 
@@ -85,28 +98,7 @@ class TritonPythonModel:
         self.inputs = {t.name: t.reshape_scalar for t in ROUTER_IO.inputs}
         self.pool = ThreadPoolExecutor(max_workers=_STREAM_THREADS,
                                        thread_name_prefix="pdtrt-router")
-        labels = {"model": args["model_name"]}
-        fams = {
-            "requests": counter("pdtrt_router_requests_total", "Requests routed"),
-            "errors": counter("pdtrt_router_errors_total", "Requests that ended in an error"),
-            "cancelled": counter("pdtrt_router_cancelled_total", "Requests cancelled by clients"),
-            "ttft_s": counter("pdtrt_router_ttft_seconds_total",
-                              "Sum of router-side time to first token, seconds"),
-            "aggregated": counter("pdtrt_router_aggregated_total",
-                                  "Short requests sent to the aggregated path"),
-            "prefill_queue_s": counter("pdtrt_prefill_queue_seconds_total",
-                                       "Sum of prefill queue time, seconds"),
-            "decode_queue_s": counter("pdtrt_decode_queue_seconds_total",
-                                      "Sum of decode queue time (after the KV pull), seconds"),
-        }
-        # A Metric must not outlive its MetricFamily: keep the families.
-        self._families = {k: f for k, f in fams.items() if f is not None}
-        self.metrics = {k: f.Metric(labels=labels) for k, f in self._families.items()}
-
-    def _count(self, key: str, value: float = 1.0) -> None:
-        m = self.metrics.get(key)
-        if m is not None:
-            m.increment(value)
+        self.metrics = Metrics(_METRICS, {"model": args["model_name"]})
 
     async def execute(self, requests: list[Any]) -> None:
         await asyncio.gather(*(self._route(r) for r in requests))
@@ -117,13 +109,13 @@ class TritonPythonModel:
         sender = request.get_response_sender()
         start = time.perf_counter()
         try:
-            self._count("requests")
+            self.metrics.add("requests")
             await self._serve(request, sender, start)
         except (RequestError, PhaseError) as exc:
-            self._count("errors")
+            self.metrics.add("errors")
             send_error(sender, str(exc))
         except Exception as exc:  # never leave a stream open
-            self._count("errors")
+            self.metrics.add("errors")
             send_error(sender, f"router failure: {type(exc).__name__}: {exc}")
 
     def _inputs(self, request: Any, **overrides: np.ndarray) -> list[Any]:
@@ -157,7 +149,7 @@ class TritonPythonModel:
         no = np.array([[False]])
         yes = np.array([[True]])
         if self.aggregated_model and n < self.aggregated_below:
-            self._count("aggregated")
+            self.metrics.add("aggregated")
             phase = self._phase_request(request, self.aggregated_model,
                                         RequestType.CONTEXT_AND_GENERATION, [],
                                         streaming=yes, exclude_input_in_output=yes)
@@ -179,14 +171,14 @@ class TritonPythonModel:
                 params = pb_utils.get_output_tensor_by_name(r, "context_phase_params")
                 self._queue_metric("prefill_queue_s", r)
         if _cancelled(request):
-            self._count("cancelled")
+            self.metrics.add("cancelled")
             _send(sender, flags=FINAL)
             return
         max_new = int(scalar(request, "request_output_len", 1))
         sent_early = False
         if first and streaming and self.early_first_token:
             _send(sender, pb_utils.InferenceResponse(output_tensors=token_outputs(first)))
-            self._count("ttft_s", time.perf_counter() - start)
+            self.metrics.add("ttft_s", time.perf_counter() - start)
             sent_early = True
         if not first or params is None or len(first) >= max_new:
             self._finish(sender, streaming, [] if sent_early else first, prompt, exclude_input)
@@ -210,7 +202,7 @@ class TritonPythonModel:
             if r.has_error():
                 raise PhaseError(f"{name} failed: {r.error().message()}")
             if _cancelled(request):
-                self._count("cancelled")
+                self.metrics.add("cancelled")
                 await responses.aclose()
                 break
             out = pb_utils.get_output_tensor_by_name(r, "output_ids")
@@ -225,7 +217,7 @@ class TritonPythonModel:
                 continue
             if streaming:
                 if start is not None:
-                    self._count("ttft_s", time.perf_counter() - start)
+                    self.metrics.add("ttft_s", time.perf_counter() - start)
                     start = None
                 _send(sender, pb_utils.InferenceResponse(output_tensors=token_outputs(new)))
             else:
@@ -239,7 +231,7 @@ class TritonPythonModel:
             delta = int(scheduled.as_numpy().reshape(-1)[0]) - int(
                 arrival.as_numpy().reshape(-1)[0])
             if delta >= 0:
-                self._count(key, delta / 1e9)
+                self.metrics.add(key, delta / 1e9)
 
     @staticmethod
     def _finish(sender: Any, streaming: bool, tokens: list[int], prompt: list[int],

@@ -23,17 +23,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from pdtrt.engine_io import RequestType
 from pdtrt.runtime.reference_engine import KV, ReferenceEngine, SamplingParams, sample
 
-__all__ = ["Emission", "Mode", "Scheduler", "SeqRequest"]
+__all__ = ["Emission", "Scheduler", "SeqRequest"]
 
 log = logging.getLogger(__name__)
-
-
-class Mode:
-    CONTEXT_ONLY = "context_only"
-    GENERATION_ONLY = "generation_only"
-    BOTH = "context_and_generation"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,7 +49,7 @@ class SeqRequest:
     max_new_tokens: int
     end_id: int | None
     sampling: SamplingParams
-    mode: str
+    mode: RequestType
     emit: Callable[[Emission], None]
     is_cancelled: Callable[[], bool] = lambda: False
     imported_kv: KV | None = None  # generation-only
@@ -122,7 +117,7 @@ class Scheduler:
         admitted, budget = [], self.max_num_tokens
         while self._waiting and len(self._running) + len(admitted) < self.max_batch_size:
             seq = self._waiting[0]
-            cost = 0 if seq.mode == Mode.GENERATION_ONLY else len(seq.prompt)
+            cost = 0 if seq.mode == RequestType.GENERATION_ONLY else len(seq.prompt)
             if admitted and cost > budget:
                 break
             budget -= cost
@@ -138,7 +133,7 @@ class Scheduler:
         if self._cancelled(seq):
             return
         seq.generator = torch.Generator().manual_seed(seq.sampling.seed)
-        if seq.mode == Mode.GENERATION_ONLY:
+        if seq.mode == RequestType.GENERATION_ONLY:
             assert seq.imported_kv is not None
             seq.kv = seq.imported_kv
             seq.first_token_ns = time.time_ns()
@@ -147,7 +142,7 @@ class Scheduler:
         logits, seq.kv = self.engine.prefill(seq.prompt)
         token = sample(logits, seq.sampling, seq.generator)
         seq.first_token_ns = time.time_ns()
-        if seq.mode == Mode.CONTEXT_ONLY:
+        if seq.mode == RequestType.CONTEXT_ONLY:
             stop = seq.end_id is not None and token == seq.end_id
             seq.generated = [] if stop else [token]
             self._finish(seq, kv=seq.kv)

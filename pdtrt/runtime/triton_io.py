@@ -65,11 +65,30 @@ def token_outputs(tokens: list[int] | tuple[int, ...]) -> list[Any]:
             pb_utils.Tensor("sequence_length", np.array([[len(tokens)]], dtype=np.int32))]
 
 
-def counter(name: str, description: str, kind: str = "COUNTER") -> Any:
-    """A Prometheus metric family on Triton's metrics endpoint (None if unsupported)."""
-    try:
-        family = pb_utils.MetricFamily(name=name, description=description,
-                                       kind=getattr(pb_utils.MetricFamily, kind))
-        return family
-    except Exception:  # older backends have no custom metrics
-        return None
+class Metrics:
+    """Prometheus metrics of one model on Triton's metrics endpoint, keyed by short names.
+
+    ``specs`` maps key -> (metric name, description, "COUNTER" | "GAUGE"). A backend without
+    custom metrics makes every call a no-op. The families are kept: a Metric must not outlive
+    its MetricFamily.
+    """
+
+    def __init__(self, specs: dict[str, tuple[str, str, str]], labels: dict[str, str]) -> None:
+        self._families: dict[str, Any] = {}
+        self._metrics: dict[str, Any] = {}
+        for key, (name, description, kind) in specs.items():
+            try:
+                family = pb_utils.MetricFamily(name=name, description=description,
+                                               kind=getattr(pb_utils.MetricFamily, kind))
+            except Exception:  # older backends have no custom metrics
+                continue
+            self._families[key] = family
+            self._metrics[key] = family.Metric(labels=labels)
+
+    def add(self, key: str, value: float = 1.0) -> None:
+        if key in self._metrics:
+            self._metrics[key].increment(value)
+
+    def set(self, key: str, value: float) -> None:
+        if key in self._metrics:
+            self._metrics[key].set(value)

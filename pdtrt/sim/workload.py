@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pdtrt.enums import LengthKind
 from pdtrt.errors import PdtrtError
 
 __all__ = ["ArrivalKind", "LengthDist", "LengthKind", "RequestSpec", "Workload",
@@ -28,12 +29,6 @@ class ArrivalKind(StrEnum):
     CONSTANT = "constant"
     TRACE = "trace"
     CLOSED = "closed"
-
-
-class LengthKind(StrEnum):
-    FIXED = "fixed"
-    UNIFORM = "uniform"
-    NORMAL = "normal"
 
 
 @dataclass(frozen=True, kw_only=True)
