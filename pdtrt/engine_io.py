@@ -200,6 +200,8 @@ class Param(StrEnum):
     AGGREGATED_MODEL = "aggregated_model"  # empty string when the repository has none
     AGGREGATED_BELOW_TOKENS = "aggregated_below_tokens"
     EARLY_FIRST_TOKEN = "early_first_token"  # "true" | "false"
+    PREFILL_URL = "prefill_url"  # gRPC HOST:PORT of a remote prefill pool; "" = this server
+    DECODE_URL = "decode_url"  # likewise for the decode pool
 
 
 # --- NVIDIA's ensemble (text in, text out): the subset pdtrt serves ---------------------------

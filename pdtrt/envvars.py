@@ -5,6 +5,9 @@ pdtrt reads:
 - ``PDTRT_TRTLLM_EXAMPLES`` -- where ``pdtrt build`` finds TensorRT-LLM's ``examples/`` tree
   (``convert_checkpoint.py``, ``quantize.py``); default: the target's ``examples_dir``.
 - ``CUDA_VERSION`` -- set by NGC containers; recorded in engine manifests by ``pdtrt build``.
+- ``PDTRT_FAULT_INJECTION`` -- read by the engine models inside Triton: makes a role's decode
+  step fail for chosen request ids, to test failure paths (:mod:`pdtrt.runtime.faults`). Unset
+  in production.
 
 Later stages will *write* UCX / TensorRT-LLM variables for the processes they start
 (``UCX_TLS``, ``UCX_NET_DEVICES``, ``TRTLLM_USE_UCX_KVCACHE``, ...); they are listed here too.
@@ -21,8 +24,9 @@ from __future__ import annotations
 PDTRT_DEBUG = "PDTRT_DEBUG"
 PDTRT_TRTLLM_EXAMPLES = "PDTRT_TRTLLM_EXAMPLES"
 CUDA_VERSION = "CUDA_VERSION"
+PDTRT_FAULT_INJECTION = "PDTRT_FAULT_INJECTION"
 
-READ = (PDTRT_DEBUG, PDTRT_TRTLLM_EXAMPLES, CUDA_VERSION)
+READ = (PDTRT_DEBUG, PDTRT_TRTLLM_EXAMPLES, CUDA_VERSION, PDTRT_FAULT_INJECTION)
 
 TRTLLM_USE_UCX_KVCACHE = "TRTLLM_USE_UCX_KVCACHE"
 TRTLLM_ORCHESTRATOR = "TRTLLM_ORCHESTRATOR"

@@ -3,7 +3,9 @@
 Implements the core ``tensorrt_llm`` contract (:data:`pdtrt.engine_io.CORE_ENGINE_IO`):
 ``request_type`` context_only / generation_only / context_and_generation (request parameter),
 ``context_phase_params`` out of a context-only request and into the generation-only one,
-streaming, greedy and seeded sampling, ``end_id``, max tokens, timing outputs. Requests are
+streaming, greedy and seeded sampling, ``end_id``, max tokens, timing outputs, and ``stop``:
+like the ``tensorrt_llm`` model, a request with ``stop`` = true stops the in-flight request with
+the same request id (and, on the prefill side, frees the KV it still holds). Requests are
 validated against the engine limits before anything is allocated. The model is decoupled:
 ``execute`` hands requests to the in-flight scheduler and returns at once; generation-only
 requests first pull their KV over UCX on a worker thread.
@@ -22,6 +24,8 @@ import triton_python_backend_utils as pb_utils
 
 from pdtrt.engine_io import Param, RequestType, Role
 from pdtrt.errors import KVTransferError
+from pdtrt.runtime.faults import FaultInjection
+from pdtrt.runtime.inflight import InflightRequests, StopHandle
 from pdtrt.runtime.kv_transfer import UcxKVNode
 from pdtrt.runtime.phase_params import ContextPhaseParams
 from pdtrt.runtime.reference_engine import SamplingParams, load_reference_engine, pack_kv, unpack_kv
@@ -48,6 +52,11 @@ _METRICS = {
     "kv_bytes": ("pdtrt_kv_transfer_bytes_total", "KV bytes pulled over UCX", "COUNTER"),
     "kv_held": ("pdtrt_kv_held_buffers", "KV caches held for a decode pull", "GAUGE"),
     "kv_expired": ("pdtrt_kv_expired_total", "Held KV caches freed by timeout", "GAUGE"),
+    "kv_released": ("pdtrt_kv_released_total", "Held KV caches freed early by a stop",
+                    "GAUGE"),
+    "cancelled": ("pdtrt_engine_cancelled_total",
+                  "Sequences stopped before their end (client cancel or stop request)", "COUNTER"),
+    "failed": ("pdtrt_engine_failed_total", "Requests that ended in an engine error", "COUNTER"),
     "queue_s": ("pdtrt_engine_queue_seconds_total",
                 "Seconds requests waited before the scheduler took them", "COUNTER"),
     "requests": ("pdtrt_engine_requests_total", "Requests the engine finished", "COUNTER"),
@@ -68,19 +77,27 @@ class TritonPythonModel:
         self.ucx: UcxKVNode | None = None
         if self.role in (Role.PREFILL, Role.DECODE):
             self.ucx = UcxKVNode(transports=tuple(p[Param.UCX_TLS].split(",")),
-                                 timeout_s=float(p[Param.KV_TRANSFER_TIMEOUT_S]))
+                                 timeout_s=float(p[Param.KV_TRANSFER_TIMEOUT_S]),
+                                 on_expired=self._publish_gauges_locked)
             self.ucx.start()
+        self.inflight = InflightRequests()
         self.scheduler = Scheduler(self.engine, max_batch_size=int(p[Param.MAX_BATCH_SIZE]),
-                                   max_num_tokens=int(p[Param.MAX_NUM_TOKENS]))
+                                   max_num_tokens=int(p[Param.MAX_NUM_TOKENS]),
+                                   faults=FaultInjection.from_env(self.role))
         self.scheduler.start()
         self.pulls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pdtrt-kv-pull")
         self.metrics = Metrics(_METRICS, {"model": args["model_name"]})
 
     def _publish_gauges(self) -> None:
-        self.metrics.set("active", self.scheduler.num_active)
+        self.metrics.set("active", self.inflight.num_live)
         if self.ucx is not None:
             self.metrics.set("kv_held", len(self.ucx.stats.held))
             self.metrics.set("kv_expired", self.ucx.stats.expired)
+            self.metrics.set("kv_released", self.ucx.stats.released)
+
+    def _publish_gauges_locked(self) -> None:
+        with PB_LOCK:
+            self._publish_gauges()
 
     # -- requests ----------------------------------------------------------------------------
     def execute(self, requests: list[Any]) -> None:
@@ -96,6 +113,9 @@ class TritonPythonModel:
 
     def _admit(self, request: Any, sender: Any) -> None:
         arrival_ns = time.time_ns()
+        if scalar(request, "stop", False):
+            self._stop(request.request_id(), sender)
+            return
         ids = tensor(request, "input_ids")
         if ids is None or ids.size == 0:
             raise RequestError("input 'input_ids' is required and must not be empty")
@@ -121,14 +141,7 @@ class TritonPythonModel:
         sampling = SamplingParams(temperature=float(scalar(request, "temperature", 1.0)),
                                   top_k=top_k, top_p=top_p,
                                   seed=int(scalar(request, "random_seed", 0)))
-        out = _Responder(self, sender, mode=mode, prompt=prompt, request_id=request.request_id(),
-                         streaming=bool(scalar(request, "streaming", False)),
-                         exclude_input=bool(scalar(request, "exclude_input_in_output", False)),
-                         arrival_ns=arrival_ns)
-        seq = SeqRequest(request_id=request.request_id(), prompt=prompt, max_new_tokens=max_new,
-                         end_id=None if end_id is None or int(end_id) < 0 else int(end_id),
-                         sampling=sampling, mode=mode, emit=out.emit,
-                         is_cancelled=lambda: _locked(request.is_cancelled))
+        params = None
         if mode == RequestType.GENERATION_ONLY:
             raw = tensor(request, "context_phase_params")
             if raw is None:
@@ -140,9 +153,31 @@ class TritonPythonModel:
             if params.prompt_len != n:
                 raise RequestError(f"context_phase_params hold {params.prompt_len} tokens of KV "
                                    f"but the prompt has {n}")
+        handle = self.inflight.register(request.request_id())
+        out = _Responder(self, sender, mode=mode, prompt=prompt, request_id=request.request_id(),
+                         streaming=bool(scalar(request, "streaming", False)),
+                         exclude_input=bool(scalar(request, "exclude_input_in_output", False)),
+                         arrival_ns=arrival_ns, handle=handle)
+        seq = SeqRequest(request_id=request.request_id(), prompt=prompt, max_new_tokens=max_new,
+                         end_id=None if end_id is None or int(end_id) < 0 else int(end_id),
+                         sampling=sampling, mode=mode, emit=out.emit,
+                         is_cancelled=lambda: handle.stopped or _locked(request.is_cancelled))
+        if params is not None:
             self.pulls.submit(self._pull_then_submit, seq, params, out)
         else:
             self.scheduler.submit(seq)
+
+    def _stop(self, request_id: str, sender: Any) -> None:
+        """The ``tensorrt_llm`` stop request: stop ``request_id``'s sequences, free its KV."""
+        if not request_id:
+            raise RequestError("a stop request needs the request id of the request to stop")
+        result = self.inflight.stop(request_id)
+        if self.ucx is not None:
+            for transfer_id in result.transfers:
+                self.ucx.release(transfer_id)
+        log.info("stop %s: %d sequence(s), %d held KV", request_id, result.sequences,
+                 len(result.transfers))
+        sender.send(pb_utils.InferenceResponse(output_tensors=[]), flags=FINAL)
 
     def _pull_then_submit(self, seq: SeqRequest, params: ContextPhaseParams,
                           out: _Responder) -> None:
@@ -156,7 +191,8 @@ class TritonPythonModel:
             self.metrics.add("kv_count", 1)
             self.metrics.add("kv_bytes", params.kv_nbytes)
         except Exception as exc:
-            out.fail(f"KV transfer failed: {getattr(exc, 'message', exc)}")
+            with PB_LOCK:
+                out.fail(f"KV transfer failed: {getattr(exc, 'message', exc)}")
             return
         self.scheduler.submit(seq)
 
@@ -176,17 +212,22 @@ class _Responder:
     """Turns one request's scheduler emissions into Triton responses."""
 
     def __init__(self, model: TritonPythonModel, sender: Any, *, mode: str, prompt: list[int],
-                 request_id: str, streaming: bool, exclude_input: bool, arrival_ns: int) -> None:
+                 request_id: str, streaming: bool, exclude_input: bool, arrival_ns: int,
+                 handle: StopHandle) -> None:
         self.model, self.sender, self.mode, self.prompt = model, sender, mode, prompt
         self.request_id, self.streaming, self.exclude_input = request_id, streaming, exclude_input
-        self.arrival_ns = arrival_ns
+        self.arrival_ns, self.handle = arrival_ns, handle
         self.tokens: list[int] = []
         self.done = False
 
     def fail(self, message: str) -> None:
+        """End the request with an error (call with PB_LOCK held)."""
         if not self.done:
             self.done = True
+            self.model.inflight.finished(self.handle)
+            self.model.metrics.add("failed", 1)
             send_error(self.sender, message)
+            self.model._publish_gauges()
 
     def _timing(self, em: Emission) -> list[Any]:
         values = {"arrival_time_ns": self.arrival_ns,
@@ -208,10 +249,14 @@ class _Responder:
         extra: list[Any] = []
         if em.final:
             self.done = True
+            self.model.inflight.finished(self.handle)
             self.model.metrics.add("requests", 1)
+            if em.cancelled:
+                self.model.metrics.add("cancelled", 1)
             if em.first_scheduled_ns:
                 self.model.metrics.add("queue_s", (em.first_scheduled_ns - self.arrival_ns) / 1e9)
-            if self.mode == RequestType.CONTEXT_ONLY and em.kv is not None and em.tokens:
+            if (self.mode == RequestType.CONTEXT_ONLY and em.kv is not None and em.tokens
+                    and not self.handle.stopped):
                 extra.append(self._offer(em))
         if self.streaming:
             if em.tokens or extra:
@@ -232,9 +277,11 @@ class _Responder:
         ucx = self.model.ucx
         assert ucx is not None and em.kv is not None
         buffer = pack_kv(em.kv)
+        transfer_id = ucx.offer(buffer)
+        self.model.inflight.offered(self.request_id, transfer_id, ucx.is_held)
         params = ContextPhaseParams(
             request_id=self.request_id, first_tokens=tuple(em.tokens),
             prompt_len=len(self.prompt), ucx_address=ucx.address,
-            transfer_id=ucx.offer(buffer), kv_nbytes=int(buffer.nbytes),
+            transfer_id=transfer_id, kv_nbytes=int(buffer.nbytes),
             layout=self.model.engine.layout)
         return pb_utils.Tensor("context_phase_params", params.to_array().reshape(1, -1))

@@ -23,6 +23,7 @@ import secrets
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,9 +60,10 @@ class UcxKVNode:
     """One process's UCX endpoint for KV transfer; call :meth:`start` before use."""
 
     def __init__(self, *, transports: tuple[str, ...] = ("sm", "tcp"),
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, on_expired: Callable[[], None] | None = None) -> None:
         self.transports = transports
         self.timeout_s = timeout_s
+        self.on_expired = on_expired  # called (on the UCX thread) after buffers expired
         self.stats = TransferStats()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -128,6 +130,10 @@ class UcxKVNode:
             self.stats.offered += 1
         return transfer_id
 
+    def is_held(self, transfer_id: int) -> bool:
+        with self._lock:
+            return transfer_id in self.stats.held
+
     def release(self, transfer_id: int) -> bool:
         """Free a held buffer early (e.g. its request was cancelled); True if it was held."""
         with self._lock:
@@ -163,9 +169,15 @@ class UcxKVNode:
             await asyncio.sleep(0.5)
             now = time.monotonic()
             with self._lock:
-                for tid in [t for t, (_, deadline) in self.stats.held.items() if deadline < now]:
+                expired = [t for t, (_, deadline) in self.stats.held.items() if deadline < now]
+                for tid in expired:
                     del self.stats.held[tid]
                     self.stats.expired += 1
+            if expired and self.on_expired is not None:
+                try:
+                    self.on_expired()
+                except Exception:  # a metrics hook must not stop the sweeper
+                    pass
 
     # -- decode side -------------------------------------------------------------------------
     def pull(self, address: bytes, transfer_id: int, nbytes: int) -> np.ndarray:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from pdtrt.engine_io import RequestType
+from pdtrt.runtime.faults import FaultInjection
 from pdtrt.runtime.reference_engine import KV, ReferenceEngine, SamplingParams, sample
 
 __all__ = ["Emission", "Scheduler", "SeqRequest"]
@@ -60,17 +61,20 @@ class SeqRequest:
     generator: torch.Generator | None = None
     first_scheduled_ns: int = 0
     first_token_ns: int = 0
+    done: bool = False  # the final emission went out
 
 
 class Scheduler:
     def __init__(self, engine: ReferenceEngine, *, max_batch_size: int,
-                 max_num_tokens: int) -> None:
+                 max_num_tokens: int, faults: FaultInjection | None = None) -> None:
         self.engine = engine
+        self.faults = faults
         self.max_batch_size = max_batch_size
         self.max_num_tokens = max_num_tokens
         self._inbox: queue.Queue[SeqRequest | None] = queue.Queue()
         self._running: list[SeqRequest] = []
         self._waiting: list[SeqRequest] = []
+        self._starting: list[SeqRequest] = []  # admitted this iteration
         self._thread = threading.Thread(target=self._loop, name="pdtrt-scheduler", daemon=True)
         self._stopped = False
         self.steps = 0  # batched decode steps run (for tests and metrics)
@@ -107,11 +111,14 @@ class Scheduler:
             self._drain(block=not (self._running or self._waiting))
             try:
                 self._iteration()
-            except Exception as exc:  # an engine bug must not hang the requests it holds
+            except Exception as exc:  # an engine failure must not hang the requests it holds
                 log.exception("scheduler iteration failed")
-                for seq in self._running + self._waiting:
-                    self._finish(seq, error=f"engine failure: {exc}")
-                self._running, self._waiting = [], []
+                # The sequences the engine was working on fail; those still waiting never
+                # touched it and stay queued.
+                for seq in self._running + self._starting:
+                    if not seq.done:
+                        self._finish(seq, error=f"engine failure: {exc}")
+                self._running, self._starting = [], []
 
     def _iteration(self) -> None:
         admitted, budget = [], self.max_num_tokens
@@ -122,8 +129,10 @@ class Scheduler:
                 break
             budget -= cost
             admitted.append(self._waiting.pop(0))
+        self._starting = admitted
         for seq in admitted:
             self._start(seq)
+        self._starting = []
         self._running = [s for s in self._running if not self._cancelled(s)]
         if self._running:
             self._decode()
@@ -169,12 +178,15 @@ class Scheduler:
     def _emit_then_finish(self, seq: SeqRequest, new: list[int]) -> None:
         if seq in self._running:
             self._running.remove(seq)
+        seq.done = True
         seq.emit(Emission(tokens=tuple(new), final=True, first_scheduled_ns=seq.first_scheduled_ns,
                           first_token_ns=seq.first_token_ns))
 
     def _decode(self) -> None:
         batch = self._running[:]
         self.max_batch_seen = max(self.max_batch_seen, len(batch))
+        if self.faults is not None:
+            self.faults.before_decode([s.request_id for s in batch])
         results = self.engine.decode_step([(s.generated[-1], s.kv) for s in batch])
         self.steps += 1
         for seq, (logits, kv) in zip(batch, results, strict=True):
@@ -194,6 +206,7 @@ class Scheduler:
                 cancelled: bool = False) -> None:
         if seq in self._running:
             self._running.remove(seq)
+        seq.done = True
         tokens = tuple(seq.generated) if kv is not None else ()
         seq.emit(Emission(tokens=tokens, final=True, kv=kv, error=error, cancelled=cancelled,
                           first_scheduled_ns=seq.first_scheduled_ns,
