@@ -25,6 +25,7 @@ from pdtrt.enums import Target
 __all__ = [
     "AGGREGATED_ENSEMBLE_NAME",
     "CORE_ENGINE_IO",
+    "ERROR_OUTPUT",
     "ENSEMBLE_IO",
     "ENSEMBLE_NAME",
     "ENGINE_STEP_MAP",
@@ -33,6 +34,7 @@ __all__ = [
     "PREPROCESSING_IO",
     "PREPROCESSING_STEP_MAP",
     "REQUEST_TYPE_PARAMETER",
+    "REFERENCE_ENGINE_IO",
     "ROUTER_IO",
     "TRTLLM_0_21_ENGINE_IO",
     "ModelIO",
@@ -202,6 +204,7 @@ class Param(StrEnum):
     EARLY_FIRST_TOKEN = "early_first_token"  # "true" | "false"
     PREFILL_URL = "prefill_url"  # gRPC HOST:PORT of a remote prefill pool; "" = this server
     DECODE_URL = "decode_url"  # likewise for the decode pool
+    ERROR_OUTPUT = "phase_error_output"  # output carrying in-band phase errors; "" = none
 
 
 # --- NVIDIA's ensemble (text in, text out): the subset pdtrt serves ---------------------------
@@ -295,7 +298,17 @@ _CORE_OUTPUTS = (
 )
 
 CORE_ENGINE_IO = ModelIO(inputs=_CORE_INPUTS, outputs=_CORE_OUTPUTS)
-"""The contract every engine model implements (pdtrt's reference engine model exactly this)."""
+"""The contract every engine model implements."""
+
+ERROR_OUTPUT = "pdtrt_error"
+"""pdtrt's engine models also have this output: the error message of a request that fails
+after it has streamed tokens. Triton 2.51's BLS silently drops an error response a decoupled
+model sends after data (measured; docs/serve.md), so the router would never learn of the
+failure; the message therefore also travels in-band, before the error response itself."""
+
+REFERENCE_ENGINE_IO = ModelIO(inputs=_CORE_INPUTS,
+                              outputs=_CORE_OUTPUTS + (_t(ERROR_OUTPUT, STR, 1),))
+"""pdtrt's reference engine model: the core contract plus :data:`ERROR_OUTPUT`."""
 
 ROUTER_IO = CORE_ENGINE_IO.without("context_phase_params")
 """pdtrt's router: the engine model's core I/O minus the phase hand-off it performs itself."""
@@ -356,7 +369,8 @@ TRTLLM_0_21_ENGINE_IO = ModelIO(inputs=_CORE_INPUTS + _V021_EXTRA_INPUTS,
 """``tensorrt_llm`` of TensorRT-LLM 0.21 (logits as FP32, prompt tables and LoRA as FP16:
 NVIDIA's usual fill values for ``${logits_datatype}`` and friends)."""
 
-_ENGINE_IO = {Target.REFERENCE: CORE_ENGINE_IO, Target.TRTLLM_0_21: TRTLLM_0_21_ENGINE_IO}
+_ENGINE_IO = {Target.REFERENCE: REFERENCE_ENGINE_IO,
+              Target.TRTLLM_0_21: TRTLLM_0_21_ENGINE_IO}
 
 
 def engine_io(target: Target) -> ModelIO:

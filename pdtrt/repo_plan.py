@@ -20,6 +20,7 @@ from pdtrt.deployment import Deployment
 from pdtrt.engine_io import (
     ENGINE_STEP_MAP,
     ENSEMBLE_IO,
+    ERROR_OUTPUT,
     POSTPROCESSING_IO,
     POSTPROCESSING_STEP_MAP,
     PREPROCESSING_IO,
@@ -227,6 +228,8 @@ def plan_repo(dep: Deployment, *, mode: RepoMode, engines_root: Path) -> RepoPla
                 (Param.AGGREGATED_MODEL, ModelName.AGGREGATED if mode.has_aggregated else ""),
                 (Param.AGGREGATED_BELOW_TOKENS, str(spec.router.aggregated_below_tokens)),
                 (Param.EARLY_FIRST_TOKEN, _flag(spec.router.early_first_token)),
+                (Param.ERROR_OUTPUT,
+                 ERROR_OUTPUT if spec.target is Target.REFERENCE else ""),
                 (Param.MAX_INPUT_LEN, str(min(limits[p].max_input_len for p in phases))),
                 (Param.MAX_SEQ_LEN, str(min(limits[p].max_seq_len for p in phases))),
             )))

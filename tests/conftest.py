@@ -65,11 +65,11 @@ def reference_engines(tmp_path_factory):
     return root, dep
 
 
-@pytest.fixture(scope="session")
-def reference_server(reference_engines, tmp_path_factory):
-    """One real Triton server per test session running the reference deployment, both
-    ensembles (disaggregated ``ensemble`` and ``ensemble_aggregated``): (TritonServer, Prepared).
-    Skips when the embedded Triton or ucxx is not installed."""
+def serve_reference(spec_path: Path, engines_root: Path, workdir: Path,
+                    env: dict[str, str] | None = None):
+    """Start a real Triton server for a reference spec (engines under ``engines_root``), or
+    skip when the embedded Triton or ucxx is not installed: (TritonServer, Prepared)."""
+    import dataclasses
     import importlib.util
 
     from pdtrt.embedded_triton import find_embedded_triton
@@ -79,11 +79,22 @@ def reference_server(reference_engines, tmp_path_factory):
     from pdtrt.serve import prepare, server_config
     from pdtrt.triton_server import TritonServer
 
-    root, _dep = reference_engines
-    workdir = tmp_path_factory.mktemp("serve")
-    prepared = prepare(EXAMPLES / "reference-cpu.yaml", workdir=workdir, engines_root=root)
-    server = TritonServer(server_config(prepared))
+    prepared = prepare(spec_path, workdir=workdir, engines_root=engines_root)
+    config = server_config(prepared)
+    config = dataclasses.replace(config, env={**config.env, **(env or {})})
+    server = TritonServer(config)
     server.start(timeout_s=600)
+    return server, prepared
+
+
+@pytest.fixture(scope="session")
+def reference_server(reference_engines, tmp_path_factory):
+    """One real Triton server per test session running the reference deployment, both
+    ensembles (disaggregated ``ensemble`` and ``ensemble_aggregated``): (TritonServer, Prepared).
+    Skips when the embedded Triton or ucxx is not installed."""
+    root, _dep = reference_engines
+    server, prepared = serve_reference(EXAMPLES / "reference-cpu.yaml", root,
+                                       tmp_path_factory.mktemp("serve"))
     yield server, prepared
     server.stop()
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import queue
 import time
+import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,3 +66,32 @@ def generate(url: str, model: str, inputs: list, *, request_id: str = "r",
     finally:
         client.stop_stream()
         client.close()
+
+
+def engine_inputs(ids: list[int], n: int, extra=()) -> list:
+    """The engine-model (and router) inputs of one streaming request for ``ids``."""
+    return [_input("input_ids", np.array([ids], dtype=np.int32), "INT32"),
+            _input("input_lengths", np.array([[len(ids)]], dtype=np.int32), "INT32"),
+            _input("request_output_len", np.array([[n]], dtype=np.int32), "INT32"),
+            _input("streaming", np.array([[True]]), "BOOL"), *extra]
+
+
+def metric(metrics_url: str, name: str, **labels: str) -> float:
+    """Sum of a Prometheus metric's samples with these labels (0 when absent)."""
+    text = urllib.request.urlopen(metrics_url, timeout=10).read()
+    total = 0.0
+    for line in text.decode().splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> bool:
+    """Poll ``check`` until it holds or ``timeout_s`` passes; its last value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return check()

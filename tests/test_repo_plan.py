@@ -128,7 +128,8 @@ def test_reference_parameters_follow_the_runtime_contract(tmp_path):
     assert _params(plan, "router") == {
         "pdtrt_role": "router", "prefill_model": "prefill", "decode_model": "decode",
         "aggregated_model": "aggregated", "aggregated_below_tokens": "0",
-        "early_first_token": "true", "max_input_len": "384", "max_seq_len": "512"}
+        "early_first_token": "true", "phase_error_output": "pdtrt_error",
+        "max_input_len": "384", "max_seq_len": "512"}
     assert _params(plan, "preprocessing") == {"pdtrt_role": "preprocessing",
                                               "tokenizer_dir": str(layout / "tokenizer")}
     shims = {m.name: m.shim_module for m in plan.models}

@@ -13,7 +13,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from e2e_client import ensemble_inputs, generate
+from e2e_client import engine_inputs, ensemble_inputs, generate, metric, wait_for
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -51,13 +51,7 @@ def _url(reference_server) -> str:
 
 
 def _metric(reference_server, name: str, **labels: str) -> float:
-    text = urllib.request.urlopen(reference_server[0].endpoints.metrics_url, timeout=10).read()
-    total = 0.0
-    for line in text.decode().splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            if all(f'{k}="{v}"' in line for k, v in labels.items()):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
+    return metric(reference_server[0].endpoints.metrics_url, name, **labels)
 
 
 @pytest.mark.parametrize("prompt", PROMPTS, ids=["short", "medium", "long"])
@@ -125,41 +119,27 @@ def test_bad_requests_are_clear_errors_and_the_server_keeps_serving(reference_se
     assert ok.error is None and ok.final_seen and len(ok.texts) >= 1
 
 
-def _engine_inputs(ids: list[int], n: int, extra=()):
-    import tritonclient.grpc as grpcclient
-
-    def t(name, value, dtype):
-        x = grpcclient.InferInput(name, list(value.shape), dtype)
-        x.set_data_from_numpy(value)
-        return x
-
-    return [t("input_ids", np.array([ids], dtype=np.int32), "INT32"),
-            t("input_lengths", np.array([[len(ids)]], dtype=np.int32), "INT32"),
-            t("request_output_len", np.array([[n]], dtype=np.int32), "INT32"),
-            t("streaming", np.array([[True]]), "BOOL"), *extra]
-
-
 def test_kv_that_is_gone_is_a_request_error_not_a_hang(reference_server):
     import tritonclient.grpc as grpcclient
 
     url = _url(reference_server)
     ids = [1, 40, 41, 42, 43]
-    ctx = generate(url, "prefill", _engine_inputs(ids, 4),
+    ctx = generate(url, "prefill", engine_inputs(ids, 4),
                    parameters={"request_type": "context_only"}, output="context_phase_params")
     assert ctx.error is None and len(ctx.texts) == 1
     params = ctx.texts[0].reshape(1, -1).astype(np.uint8)
     cpp = grpcclient.InferInput("context_phase_params", list(params.shape), "UINT8")
     cpp.set_data_from_numpy(params)
-    first = generate(url, "decode", _engine_inputs(ids, 4, [cpp]),
+    first = generate(url, "decode", engine_inputs(ids, 4, [cpp]),
                      parameters={"request_type": "generation_only"}, output="output_ids")
     assert first.error is None and first.final_seen
-    again = generate(url, "decode", _engine_inputs(ids, 4, [cpp]),
+    again = generate(url, "decode", engine_inputs(ids, 4, [cpp]),
                      parameters={"request_type": "generation_only"}, output="output_ids",
                      timeout_s=60)
     assert again.error is not None and "no longer holds" in again.error
     bad = grpcclient.InferInput("context_phase_params", [1, 3], "UINT8")
     bad.set_data_from_numpy(np.array([[1, 2, 3]], dtype=np.uint8))
-    garbage = generate(url, "decode", _engine_inputs(ids, 4, [bad]),
+    garbage = generate(url, "decode", engine_inputs(ids, 4, [bad]),
                        parameters={"request_type": "generation_only"}, output="output_ids")
     assert garbage.error is not None and "malformed context_phase_params" in garbage.error
 
@@ -169,3 +149,60 @@ def test_metrics_endpoint_has_pdtrt_metrics(reference_server):
     for name in ("pdtrt_router_requests_total", "pdtrt_kv_transfer_seconds_total",
                  "pdtrt_prefill_queue_seconds_total", "pdtrt_decode_queue_seconds_total"):
         assert re.search(rf"^{name}\{{", text, re.M), name
+
+
+def test_cancelling_a_router_stream_stops_the_decode_and_frees_its_kv(reference_server, oracle):
+    """A client stops its stream after 3 tokens of 200: the router sees the cancellation, stops
+    the decode sequence (TensorRT-LLM's stop request) and nothing stays held on either side."""
+    import tritonclient.grpc as grpcclient
+
+    tok, _expected = oracle
+    ids = tok.encode(PROMPTS[1])
+    no_eos = grpcclient.InferInput("end_id", [1, 1], "INT32")
+    no_eos.set_data_from_numpy(np.array([[-1]], dtype=np.int32))
+    router_before = _metric(reference_server, "pdtrt_router_cancelled_total")
+    decode_before = _metric(reference_server, "pdtrt_engine_cancelled_total", model="decode")
+    got = generate(_url(reference_server), "router", engine_inputs(ids, 200, [no_eos]),
+                   request_id="cancel-me", output="output_ids", cancel_after=3)
+    assert got.error is None and len(got.texts) == 3 and not got.final_seen
+    assert wait_for(lambda: _metric(reference_server, "pdtrt_router_cancelled_total")
+                     == router_before + 1)
+    assert wait_for(lambda: _metric(reference_server, "pdtrt_engine_cancelled_total",
+                                     model="decode") == decode_before + 1)
+    assert wait_for(lambda: _metric(reference_server, "pdtrt_engine_active_sequences",
+                                     model="decode") == 0)
+    assert _metric(reference_server, "pdtrt_kv_held_buffers", model="prefill") == 0
+    ok = generate(_url(reference_server), "ensemble", ensemble_inputs("Hello again", 4))
+    assert ok.error is None and ok.final_seen
+
+
+def test_a_stop_request_frees_the_kv_the_prefill_holds(reference_server):
+    """TensorRT-LLM's stop contract on the prefill model: after a context-only request, a stop
+    with the same request id frees the held KV at once (not after the timeout)."""
+    import tritonclient.grpc as grpcclient
+
+    url = _url(reference_server)
+    ids = [1, 50, 51, 52]
+    released = _metric(reference_server, "pdtrt_kv_released_total", model="prefill")
+    ctx = generate(url, "prefill", engine_inputs(ids, 4), request_id="held-1",
+                   parameters={"request_type": "context_only"}, output="context_phase_params")
+    assert ctx.error is None
+    held = _metric(reference_server, "pdtrt_kv_held_buffers", model="prefill")
+    assert held >= 1
+    stop = grpcclient.InferInput("stop", [1, 1], "BOOL")
+    stop.set_data_from_numpy(np.array([[True]]))
+    done = generate(url, "prefill", engine_inputs(ids, 4, [stop]), request_id="held-1",
+                    output="output_ids")
+    assert done.error is None and done.final_seen and done.texts == []
+    after = (_metric(reference_server, "pdtrt_kv_released_total", model="prefill"),
+             _metric(reference_server, "pdtrt_kv_held_buffers", model="prefill"))
+    assert after[0] >= released + 1 and after[1] <= held - 1, (released, held, after)
+    params = ctx.texts[0].reshape(1, -1).astype(np.uint8)
+    cpp = grpcclient.InferInput("context_phase_params", list(params.shape), "UINT8")
+    cpp.set_data_from_numpy(params)
+    late = generate(url, "decode", engine_inputs(ids, 4, [cpp]),
+                    parameters={"request_type": "generation_only"}, output="output_ids")
+    assert late.error is not None and "no longer holds" in late.error
+    anonymous = generate(url, "prefill", engine_inputs(ids, 4, [stop]), request_id="",
+                         output="output_ids")
+    assert anonymous.error is not None and "request id" in anonymous.error

@@ -1,6 +1,6 @@
 """pdtrt's engine model for Triton (roles prefill, decode, aggregated) over the reference engine.
 
-Implements the core ``tensorrt_llm`` contract (:data:`pdtrt.engine_io.CORE_ENGINE_IO`):
+Implements the core ``tensorrt_llm`` contract (:data:`pdtrt.engine_io.REFERENCE_ENGINE_IO`):
 ``request_type`` context_only / generation_only / context_and_generation (request parameter),
 ``context_phase_params`` out of a context-only request and into the generation-only one,
 streaming, greedy and seeded sampling, ``end_id``, max tokens, timing outputs, and ``stop``:
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from pdtrt.engine_io import Param, RequestType, Role
+from pdtrt.engine_io import ERROR_OUTPUT, Param, RequestType, Role
 from pdtrt.errors import KVTransferError
 from pdtrt.runtime.faults import FaultInjection
 from pdtrt.runtime.inflight import InflightRequests, StopHandle
@@ -78,7 +78,7 @@ class TritonPythonModel:
         if self.role in (Role.PREFILL, Role.DECODE):
             self.ucx = UcxKVNode(transports=tuple(p[Param.UCX_TLS].split(",")),
                                  timeout_s=float(p[Param.KV_TRANSFER_TIMEOUT_S]),
-                                 on_expired=self._publish_gauges_locked)
+                                 on_change=self._publish_gauges_locked)
             self.ucx.start()
         self.inflight = InflightRequests()
         self.scheduler = Scheduler(self.engine, max_batch_size=int(p[Param.MAX_BATCH_SIZE]),
@@ -219,15 +219,27 @@ class _Responder:
         self.arrival_ns, self.handle = arrival_ns, handle
         self.tokens: list[int] = []
         self.done = False
+        self.sent = False  # a response with data went out
 
     def fail(self, message: str) -> None:
         """End the request with an error (call with PB_LOCK held)."""
-        if not self.done:
-            self.done = True
-            self.model.inflight.finished(self.handle)
-            self.model.metrics.add("failed", 1)
+        if self.done:
+            return
+        self.done = True
+        self.model.inflight.finished(self.handle)
+        self.model.metrics.add("failed", 1)
+        if not self.sent:
             send_error(self.sender, message)
-            self.model._publish_gauges()
+        else:
+            # After data, Triton 2.51's BLS drops an error response (and an error response
+            # flagged final never ends the caller's stream): the message goes in-band first,
+            # then the error response for gRPC clients, then the final flag on its own.
+            text = np.array([[message.encode()]], dtype=object)
+            self.sender.send(pb_utils.InferenceResponse(
+                output_tensors=[pb_utils.Tensor(ERROR_OUTPUT, text)]))
+            self.sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
+            self.sender.send(flags=FINAL)
+        self.model._publish_gauges()
 
     def _timing(self, em: Emission) -> list[Any]:
         values = {"arrival_time_ns": self.arrival_ns,
@@ -263,6 +275,7 @@ class _Responder:
                 response = pb_utils.InferenceResponse(
                     output_tensors=token_outputs(em.tokens) + self._timing(em) + extra)
                 self.sender.send(response, flags=FINAL if em.final else 0)
+                self.sent = True
             elif em.final:
                 self.sender.send(flags=FINAL)
         elif em.final:

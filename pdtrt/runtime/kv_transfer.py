@@ -18,6 +18,7 @@ expired), then on ``reply_tag + 1`` the ``kv_nbytes`` bytes.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import secrets
 import struct
@@ -31,6 +32,8 @@ import numpy as np
 from pdtrt.errors import KVTransferError
 
 __all__ = ["TransferStats", "UcxKVNode"]
+
+log = logging.getLogger(__name__)
 
 PULL_TAG = 0x7064_7472_7400_0001  # "pdtrt" + 1
 _REQUEST_MAX_BYTES = 64 * 1024
@@ -60,10 +63,11 @@ class UcxKVNode:
     """One process's UCX endpoint for KV transfer; call :meth:`start` before use."""
 
     def __init__(self, *, transports: tuple[str, ...] = ("sm", "tcp"),
-                 timeout_s: float = 30.0, on_expired: Callable[[], None] | None = None) -> None:
+                 timeout_s: float = 30.0, on_change: Callable[[], None] | None = None) -> None:
         self.transports = transports
         self.timeout_s = timeout_s
-        self.on_expired = on_expired  # called (on the UCX thread) after buffers expired
+        # called on the UCX thread after held buffers were served or expired (for gauges)
+        self.on_change = on_change
         self.stats = TransferStats()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -163,6 +167,7 @@ class UcxKVNode:
         with self._lock:
             if self.stats.held.pop(transfer_id, None) is not None:
                 self.stats.served += 1
+        self._changed()
 
     async def _sweep(self) -> None:
         while True:
@@ -173,11 +178,15 @@ class UcxKVNode:
                 for tid in expired:
                     del self.stats.held[tid]
                     self.stats.expired += 1
-            if expired and self.on_expired is not None:
-                try:
-                    self.on_expired()
-                except Exception:  # a metrics hook must not stop the sweeper
-                    pass
+            if expired:
+                self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception:  # a metrics hook must not stop the UCX loop
+                log.exception("KV transfer on_change hook failed")
 
     # -- decode side -------------------------------------------------------------------------
     def pull(self, address: bytes, transfer_id: int, nbytes: int) -> np.ndarray:

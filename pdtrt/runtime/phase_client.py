@@ -32,13 +32,25 @@ class PhaseResponse:
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     error: str | None = None
 
+    @classmethod
+    def of(cls, outputs: dict[str, np.ndarray], error_output: str) -> PhaseResponse:
+        """A data response, or an error when it carries the in-band ``error_output``."""
+        if error_output and error_output in outputs:
+            raw = outputs[error_output].reshape(-1)[0]
+            return cls(error=raw.decode("utf-8", "replace") if isinstance(raw, bytes)
+                       else str(raw))
+        return cls(outputs)
+
 
 class PhaseClient(Protocol):
     where: str  # for error messages: "this server" or the gRPC address
 
     def stream(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-               parameters: Mapping[str, str], outputs: list[str]
-               ) -> AsyncIterator[PhaseResponse]: ...
+               parameters: Mapping[str, str], outputs: list[str], error_output: str = ""
+               ) -> AsyncIterator[PhaseResponse]:
+        """Responses of one decoupled request; ``error_output`` names the output that carries
+        an in-band error message (pdtrt's engine models), "" for none."""
+        ...
 
 
 _DONE = object()
@@ -51,7 +63,7 @@ class BlsPhaseClient:
         self.pool = pool
 
     async def stream(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-                     parameters: Mapping[str, str], outputs: list[str]
+                     parameters: Mapping[str, str], outputs: list[str], error_output: str = ""
                      ) -> AsyncIterator[PhaseResponse]:
         import triton_python_backend_utils as pb_utils
 
@@ -61,7 +73,8 @@ class BlsPhaseClient:
             request = pb_utils.InferenceRequest(
                 model_name=model,
                 inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()],
-                requested_output_names=outputs, request_id=request_id,
+                requested_output_names=outputs + ([error_output] if error_output else []),
+                request_id=request_id,
                 parameters=dict(parameters))
             it = request.exec(decoupled=True)
         loop = asyncio.get_running_loop()
@@ -70,14 +83,15 @@ class BlsPhaseClient:
             if r is _DONE:
                 return
             if r.has_error():
+                # An error ends the stream; 2.51's iterator then never yields the final flag.
                 yield PhaseResponse(error=r.error().message())
-                continue
+                return
             got = {}
-            for name in outputs:
-                t = pb_utils.get_output_tensor_by_name(r, name)
+            for name in outputs + [error_output]:
+                t = pb_utils.get_output_tensor_by_name(r, name) if name else None
                 if t is not None:
                     got[name] = t.as_numpy()
-            yield PhaseResponse(got)
+            yield PhaseResponse.of(got, error_output)
 
 
 class GrpcPhaseClient:
@@ -116,13 +130,13 @@ class GrpcPhaseClient:
         return req
 
     async def stream(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-                     parameters: Mapping[str, str], outputs: list[str]
+                     parameters: Mapping[str, str], outputs: list[str], error_output: str = ""
                      ) -> AsyncIterator[PhaseResponse]:
         import grpc
         from tritonclient.grpc import InferResult
 
         request = self.request(model, inputs, request_id=request_id, parameters=parameters,
-                               outputs=outputs)
+                               outputs=outputs + ([error_output] if error_output else []))
         final = asyncio.Event()
 
         async def requests() -> AsyncIterator[Any]:
@@ -142,7 +156,7 @@ class GrpcPhaseClient:
                 if infer.parameters["triton_final_response"].bool_param:
                     final.set()
                 if got:
-                    yield PhaseResponse(got)
+                    yield PhaseResponse.of(got, error_output)
         except grpc.aio.AioRpcError as exc:
             yield PhaseResponse(error=f"{self.where}: {exc.code().name}: {exc.details()}")
         finally:

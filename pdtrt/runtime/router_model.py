@@ -108,6 +108,7 @@ class TritonPythonModel:
         self.aggregated_model = p.get(Param.AGGREGATED_MODEL, "")
         self.aggregated_below = int(p.get(Param.AGGREGATED_BELOW_TOKENS, "0") or 0)
         self.early_first_token = p.get(Param.EARLY_FIRST_TOKEN, "true") == "true"
+        self.error_output = p.get(Param.ERROR_OUTPUT, "")
         # Scalars arrive reshaped to [batch]; a phase request must send the config shape
         # [batch, 1].
         self.inputs = {t.name: t.reshape_scalar for t in ROUTER_IO.inputs}
@@ -158,7 +159,7 @@ class TritonPythonModel:
             ["context_phase_params"] if request_type == RequestType.CONTEXT_ONLY else [])
         return self.clients[model].stream(model, inputs, request_id=phase_id,
                                           parameters={REQUEST_TYPE_PARAMETER: request_type},
-                                          outputs=outputs)
+                                          outputs=outputs, error_output=self.error_output)
 
     async def _stop(self, model: str, inputs: dict[str, np.ndarray], phase_id: str) -> None:
         """Stop ``phase_id`` on ``model`` (TensorRT-LLM's stop request); never raises."""

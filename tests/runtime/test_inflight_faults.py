@@ -1,0 +1,95 @@
+"""The stop bookkeeping, fault injection and the gRPC phase request, without a server."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pdtrt.runtime.faults import FaultInjection, InjectedFault
+from pdtrt.runtime.inflight import InflightRequests
+
+
+def test_stop_marks_live_sequences_of_that_id_only():
+    reg = InflightRequests()
+    a, b, other = reg.register("r1"), reg.register("r1"), reg.register("r2")
+    result = reg.stop("r1")
+    assert result.sequences == 2 and result.transfers == ()
+    assert a.stopped and b.stopped and not other.stopped
+    reg.finished(a)
+    reg.finished(b)
+    assert reg.num_live == 1 and reg.stop("r1").sequences == 0
+
+
+def test_stop_claims_offered_transfers_and_forgets_those_no_longer_held():
+    reg = InflightRequests()
+    held = {11, 22}
+    reg.offered("a", 11, held.__contains__)
+    reg.offered("b", 22, held.__contains__)
+    held.discard(11)  # pulled by a decode instance
+    reg.offered("c", 33, held.__contains__)  # pruning happens on each offer
+    assert reg.stop("a").transfers == ()
+    assert reg.stop("b").transfers == (22,)
+    assert reg.stop("b").transfers == ()  # claimed once
+
+
+def test_fault_rules_are_per_role_and_malformed_ones_are_refused():
+    env = {"PDTRT_FAULT_INJECTION": "decode_step:decode:fault-,decode_step:prefill:p-"}
+    decode = FaultInjection.from_env("decode", env)
+    assert decode is not None and decode.prefixes == ("fault-",)
+    assert FaultInjection.from_env("aggregated", env) is None
+    assert FaultInjection.from_env("decode", {}) is None
+    decode.before_decode(["ok-1", "healthy"])
+    with pytest.raises(InjectedFault, match="fault-7"):
+        decode.before_decode(["ok-1", "fault-7~ab"])
+    with pytest.raises(ValueError, match="decode_step:<role>:<request-id prefix>"):
+        FaultInjection.from_env("decode", {"PDTRT_FAULT_INJECTION": "explode:decode:x"})
+
+
+def test_an_engine_failure_fails_the_batch_and_the_waiting_requests_still_run(tiny_model):
+    import queue
+
+    from pdtrt.runtime.reference_engine import ReferenceEngine, SamplingParams
+    from pdtrt.runtime.scheduler import Scheduler, SeqRequest
+
+    sched = Scheduler(ReferenceEngine(tiny_model, tokens_per_block=16), max_batch_size=1,
+                      max_num_tokens=64, faults=FaultInjection(("fault-",)))
+    outs = {rid: queue.Queue() for rid in ("fault-1", "ok-1")}
+    for rid, out in outs.items():  # both queued before the loop starts: one batch of one
+        sched.submit(SeqRequest(request_id=rid, prompt=[5, 6, 7], max_new_tokens=4, end_id=None,
+                                sampling=SamplingParams(), mode="context_and_generation",
+                                emit=out.put))
+    sched.start()
+    try:
+        def final(out):
+            while True:
+                em = out.get(timeout=60)
+                if em.final:
+                    return em
+        assert "engine failure: injected decode-step fault" in final(outs["fault-1"]).error
+        ok = final(outs["ok-1"])
+        assert ok.error is None
+    finally:
+        sched.stop()
+
+
+def test_grpc_phase_request_carries_inputs_parameters_and_the_empty_final_flag():
+    from tritonclient.grpc import service_pb2  # noqa: F401  (the protobuf types used)
+
+    from pdtrt.runtime.phase_client import GrpcPhaseClient, PhaseResponse
+
+    req = GrpcPhaseClient.request(
+        "decode", {"input_ids": np.array([[1, 2, 3]], dtype=np.int32),
+                   "streaming": np.array([[True]])},
+        request_id="c1~ab", parameters={"request_type": "generation_only"},
+        outputs=["output_ids", "pdtrt_error"])
+    assert req.model_name == "decode" and req.id == "c1~ab"
+    assert [(i.name, i.datatype, list(i.shape)) for i in req.inputs] == [
+        ("input_ids", "INT32", [1, 3]), ("streaming", "BOOL", [1, 1])]
+    assert np.frombuffer(req.raw_input_contents[0], dtype=np.int32).tolist() == [1, 2, 3]
+    assert req.parameters["request_type"].string_param == "generation_only"
+    assert req.parameters["triton_enable_empty_final_response"].bool_param
+    assert [o.name for o in req.outputs] == ["output_ids", "pdtrt_error"]
+    err = PhaseResponse.of({"pdtrt_error": np.array([[b"engine failure: x"]], dtype=object)},
+                           "pdtrt_error")
+    assert err.error == "engine failure: x" and err.outputs == {}
+    assert PhaseResponse.of({"output_ids": np.zeros(1)}, "pdtrt_error").error is None
