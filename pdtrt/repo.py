@@ -34,6 +34,7 @@ class RepoResult:
             "mode": str(plan.mode),
             "models": [str(m.name) for m in plan.models] + [str(e.name) for e in plan.ensembles],
             "engine_dirs": {str(k): str(v) for k, v in plan.engine_dirs.items()},
+            "remote_pools": {str(k): v for k, v in plan.remote.items()},
             "limits": {str(p): lim.to_dict() for p, lim in plan.limits.items()},
             "files": list(self.files),
         }

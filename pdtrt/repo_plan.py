@@ -12,7 +12,7 @@ postprocessing the largest of all (an ensemble may not exceed any of its steps).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
@@ -97,6 +97,7 @@ class RepoPlan:
     tokenizer_dir: str
     limits: dict[Phase, PhaseLimits]
     launch: LaunchPlan | None
+    remote: dict[ModelName, str] = field(default_factory=dict)  # engine model -> HOST:PORT
 
 
 def _abs(path: Path) -> Path:
@@ -178,9 +179,14 @@ def plan_repo(dep: Deployment, *, mode: RepoMode, engines_root: Path) -> RepoPla
     limits = {p: resolve_limits(dep, p, manifest_if_present(phase_dirs[p])) for p in Phase}
     # (model, role, phase whose engine and pool it uses)
     engines: list[tuple[ModelName, Role, Phase]] = []
+    # Pools with an endpoint are served by another Triton server: no local model here.
+    remote = {name: ep for name, ep in ((ModelName.PREFILL, spec.prefill.endpoint),
+                                        (ModelName.DECODE, spec.decode.endpoint))
+              if ep is not None and mode.has_disaggregated}
     if mode.has_disaggregated:
-        engines += [(ModelName.PREFILL, Role.PREFILL, Phase.PREFILL),
-                    (ModelName.DECODE, Role.DECODE, Phase.DECODE)]
+        engines += [(name, role, phase) for name, role, phase in (
+            (ModelName.PREFILL, Role.PREFILL, Phase.PREFILL),
+            (ModelName.DECODE, Role.DECODE, Phase.DECODE)) if name not in remote]
     if mode.has_aggregated:
         engines.append((ModelName.AGGREGATED, Role.AGGREGATED, Phase.PREFILL))
     engine_dirs = {name: phase_dirs[phase] for name, _, phase in engines}
@@ -216,7 +222,7 @@ def plan_repo(dep: Deployment, *, mode: RepoMode, engines_root: Path) -> RepoPla
     engine_batch = {m.name: m.max_batch_size for m in models}
     ensembles: list[EnsemblePlan] = []
     if mode.has_disaggregated:
-        batch = max(engine_batch[ModelName.PREFILL], engine_batch[ModelName.DECODE])
+        batch = max(limits[Phase.PREFILL].max_batch_size, limits[Phase.DECODE].max_batch_size)
         phases = [Phase.PREFILL, Phase.DECODE]
         models.append(_python_model(
             ModelName.ROUTER, Role.ROUTER, batch=batch,
@@ -228,6 +234,8 @@ def plan_repo(dep: Deployment, *, mode: RepoMode, engines_root: Path) -> RepoPla
                 (Param.AGGREGATED_MODEL, ModelName.AGGREGATED if mode.has_aggregated else ""),
                 (Param.AGGREGATED_BELOW_TOKENS, str(spec.router.aggregated_below_tokens)),
                 (Param.EARLY_FIRST_TOKEN, _flag(spec.router.early_first_token)),
+                (Param.PREFILL_URL, remote.get(ModelName.PREFILL, "")),
+                (Param.DECODE_URL, remote.get(ModelName.DECODE, "")),
                 (Param.ERROR_OUTPUT,
                  ERROR_OUTPUT if spec.target is Target.REFERENCE else ""),
                 (Param.MAX_INPUT_LEN, str(min(limits[p].max_input_len for p in phases))),
@@ -249,7 +257,7 @@ def plan_repo(dep: Deployment, *, mode: RepoMode, engines_root: Path) -> RepoPla
                                 params=((Param.ROLE, Role.POSTPROCESSING), *tok)))
     return RepoPlan(target=spec.target, mode=mode, models=tuple(models),
                     ensembles=tuple(ensembles), engine_dirs=engine_dirs,
-                    tokenizer_dir=tokenizer_dir, limits=limits, launch=launch)
+                    tokenizer_dir=tokenizer_dir, limits=limits, launch=launch, remote=remote)
 
 
 def _steps(middle: ModelName) -> tuple[tuple[ModelName, StepMap], ...]:

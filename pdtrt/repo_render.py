@@ -138,6 +138,7 @@ def repo_manifest(dep: Deployment, plan: RepoPlan) -> dict[str, object]:
                                                                for e in plan.ensembles]),
         "engine_dirs": {str(k): str(v) for k, v in sorted(plan.engine_dirs.items())},
         "tokenizer_dir": plan.tokenizer_dir,
+        "remote_pools": {str(k): v for k, v in sorted(plan.remote.items())},
         "limits": {str(p): lim.to_dict() for p, lim in plan.limits.items()},
         "spec": dep.spec.model_dump(mode="json"),
     }

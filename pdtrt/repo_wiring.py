@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pdtrt.engine_io import Param, Role
 from pdtrt.pbtxt import ModelConfig, data_type_name
+from pdtrt.spec import ENDPOINT
 from pdtrt.suggest import did_you_mean
 
 __all__ = ["ENGINE_REFERENCE_PARAMS", "dims_compatible", "ensemble_problems", "parameter",
@@ -128,10 +129,18 @@ def router_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelConfi
     """Parameters naming models must name existing models; decoupling must agree with them."""
     problems: list[str] = []
     is_pdtrt_router = parameter(cfg, Param.ROLE) == Role.ROUTER
+    remote: set[str] = set()  # model names served by another Triton server
     if is_pdtrt_router:
-        for key in (Param.PREFILL_MODEL, Param.DECODE_MODEL):
+        for key, url_key in ((Param.PREFILL_MODEL, Param.PREFILL_URL),
+                             (Param.DECODE_MODEL, Param.DECODE_URL)):
             if not parameter(cfg, key):
                 problems.append(f"{name}: parameter '{key}' is missing or empty")
+            url = parameter(cfg, url_key)
+            if url:
+                if not ENDPOINT.match(str(url)):
+                    problems.append(f"{name}: parameter '{url_key}' is {url!r}, not a gRPC "
+                                    "address HOST:PORT")
+                remote.add(str(parameter(cfg, key)))
         below = parameter(cfg, Param.AGGREGATED_BELOW_TOKENS) or "0"
         if not below.isdigit():
             problems.append(f"{name}: parameter '{Param.AGGREGATED_BELOW_TOKENS}' must be a "
@@ -143,7 +152,7 @@ def router_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelConfi
     decoupled = cfg.model_transaction_policy.decoupled
     for key in ENGINE_REFERENCE_PARAMS:
         target = parameter(cfg, key)
-        if not target or target in broken:
+        if not target or target in broken or target in remote:
             continue
         model = models.get(target)
         if model is None:

@@ -12,9 +12,10 @@ Numbers are strict: ``tp: "2"`` is an error, not 2. Enum-valued fields take thei
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from pdtrt.enums import DType, KVDType, KVTransferBackend, Phase, Target, WeightQuant
 
@@ -94,6 +95,22 @@ class EngineLimits(_Section):
     ] = None
 
 
+# A pool endpoint: HOST:PORT, IPv6 hosts in brackets (the port's range is checked separately).
+ENDPOINT = re.compile(r"^(?P<host>[A-Za-z0-9._\-]+|\[[0-9A-Fa-f:]+\]):(?P<port>[0-9]{1,5})$")
+
+
+def _check_endpoint(value: str | None) -> str | None:
+    """A pool endpoint: HOST:PORT (IPv6 hosts in brackets), port 1..65535."""
+    if value is not None:
+        m = ENDPOINT.match(value)
+        if m is None:
+            raise ValueError(f"endpoint {value!r} is not a gRPC address HOST:PORT (e.g. "
+                             "10.0.0.5:8001 or [fd00::5]:8001, without a scheme)")
+        if not 1 <= int(m["port"]) <= 65535:
+            raise ValueError(f"port {m['port']} of endpoint {value!r} is not in 1..65535")
+    return value
+
+
 class Pool(_Section):
     gpu: str = Field(min_length=1, description="GPU type from the catalog (`pdtrt gpus`), or "
                      "`cpu` on the reference target.")
@@ -104,6 +121,11 @@ class Pool(_Section):
         default=None, ge=0, description="Price of one GPU-hour; overrides the catalog default.")
     engine: EngineLimits = Field(default_factory=EngineLimits,
                                  description="Engine limits of this pool.")
+    endpoint: Annotated[str | None, AfterValidator(_check_endpoint)] = Field(
+        default=None,
+        description="gRPC address HOST:PORT of another Triton server that serves this pool's "
+        "engine model (named `prefill` / `decode` there); this repository then has no local "
+        "model for the pool and the router calls it over gRPC. Omit to serve it here.")
 
     @property
     def gpus_per_instance(self) -> int:

@@ -60,6 +60,8 @@ def _message(err: Any) -> str:
         return f"{err['msg']}; got {value!r}{did_you_mean(str(value), expected)}"
     if kind == "model_type":
         return f"must be a mapping of keys, got {value!r}"
+    if kind == "value_error":  # pdtrt's own validators: the message says it all
+        return str(err["ctx"]["error"])
     return f"{err['msg']}; got {value!r}"
 
 

@@ -132,6 +132,16 @@ def _ports_distinct(spec: DeploymentSpec) -> Iterator[SpecIssue]:
         seen[port] = field
 
 
+def _endpoints(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    for phase in Phase:
+        endpoint = spec.pool(phase).endpoint
+        if endpoint is not None and spec.target is not Target.REFERENCE:
+            yield SpecIssue(path=f"{phase}.endpoint",
+                            message=f"pools in other Triton servers are supported on the "
+                            f"reference target only, not on {spec.target}; remove the "
+                            "endpoint and serve both pools from this repository")
+
+
 SHAPE_RULES: tuple[Rule, ...] = (
     _tokens_per_block_equal,
     _tokens_per_block_power_of_two,
@@ -141,6 +151,7 @@ SHAPE_RULES: tuple[Rule, ...] = (
     _target_support,
     _transports_known,
     _ports_distinct,
+    _endpoints,
 )
 
 

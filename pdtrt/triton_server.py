@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -31,6 +32,7 @@ from pdtrt.errors import ServerError
 
 __all__ = ["Endpoints", "ServerConfig", "TritonServer", "free_port", "prepare_backend_dir"]
 
+_STUB_TIMEOUT_S = 300
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)'[^:]*: (.*)$", re.MULTILINE)
 
 
@@ -102,6 +104,7 @@ class TritonServer:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
+        self.shm_prefix = f"pdtrt_{secrets.token_hex(6)}_"  # this server's Python-backend shm
         self.endpoints: Endpoints | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = None
@@ -137,6 +140,12 @@ class TritonServer:
             f"--grpc-address={ep.host}", f"--grpc-port={ep.grpc_port}",
             f"--metrics-address={ep.host}", f"--metrics-port={ep.metrics_port}",
             "--log-verbose=0",
+            # Python-backend stubs of several servers on one host: their own shared-memory
+            # prefix each, and time to start on a loaded machine (the default 30 s ran out
+            # while a second server's stubs imported torch on 2 cores, and the server then
+            # aborted with boost::interprocess::lock_exception).
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            f"--backend-config=python,stub-timeout-seconds={_STUB_TIMEOUT_S}",
             *cfg.extra_args,
         ]
         return cmd, env

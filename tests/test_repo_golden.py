@@ -18,7 +18,8 @@ from tests.conftest import EXAMPLES
 
 GOLDEN = Path(__file__).parent / "golden" / "repo"
 GOLDEN_ENGINES = Path("/pdtrt-golden/engines")  # fixed, never created: paths stay stable
-CASES = [(ex, mode) for ex in ("llama3-8b-h100-l40s", "reference-cpu") for mode in RepoMode]
+EXAMPLE_SPECS = ("llama3-8b-h100-l40s", "reference-cpu", "reference-remote")
+CASES = [(ex, mode) for ex in EXAMPLE_SPECS for mode in RepoMode]
 
 
 def _generate(example: str, mode: RepoMode, out: Path) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
 
@@ -128,7 +129,8 @@ def test_reference_parameters_follow_the_runtime_contract(tmp_path):
     assert _params(plan, "router") == {
         "pdtrt_role": "router", "prefill_model": "prefill", "decode_model": "decode",
         "aggregated_model": "aggregated", "aggregated_below_tokens": "0",
-        "early_first_token": "true", "phase_error_output": "pdtrt_error",
+        "early_first_token": "true", "prefill_url": "", "decode_url": "",
+        "phase_error_output": "pdtrt_error",
         "max_input_len": "384", "max_seq_len": "512"}
     assert _params(plan, "preprocessing") == {"pdtrt_role": "preprocessing",
                                               "tokenizer_dir": str(layout / "tokenizer")}
@@ -205,8 +207,9 @@ def test_repo_manifest_fields(tmp_path, llama):
     generate_repo(llama, tmp_path / "r", engines_root=tmp_path / "e")
     data = json.loads((tmp_path / "r" / "pdtrt-repo.json").read_text())
     assert sorted(data) == ["deployment", "engine_dirs", "launch", "limits", "mode", "models",
-                            "pdtrt_version", "repo_manifest_version", "spec", "spec_sha256",
-                            "target", "tokenizer_dir"]
+                            "pdtrt_version", "remote_pools", "repo_manifest_version", "spec",
+                            "spec_sha256", "target", "tokenizer_dir"]
+    assert data["remote_pools"] == {}
     assert data["spec_sha256"] == spec_sha256(llama) and len(data["spec_sha256"]) == 64
     assert data["spec"]["decode"]["instances"] == 2
     assert data["launch"]["mpi_world_size"] == 4
@@ -215,3 +218,23 @@ def test_repo_manifest_fields(tmp_path, llama):
                                    "prefill": str(tmp_path / "e" / "llama3-8b-h100-l40s" /
                                                   "prefill")}
     assert data["tokenizer_dir"] == "meta-llama/Meta-Llama-3.1-8B"  # no model.path: a Hub id
+
+
+def test_pools_with_an_endpoint_have_no_local_model_and_the_router_calls_them(tmp_path):
+    dep = load_deployment(EXAMPLES / "reference-remote.yaml")
+    plan = plan_repo(dep, mode=RepoMode.BOTH, engines_root=tmp_path)
+    names = {m.name for m in plan.models}
+    assert "prefill" not in names and "decode" not in names
+    assert {"router", "aggregated", "preprocessing", "postprocessing"} <= names
+    assert plan.remote == {"prefill": "127.0.0.1:8001", "decode": "127.0.0.1:8001"}
+    router = _params(plan, "router")
+    assert router["prefill_url"] == router["decode_url"] == "127.0.0.1:8001"
+    assert router["prefill_model"] == "prefill" and router["decode_model"] == "decode"
+    # Only the decode pool remote: prefill stays local, the router calls it by BLS.
+    spec = dep.spec.model_copy(update={"prefill": dep.spec.prefill.model_copy(
+        update={"endpoint": None})})
+    plan = plan_repo(dataclasses.replace(dep, spec=spec), mode=RepoMode.DISAGGREGATED,
+                     engines_root=tmp_path)
+    assert "prefill" in {m.name for m in plan.models}
+    assert "decode" not in {m.name for m in plan.models}
+    assert _params(plan, "router")["prefill_url"] == ""

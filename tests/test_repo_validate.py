@@ -102,6 +102,14 @@ DEFECTS = {
         lambda r: _edit(r, "router", 'string_value: "decode" }', 'string_value: "decoder" }'),
         ["router: parameter 'decode_model' names 'decoder', which is not a model of this "
          "repository (did you mean 'decode'?)"]),
+    "router-remote-url-malformed": (
+        lambda r: _edit(r, "router", 'key: "decode_url"\n  value: { string_value: ""',
+                        'key: "decode_url"\n  value: { string_value: "http://node2"'),
+        ["router: parameter 'decode_url' is 'http://node2', not a gRPC address HOST:PORT"]),
+    "router-remote-pool-model-removed-without-url": (
+        lambda r: shutil.rmtree(r / "decode"),
+        ["router: parameter 'decode_model' names 'decode', which is not a model of this "
+         "repository"]),
     "router-aggregated-threshold-without-model": (
         lambda r: (_edit(r, "router", 'string_value: "aggregated" }', 'string_value: "" }'),
                    _edit(r, "router", 'key: "aggregated_below_tokens"\n  value: { string_value: '
@@ -221,3 +229,11 @@ def test_engine_dir_without_manifest(repo, engines):
             "cannot be checked") in report.problems
     assert (f"aggregated: {engines / 'prefill'} has no pdtrt-engine.json: its target and KV "
             "layout cannot be checked") in report.problems
+
+
+def test_a_removed_pool_with_a_url_is_served_elsewhere(repo):
+    """A pool whose model lives in another server (its *_url set) is not a missing model."""
+    shutil.rmtree(repo / "decode")
+    _edit(repo, "router", 'key: "decode_url"\n  value: { string_value: ""',
+          'key: "decode_url"\n  value: { string_value: "10.0.0.7:8001"')
+    assert validate_repo(repo).problems == ()
