@@ -33,6 +33,8 @@ from pdtrt.errors import ServerError
 __all__ = ["Endpoints", "ServerConfig", "TritonServer", "free_port", "prepare_backend_dir"]
 
 _STUB_TIMEOUT_S = 300
+_START_ATTEMPTS = 3
+_LOCK_EXCEPTION = "boost::interprocess::lock_exception"
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)'[^:]*: (.*)$", re.MULTILINE)
 
 
@@ -154,8 +156,24 @@ class TritonServer:
         """Start the server and wait until it and all its models are ready.
 
         Raises :class:`ServerError` naming the model that failed to load (from the log), or
-        the server's exit, or the timeout.
+        the server's exit, or the timeout. A start that the Python backend aborts with
+        ``boost::interprocess::lock_exception`` -- an intermittent Triton 2.51 fault seen here
+        when a second server starts on one host -- is retried (``_START_ATTEMPTS`` in all);
+        the failed attempt's log is kept next to the log as ``<log>.attemptN``.
         """
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            try:
+                return self._start_once(timeout_s)
+            except ServerError:
+                if attempt == _START_ATTEMPTS or _LOCK_EXCEPTION not in self.log_text():
+                    raise
+                kept = self.config.log_path.with_name(
+                    f"{self.config.log_path.name}.attempt{attempt}")
+                self.config.log_path.replace(kept)
+                self.shm_prefix = f"pdtrt_{secrets.token_hex(6)}_"
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> Endpoints:
         cfg = self.config
         self.endpoints = Endpoints(
             host=cfg.host,

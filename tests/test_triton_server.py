@@ -92,3 +92,52 @@ def test_missing_binary(tmp_path):
                                        tritonserver=tmp_path / "no-such-tritonserver"))
     with pytest.raises(ServerError, match="cannot run .*no-such-tritonserver"):
         server.start(timeout_s=5)
+
+
+FLAKY_SERVER = """#!{python}
+# A stand-in tritonserver: the first run aborts like Triton 2.51's Python backend sometimes
+# does; later runs answer the readiness probe on --http-port until killed.
+import http.server, pathlib, sys
+marker = pathlib.Path({marker!r})
+if not marker.exists():
+    marker.write_text("aborted once")
+    print("terminate called after throwing an instance of "
+          "'boost::interprocess::lock_exception'", flush=True)
+    sys.exit(134)
+port = int(next(a for a in sys.argv if a.startswith("--http-port=")).split("=")[1])
+class Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Ready).serve_forever()
+"""
+
+
+def test_a_lock_exception_abort_at_start_is_retried_and_its_log_kept(tmp_path):
+    import sys
+
+    binary = tmp_path / "tritonserver"
+    binary.write_text(FLAKY_SERVER.format(python=sys.executable,
+                                          marker=str(tmp_path / "marker")))
+    binary.chmod(0o755)
+    log = tmp_path / "server.log"
+    server = TritonServer(ServerConfig(repository=tmp_path, log_path=log, tritonserver=binary))
+    try:
+        server.start(timeout_s=30)
+    finally:
+        server.stop()
+    assert "lock_exception" in (tmp_path / "server.log.attempt1").read_text()
+    assert "lock_exception" not in log.read_text()
+
+
+def test_other_start_failures_are_not_retried(tmp_path):
+    binary = tmp_path / "tritonserver"
+    binary.write_text("#!/bin/sh\necho 'error: something else' >> " + str(tmp_path / "runs")
+                      + "\nexit 1\n")
+    binary.chmod(0o755)
+    server = TritonServer(ServerConfig(repository=tmp_path, log_path=tmp_path / "s.log",
+                                       tritonserver=binary))
+    with pytest.raises(ServerError, match="exited with status 1"):
+        server.start(timeout_s=10)
+    assert (tmp_path / "runs").read_text().count("something else") == 1

@@ -228,6 +228,7 @@ class _Responder:
         self.done = True
         self.model.inflight.finished(self.handle)
         self.model.metrics.add("failed", 1)
+        self.model._publish_gauges()
         if not self.sent:
             send_error(self.sender, message)
         else:
@@ -239,7 +240,6 @@ class _Responder:
                 output_tensors=[pb_utils.Tensor(ERROR_OUTPUT, text)]))
             self.sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(message)))
             self.sender.send(flags=FINAL)
-        self.model._publish_gauges()
 
     def _timing(self, em: Emission) -> list[Any]:
         values = {"arrival_time_ns": self.arrival_ns,
@@ -270,6 +270,7 @@ class _Responder:
             if (self.mode == RequestType.CONTEXT_ONLY and em.kv is not None and em.tokens
                     and not self.handle.stopped):
                 extra.append(self._offer(em))
+            self.model._publish_gauges()  # before the final response: a client may look
         if self.streaming:
             if em.tokens or extra:
                 response = pb_utils.InferenceResponse(
@@ -283,8 +284,6 @@ class _Responder:
             response = pb_utils.InferenceResponse(
                 output_tensors=token_outputs(tokens) + self._timing(em) + extra)
             self.sender.send(response, flags=FINAL)
-        if em.final:
-            self.model._publish_gauges()
 
     def _offer(self, em: Emission) -> Any:
         ucx = self.model.ucx
