@@ -78,7 +78,7 @@ class TritonPythonModel:
         if self.role in (Role.PREFILL, Role.DECODE):
             self.ucx = UcxKVNode(transports=tuple(p[Param.UCX_TLS].split(",")),
                                  timeout_s=float(p[Param.KV_TRANSFER_TIMEOUT_S]),
-                                 on_change=self._publish_gauges_locked)
+                                 on_change=self._publish_gauges)
             self.ucx.start()
         self.inflight = InflightRequests()
         self.scheduler = Scheduler(self.engine, max_batch_size=int(p[Param.MAX_BATCH_SIZE]),
@@ -94,10 +94,6 @@ class TritonPythonModel:
             self.metrics.set("kv_held", len(self.ucx.stats.held))
             self.metrics.set("kv_expired", self.ucx.stats.expired)
             self.metrics.set("kv_released", self.ucx.stats.released)
-
-    def _publish_gauges_locked(self) -> None:
-        with PB_LOCK:
-            self._publish_gauges()
 
     # -- requests ----------------------------------------------------------------------------
     def execute(self, requests: list[Any]) -> None:

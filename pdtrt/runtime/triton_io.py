@@ -85,10 +85,15 @@ class Metrics:
             self._families[key] = family
             self._metrics[key] = family.Metric(labels=labels)
 
+    # Each update is a message through the stub's shared memory, so it takes PB_LOCK like any
+    # other pb_utils call: unlocked updates from the KV-pull threads corrupted that memory and
+    # crashed the server (SIGSEGV in the backend's metric handling under concurrent pulls).
     def add(self, key: str, value: float = 1.0) -> None:
         if key in self._metrics:
-            self._metrics[key].increment(value)
+            with PB_LOCK:
+                self._metrics[key].increment(value)
 
     def set(self, key: str, value: float) -> None:
         if key in self._metrics:
-            self._metrics[key].set(value)
+            with PB_LOCK:
+                self._metrics[key].set(value)

@@ -38,6 +38,7 @@ def nodes():
     call("stop")
     proc.join(10)
     decode.stop()
+    assert proc.exitcode == 0, "the prefill process did not exit after UcxKVNode.stop()"
 
 
 def test_pull_moves_every_byte_and_frees_it(nodes):
@@ -65,3 +66,13 @@ def test_expired_and_released_buffers_are_gone(nodes):
     assert call("release", tid) is True
     with pytest.raises(KVTransferError):
         decode.pull(address, tid, 10)
+
+
+def test_an_idle_node_does_not_poll(nodes):
+    """Waiting for pull requests must sleep, not spin: ucxx's default wait re-schedules itself on
+    the event loop, which kept ~60 % of a core busy per idle node (starving Triton's stubs)."""
+    _, _, call = nodes
+    before = call("cpu")
+    time.sleep(2.0)
+    used = call("cpu") - before
+    assert used < 0.4, f"an idle UCX node used {used:.2f} CPU-s in 2 s"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 
@@ -20,6 +22,8 @@ def prefill_process(conn, timeout_s: float) -> None:
         elif cmd == "stats":
             s = node.stats
             conn.send({"served": s.served, "expired": s.expired, "held": len(s.held)})
+        elif cmd == "cpu":  # CPU seconds this process has used (all threads)
+            conn.send(time.process_time())
         elif cmd == "stop":
             node.stop()
             conn.send(None)
