@@ -28,7 +28,7 @@ from pdtrt.manifest import MANIFEST_NAME, EngineLayout
 from pdtrt.repo import RepoMode, generate_repo
 from pdtrt.spec import DeploymentSpec
 from pdtrt.spec_load import load_deployment
-from pdtrt.triton_server import Endpoints, ServerConfig
+from pdtrt.triton_server import Endpoints, ServerConfig, remove_shm_regions
 
 __all__ = ["Prepared", "kv_environment", "prepare", "read_state", "server_config",
            "stop_detached", "write_state"]
@@ -117,10 +117,12 @@ def server_config(prepared: Prepared, *, host: str | None = None, grpc_port: int
     )
 
 
-def write_state(workdir: Path, pid: int, endpoints: Endpoints, log_path: Path) -> Path:
+def write_state(workdir: Path, pid: int, endpoints: Endpoints, log_path: Path,
+                shm_prefix: str) -> Path:
     state = workdir / STATE_FILE
     state.write_text(json.dumps({"pid": pid, "endpoints": endpoints.to_dict(),
-                                 "log": str(log_path)}, indent=2) + "\n")
+                                 "log": str(log_path), "shm_prefix": shm_prefix},
+                                indent=2) + "\n")
     return state
 
 
@@ -135,7 +137,8 @@ def read_state(workdir: Path) -> dict[str, object]:
 
 def stop_detached(workdir: Path, *, grace_s: float = 20.0) -> int:
     """SIGTERM the detached server's process group, SIGKILL after ``grace_s``; returns its pid."""
-    pid = int(read_state(workdir)["pid"])
+    state = read_state(workdir)
+    pid = int(state["pid"])
     try:
         os.killpg(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
@@ -144,6 +147,10 @@ def stop_detached(workdir: Path, *, grace_s: float = 20.0) -> int:
             time.sleep(0.2)
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
+        pass
+    try:  # what a killed server or stub leaves in /dev/shm
+        remove_shm_regions(str(state.get("shm_prefix", "")))
+    except ValueError:  # a state file from an older pdtrt, or edited by hand
         pass
     (workdir / STATE_FILE).unlink(missing_ok=True)
     return pid

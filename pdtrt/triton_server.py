@@ -9,7 +9,9 @@ first ``python3`` there). An explicit binary (e.g. inside an NGC container) is r
 
 :class:`TritonServer` starts the process in its own session (so the Python-backend stubs go
 down with it), waits until the server and every model are ready -- or reports which model
-failed and why, from the log -- and stops it with SIGTERM, then SIGKILL after a grace period.
+failed and why, from the log -- and stops it with SIGTERM, then SIGKILL after a grace period,
+and removes the shared-memory regions a killed server or stub leaves in ``/dev/shm`` (each
+server's Python backend gets its own region prefix, so only that server's go).
 """
 
 from __future__ import annotations
@@ -30,12 +32,33 @@ from pathlib import Path
 from pdtrt.embedded_triton import EmbeddedTriton, find_embedded_triton
 from pdtrt.errors import ServerError
 
-__all__ = ["Endpoints", "ServerConfig", "TritonServer", "free_port", "prepare_backend_dir"]
+__all__ = ["Endpoints", "ServerConfig", "TritonServer", "free_port", "prepare_backend_dir",
+           "remove_shm_regions"]
 
 _STUB_TIMEOUT_S = 300
 _START_ATTEMPTS = 3
 _LOCK_EXCEPTION = "boost::interprocess::lock_exception"
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)'[^:]*: (.*)$", re.MULTILINE)
+_SHM_DIR = Path("/dev/shm")
+_SHM_PREFIX = re.compile(r"pdtrt_[0-9a-f]{12}_")
+
+
+def remove_shm_regions(prefix: str, shm_dir: Path = _SHM_DIR) -> int:
+    """Delete the Python backend's shared-memory regions of one server (``prefix*``).
+
+    Triton removes them on a clean exit; a killed server or stub leaves them (1 MiB or more
+    each). Only pdtrt's own per-server prefixes are accepted. Returns how many were removed.
+    """
+    if not _SHM_PREFIX.fullmatch(prefix):
+        raise ValueError(f"not a pdtrt shared-memory prefix: {prefix!r}")
+    removed = 0
+    for region in shm_dir.glob(f"{prefix}*"):
+        try:
+            region.unlink()
+            removed += 1
+        except OSError:  # gone already, or not ours to remove
+            pass
+    return removed
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -248,6 +271,7 @@ class TritonServer:
             # Stubs left behind by a crashed server are in the same session: end them too.
             self._signal(proc, signal.SIGKILL)
             code = proc.returncode
+            remove_shm_regions(self.shm_prefix)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import queue
 import shutil
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 from pdtrt.embedded_triton import find_embedded_triton
 from pdtrt.errors import ServerError
-from pdtrt.triton_server import ServerConfig, TritonServer
+from pdtrt.triton_server import ServerConfig, TritonServer, remove_shm_regions
 
 MODELS = Path(__file__).parent / "triton_models"
 
@@ -75,6 +76,36 @@ def test_streams_and_stops_with_its_stubs(tmp_path):
         assert got == [7, 8, 9]
     assert not server.running
     assert not os.path.exists(f"/proc/{pid}") or _children(pid) == []
+
+
+def _regions(prefix: str) -> list[Path]:
+    return sorted(Path("/dev/shm").glob(f"{prefix}*"))
+
+
+def test_a_killed_server_leaves_no_shared_memory_behind(tmp_path):
+    server = TritonServer(ServerConfig(repository=_repo(tmp_path, "echo_stream"),
+                                       log_path=tmp_path / "server.log"))
+    server.start()
+    try:
+        assert _regions(server.shm_prefix), "the Python backend's regions use this prefix"
+        os.killpg(server._proc.pid, signal.SIGKILL)  # noqa: SLF001 -- a crash, not a stop
+        server._proc.wait(30)  # noqa: SLF001
+        assert _regions(server.shm_prefix), "a killed server leaves its regions"
+    finally:
+        server.stop()
+    assert _regions(server.shm_prefix) == []
+
+
+def test_remove_shm_regions_takes_only_pdtrt_prefixes(tmp_path):
+    prefix = "pdtrt_0123456789ab_"
+    for name in (f"{prefix}one", f"{prefix}two", "pdtrt_ffffffffffff_other", "unrelated"):
+        (tmp_path / name).write_bytes(b"x")
+    assert remove_shm_regions(prefix, tmp_path) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pdtrt_ffffffffffff_other",
+                                                          "unrelated"]
+    for bad in ("", "pdtrt_", "pdtrt_*", "../x"):
+        with pytest.raises(ValueError, match="not a pdtrt shared-memory prefix"):
+            remove_shm_regions(bad, tmp_path)
 
 
 def test_reports_the_model_that_failed(tmp_path):

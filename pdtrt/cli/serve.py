@@ -60,7 +60,8 @@ def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host
             "detached": detach}
     if detach:
         assert server._proc is not None  # noqa: SLF001 -- the pid outlives this command
-        info["state"] = str(write_state(workdir, server._proc.pid, endpoints, config.log_path))
+        info["state"] = str(write_state(workdir, server._proc.pid, endpoints, config.log_path,
+                                         server.shm_prefix))
     if as_json:
         emit_json(info)
     else:

@@ -47,10 +47,13 @@ def test_detach_then_stop(run, tmp_path):
     info = json.loads(result.stdout)
     assert info["endpoints"]["grpc"] == f"127.0.0.1:{ports[0]}"
     assert info["detached"] is True and (wd / "serve.json").is_file()
-    pid = json.loads((wd / "serve.json").read_text())["pid"]
+    state = json.loads((wd / "serve.json").read_text())
+    pid = state["pid"]
     assert Path(f"/proc/{pid}").exists()
+    assert list(Path("/dev/shm").glob(f"{state['shm_prefix']}*")), "its backend's regions"
     stopped = run("stop", str(wd), "--json")
     assert json.loads(stopped.stdout) == {"stopped": pid}
+    assert list(Path("/dev/shm").glob(f"{state['shm_prefix']}*")) == []
     assert not (wd / "serve.json").exists()
     again = run("stop", str(wd))
     assert again.exit_code == 2 and "no detached server" in again.stderr
