@@ -43,20 +43,14 @@ _HEADER = struct.Struct("<QQI")
 
 @dataclass
 class TransferStats:
-    """Counters of one node (exported as metrics by the engine model)."""
+    """Counters of the prefill side of one node (exported as gauges by the engine model; the
+    decode side's pull count, bytes and time are the engine model's ``pdtrt_kv_transfer*``)."""
 
     offered: int = 0
     served: int = 0
     expired: int = 0
     released: int = 0
-    pulled: int = 0
-    pulled_bytes: int = 0
-    pull_seconds: float = 0.0
     held: dict[int, tuple[np.ndarray, float]] = field(default_factory=dict)
-
-    @property
-    def held_bytes(self) -> int:
-        return sum(buf.nbytes for buf, _ in self.held.values())
 
 
 async def _init_ucxx() -> bytes:
@@ -214,7 +208,6 @@ class UcxKVNode:
         """Fetch the buffer held under ``transfer_id`` at ``address`` (blocking)."""
         if self._loop is None:
             raise KVTransferError("UCX node not started")
-        start = time.perf_counter()
         future = asyncio.run_coroutine_threadsafe(self._pull(address, transfer_id, nbytes),
                                                   self._loop)
         try:
@@ -223,10 +216,6 @@ class UcxKVNode:
             future.cancel()
             raise KVTransferError(f"KV transfer {transfer_id:x} timed out after "
                                   f"{self.timeout_s:g} s") from None
-        with self._lock:
-            self.stats.pulled += 1
-            self.stats.pulled_bytes += nbytes
-            self.stats.pull_seconds += time.perf_counter() - start
         return buffer
 
     async def _pull(self, address: bytes, transfer_id: int, nbytes: int) -> np.ndarray:
