@@ -39,7 +39,7 @@ from pdtrt.repo_limits import PhaseLimits, manifest_if_present, resolve_limits
 from pdtrt.repo_targets import repo_facts
 from pdtrt.trtllm_launch import EnginePlacement, LaunchPlan, plan_launch
 
-__all__ = ["EnsemblePlan", "ModelPlan", "RepoMode", "RepoPlan", "plan_repo"]
+__all__ = ["EnsemblePlan", "ModelPlan", "RepoMode", "RepoPlan", "plan_repo", "tokenizer_dir_of"]
 
 SHIM_MODULES = {
     Role.PREFILL: "pdtrt.runtime.engine_model",
@@ -104,7 +104,7 @@ def _abs(path: Path) -> Path:
     return Path(os.path.abspath(path))
 
 
-def _tokenizer_dir(dep: Deployment, layout: EngineLayout) -> str:
+def tokenizer_dir_of(dep: Deployment, layout: EngineLayout) -> str:
     """Reference: the tokenizer pdtrt build writes. trtllm: the HF checkpoint (or hub name)."""
     if dep.spec.target is Target.REFERENCE:
         return str(layout.tokenizer_dir)
@@ -190,7 +190,7 @@ def plan_repo(dep: Deployment, *, mode: RepoMode, engines_root: Path) -> RepoPla
     if mode.has_aggregated:
         engines.append((ModelName.AGGREGATED, Role.AGGREGATED, Phase.PREFILL))
     engine_dirs = {name: phase_dirs[phase] for name, _, phase in engines}
-    tokenizer_dir = _tokenizer_dir(dep, layout)
+    tokenizer_dir = tokenizer_dir_of(dep, layout)
 
     launch = None
     if spec.target is Target.TRTLLM_0_21:

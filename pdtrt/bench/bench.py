@@ -61,6 +61,7 @@ class BenchConfig:
             "duration_s": self.duration_s, "num_warmup": self.num_warmup,
             "timeout_s": self.timeout_s, "stream": self.stream,
             "isl": str(self.workload.isl), "osl": str(self.workload.osl),
+            "input_length_unit": self.workload.length_unit,
             "dataset_prompts": len(self.workload.dataset), "seed": self.workload.seed,
             "slo": {"percentile": self.slo.percentile, "ttft_ms": self.slo.ttft_ms,
                     "itl_ms": self.slo.itl_ms},

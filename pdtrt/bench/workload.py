@@ -2,21 +2,24 @@
 
 Request ``i`` is drawn from its own generator seeded with ``(seed, i)``, so it is the same in
 every run with the same seed -- whatever the arrival process, the concurrency or the model
-(``--compare`` and ``--rates`` send identical requests). Synthetic prompts are ``isl``
-whitespace-separated words (``t<k>``, k random), and pdtrt counts input tokens as those words:
-exact for word-level test models, an approximation for a real tokenizer. A JSONL dataset
-supplies prompts instead (one object per line: ``prompt``, optional ``max_tokens``), cycled.
+(``--compare`` and ``--rates`` send identical requests). With the deployment's tokenizer
+(:class:`pdtrt.bench.prompts.TokenizerPrompts`) synthetic prompts are exactly ``isl`` of its
+tokens and input tokens are counted with it. Without one, synthetic prompts are ``isl``
+whitespace-separated words (``t<k>``, k random) and input tokens are counted as words: exact
+for word-level test models, an approximation for a real tokenizer. A JSONL dataset supplies
+prompts instead (one object per line: ``prompt``, optional ``max_tokens``), cycled.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from pdtrt.bench.lengths import LengthDist
+from pdtrt.bench.prompts import TokenizerPrompts
 from pdtrt.errors import BenchError
 
 __all__ = ["DatasetPrompt", "PlannedRequest", "Workload", "load_dataset"]
@@ -42,19 +45,30 @@ class Workload:
     osl: LengthDist
     seed: int = 0
     dataset: tuple[DatasetPrompt, ...] = ()
-    vocab_size: int = 1000
+    vocab_size: int = 1000  # of the synthetic words
+    tokenizer: TokenizerPrompts | None = field(default=None, compare=False)
+
+    @property
+    def length_unit(self) -> str:
+        """What input lengths count: the tokenizer's tokens, or words."""
+        return f"tokens ({self.tokenizer.source})" if self.tokenizer else "words"
 
     def request(self, index: int) -> PlannedRequest:
         rng = np.random.default_rng([self.seed, index])
         if self.dataset:
             item = self.dataset[index % len(self.dataset)]
             max_tokens = item.max_tokens or self.osl.sample(rng)
-            return PlannedRequest(index=index, prompt=item.prompt,
-                                  input_tokens=len(item.prompt.split()), max_tokens=max_tokens)
+            n = self.tokenizer.count(item.prompt) if self.tokenizer else len(item.prompt.split())
+            return PlannedRequest(index=index, prompt=item.prompt, input_tokens=n,
+                                  max_tokens=max_tokens)
         isl = self.isl.sample(rng)
-        words = rng.integers(0, self.vocab_size, size=isl)
-        return PlannedRequest(index=index, prompt=" ".join(f"t{w}" for w in words),
-                              input_tokens=isl, max_tokens=self.osl.sample(rng))
+        if self.tokenizer is not None:
+            prompt, n = self.tokenizer.make(rng, isl)
+        else:
+            words = rng.integers(0, self.vocab_size, size=isl)
+            prompt, n = " ".join(f"t{w}" for w in words), isl
+        return PlannedRequest(index=index, prompt=prompt, input_tokens=n,
+                              max_tokens=self.osl.sample(rng))
 
 
 def load_dataset(path: Path) -> tuple[DatasetPrompt, ...]:

@@ -20,6 +20,7 @@ from pdtrt.bench import (
     run_bench,
 )
 from pdtrt.bench.outputs import write_report
+from pdtrt.bench.prompts import TokenizerPrompts
 from pdtrt.cli.bench_render import progress_bar, render_report
 from pdtrt.cli.infer import url_option
 from pdtrt.cli.render import emit_json, json_option
@@ -46,6 +47,20 @@ def _length(text: str, what: str):
         return parse_length(text)
     except PdtrtError as exc:
         raise BenchError(f"{what}: {exc.message}") from None
+
+
+def _prompts(tokenizer_dir: Path | None, deployment) -> TokenizerPrompts | None:
+    """``--tokenizer``, else the spec's own tokenizer when it is a directory here."""
+    if tokenizer_dir is not None:
+        return TokenizerPrompts.load(tokenizer_dir)
+    if deployment is None:
+        return None
+    from pdtrt.manifest import DEFAULT_ENGINES_ROOT, EngineLayout
+    from pdtrt.repo_plan import tokenizer_dir_of
+
+    path = Path(tokenizer_dir_of(deployment, EngineLayout(DEFAULT_ENGINES_ROOT,
+                                                          deployment.spec.name)))
+    return TokenizerPrompts.load(path) if path.is_dir() else None
 
 
 @click.command("bench")
@@ -76,6 +91,11 @@ def _length(text: str, what: str):
               help="Output length (max_tokens), same forms (default: workload.osl, else 32).")
 @click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False),
               help='JSONL prompts, one {"prompt": ..., "max_tokens": ...} per line.')
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="The deployment's tokenizer (a local directory): synthetic prompts are "
+              "exactly --isl of its tokens and input tokens are counted with it. Default: "
+              "the tokenizer the spec's preprocessing model loads, when --spec is given and "
+              "it exists here; else prompts are --isl words.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the requests and arrival times.")
 @click.option("--stream/--no-stream", default=True, show_default=True,
@@ -97,7 +117,8 @@ def _length(text: str, what: str):
 def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: str | None,
           arrival: str, concurrency: int | None, num_requests: int | None,
           duration_s: float | None, num_warmup: int, isl: str | None, osl: str | None,
-          dataset: Path | None, seed: int, stream: bool, timeout_s: float,
+          dataset: Path | None, tokenizer_dir: Path | None, seed: int, stream: bool,
+          timeout_s: float,
           spec_path: Path | None, slo_ttft_ms: float | None, slo_itl_ms: float | None,
           slo_percentile: str | None, output_dir: Path | None, plots: bool,
           as_json: bool) -> None:
@@ -137,7 +158,8 @@ def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: s
     workload = Workload(
         isl=_length(isl or str(spec.workload.isl if spec else 128), "--isl"),
         osl=_length(osl or str(spec.workload.osl if spec else 32), "--osl"),
-        seed=seed, dataset=load_dataset(dataset) if dataset else ())
+        seed=seed, dataset=load_dataset(dataset) if dataset else (),
+        tokenizer=_prompts(tokenizer_dir, deployment))
     config = BenchConfig(
         models=COMPARED if compare else (model,), loop=loop,
         process=ArrivalProcess(arrival), rates_per_s=rates, concurrency=concurrency or 1,

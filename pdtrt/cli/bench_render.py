@@ -118,6 +118,9 @@ def render_report(report: BenchReport, files: ReportFiles) -> None:
                        f"{_ms(slo.ttft_ms)} ms, TPOT <= {_ms(slo.itl_ms)} ms): {verdict}")
     else:
         out.print(_side_by_side(report))
+    unit = report.config.workload.length_unit
+    click.echo(f"input lengths in {unit}" + (
+        "; pass --tokenizer DIR to count the server's tokens" if unit == "words" else ""))
     click.echo(f"report: {files.json}")
     for path in (*files.csvs, *files.plots):
         click.echo(f"  {path}")

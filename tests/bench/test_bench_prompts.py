@@ -1,0 +1,100 @@
+"""Benchmark prompts in the deployment's tokens (the reference tokenizer ``pdtrt build`` writes)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from pdtrt.bench import Workload, parse_length
+from pdtrt.bench.prompts import TokenizerPrompts
+from pdtrt.bench.workload import DatasetPrompt
+from pdtrt.cli.main import cli
+from pdtrt.errors import BenchError
+
+transformers = pytest.importorskip("transformers", reason="needs transformers (pdtrt[reference])")
+
+
+@pytest.fixture(scope="module")
+def prompts(reference_engines):
+    root, dep = reference_engines
+    return TokenizerPrompts.load(root / dep.spec.name / "tokenizer")
+
+
+@pytest.mark.parametrize("n", [2, 3, 17, 48, 128, 700])
+def test_synthetic_prompts_encode_to_exactly_n_tokens(prompts, n):
+    for i in range(25):
+        text, count = prompts.make(np.random.default_rng([7, i]), n)
+        # the count is what the preprocessing model's tokenizer.encode() gives
+        assert count == len(prompts.tokenizer.encode(text)) == n, (i, text)
+
+
+def test_one_token_is_the_bos_plus_one_ordinary_token(prompts):
+    text, count = prompts.make(np.random.default_rng(0), 1)
+    assert text and count == len(prompts.tokenizer.encode(text)) == 2
+
+
+def test_workload_with_a_tokenizer_counts_tokens_reproducibly(prompts):
+    w = Workload(isl=parse_length("uniform:10:60"), osl=parse_length("8"), seed=2,
+                 tokenizer=prompts)
+    first = [w.request(i) for i in range(10)]
+    assert [w.request(i) for i in range(10)] == first  # seeded per request
+    for r in first:
+        assert r.input_tokens == prompts.count(r.prompt)
+        assert 10 <= r.input_tokens <= 60
+    assert w.length_unit.startswith("tokens (")
+    words = Workload(isl=parse_length("10"), osl=parse_length("8"))
+    assert words.length_unit == "words" and words.request(0).input_tokens == 10
+
+
+def test_dataset_prompts_are_counted_with_the_tokenizer(prompts):
+    text = "The quick brown fox jumps over the lazy dog"
+    w = Workload(isl=parse_length("1"), osl=parse_length("4"), tokenizer=prompts,
+                 dataset=(DatasetPrompt(prompt=text),))
+    assert w.request(0).input_tokens == len(prompts.tokenizer.encode(text)) != len(text.split())
+
+
+def test_bad_tokenizer_directories(tmp_path):
+    with pytest.raises(BenchError, match="does not exist"):
+        TokenizerPrompts.load(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BenchError, match="cannot load a tokenizer"):
+        TokenizerPrompts.load(tmp_path / "empty")
+
+
+@pytest.mark.triton
+def test_bench_against_the_reference_server_sends_exact_token_lengths(
+        reference_server, reference_engines, tmp_path):
+    """128 words exceed the tiny tokenizer's max_input_len (every request was rejected);
+    128 of its tokens fit, and every request is accounted for in tokens."""
+    server, _prepared = reference_server
+    root, dep = reference_engines
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, [
+        "bench", "--url", server.endpoints.grpc_url, "--concurrency", "2", "--requests", "6",
+        "--warmup", "0", "--isl", "128", "--osl", "8", "--no-plots", "--output-dir", str(out),
+        "--tokenizer", str(root / dep.spec.name / "tokenizer"), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    s = data["runs"][0]["summary"]
+    assert s["num_ok"] == 6 and s["num_errors"] == 0
+    assert data["config"]["input_length_unit"].startswith("tokens (")
+    csv = next(out.glob("records-*.csv")).read_text().splitlines()
+    column = csv[0].split(",").index("input_tokens")
+    assert [int(row.split(",")[column]) for row in csv[1:]] == [128] * 6
+
+
+def test_bench_defaults_to_the_specs_tokenizer_when_it_is_here(reference_engines, tmp_path,
+                                                                monkeypatch):
+    from pdtrt.cli.bench import _prompts
+
+    root, dep = reference_engines
+    monkeypatch.chdir(tmp_path)
+    assert _prompts(None, None) is None
+    assert _prompts(None, dep) is None  # no engines/ here: words
+    (tmp_path / "engines").symlink_to(root)  # the default engines root, relative to here
+    found = _prompts(None, dep)
+    assert found is not None and found.source == f"engines/{dep.spec.name}/tokenizer"
+    assert _prompts(root / dep.spec.name / "tokenizer", None) is not None
