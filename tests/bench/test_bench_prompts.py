@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from pdtrt.bench import Workload, parse_length
 from pdtrt.bench.prompts import TokenizerPrompts
 from pdtrt.bench.workload import DatasetPrompt
-from pdtrt.cli.main import cli
 from pdtrt.errors import BenchError
 
 transformers = pytest.importorskip("transformers", reason="needs transformers (pdtrt[reference])")
@@ -62,28 +58,6 @@ def test_bad_tokenizer_directories(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(BenchError, match="cannot load a tokenizer"):
         TokenizerPrompts.load(tmp_path / "empty")
-
-
-@pytest.mark.triton
-def test_bench_against_the_reference_server_sends_exact_token_lengths(
-        reference_server, reference_engines, tmp_path):
-    """128 words exceed the tiny tokenizer's max_input_len (every request was rejected);
-    128 of its tokens fit, and every request is accounted for in tokens."""
-    server, _prepared = reference_server
-    root, dep = reference_engines
-    out = tmp_path / "out"
-    result = CliRunner().invoke(cli, [
-        "bench", "--url", server.endpoints.grpc_url, "--concurrency", "2", "--requests", "6",
-        "--warmup", "0", "--isl", "128", "--osl", "8", "--no-plots", "--output-dir", str(out),
-        "--tokenizer", str(root / dep.spec.name / "tokenizer"), "--json"])
-    assert result.exit_code == 0, result.output
-    data = json.loads(result.stdout)
-    s = data["runs"][0]["summary"]
-    assert s["num_ok"] == 6 and s["num_errors"] == 0
-    assert data["config"]["input_length_unit"].startswith("tokens (")
-    csv = next(out.glob("records-*.csv")).read_text().splitlines()
-    column = csv[0].split(",").index("input_tokens")
-    assert [int(row.split(",")[column]) for row in csv[1:]] == [128] * 6
 
 
 def test_bench_defaults_to_the_specs_tokenizer_when_it_is_here(reference_engines, tmp_path,
