@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -26,6 +27,9 @@ from pdtrt.cli.infer import url_option
 from pdtrt.cli.render import emit_json, json_option
 from pdtrt.client import LLMClient
 from pdtrt.errors import BenchError, PdtrtError
+
+if TYPE_CHECKING:
+    from pdtrt.deployment import Deployment
 
 DEFAULT_REQUESTS = 50
 
@@ -49,7 +53,8 @@ def _length(text: str, what: str):
         raise BenchError(f"{what}: {exc.message}") from None
 
 
-def _prompts(tokenizer_dir: Path | None, deployment) -> TokenizerPrompts | None:
+def _prompts(tokenizer_dir: Path | None, deployment: Deployment | None
+             ) -> TokenizerPrompts | None:
     """``--tokenizer``, else the spec's own tokenizer when it is a directory here."""
     if tokenizer_dir is not None:
         return TokenizerPrompts.load(tokenizer_dir)

@@ -57,7 +57,7 @@ async def _init_ucxx() -> bytes:
     """Create this process's ucxx context on the running (the node's) loop; its address.
 
     ucxx's default waits for a request by re-scheduling itself on the event loop until the
-    request completes, so a node idling on its pending ``PULL_TAG`` receive kept ~60 % of a
+    request completes, so a node idling on its pending ``PULL_TAG`` receive kept 60-100 % of a
     core busy. With Python futures, ucxx's notifier thread completes an asyncio future
     instead and the loop sleeps. That thread binds to the loop that is *running* when the
     context is created (a fresh, never-run loop otherwise), hence this coroutine.
