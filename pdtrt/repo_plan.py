@@ -55,14 +55,17 @@ class RepoMode(StrEnum):
     DISAGGREGATED = "disaggregated"
     AGGREGATED = "aggregated"
     BOTH = "both"
+    # only the engine models of the pools that have an `endpoint`: the server another
+    # server's router calls (no ensembles, router or tokenizer models)
+    POOLS = "pools"
 
     @property
     def has_disaggregated(self) -> bool:
-        return self is not RepoMode.AGGREGATED
+        return self in (RepoMode.DISAGGREGATED, RepoMode.BOTH)
 
     @property
     def has_aggregated(self) -> bool:
-        return self is not RepoMode.DISAGGREGATED
+        return self in (RepoMode.AGGREGATED, RepoMode.BOTH)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,14 +182,23 @@ def plan_repo(dep: Deployment, *, mode: RepoMode, engines_root: Path) -> RepoPla
     limits = {p: resolve_limits(dep, p, manifest_if_present(phase_dirs[p])) for p in Phase}
     # (model, role, phase whose engine and pool it uses)
     engines: list[tuple[ModelName, Role, Phase]] = []
-    # Pools with an endpoint are served by another Triton server: no local model here.
-    remote = {name: ep for name, ep in ((ModelName.PREFILL, spec.prefill.endpoint),
-                                        (ModelName.DECODE, spec.decode.endpoint))
-              if ep is not None and mode.has_disaggregated}
+    # Pools with an endpoint are served by another Triton server: no local model here (and
+    # only those in a --mode pools repository, the one that other server serves).
+    endpoints = {name: ep for name, ep in ((ModelName.PREFILL, spec.prefill.endpoint),
+                                           (ModelName.DECODE, spec.decode.endpoint))
+                 if ep is not None}
+    remote = endpoints if mode.has_disaggregated else {}
+    pools = ((ModelName.PREFILL, Role.PREFILL, Phase.PREFILL),
+             (ModelName.DECODE, Role.DECODE, Phase.DECODE))
     if mode.has_disaggregated:
-        engines += [(name, role, phase) for name, role, phase in (
-            (ModelName.PREFILL, Role.PREFILL, Phase.PREFILL),
-            (ModelName.DECODE, Role.DECODE, Phase.DECODE)) if name not in remote]
+        engines += [pool for pool in pools if pool[0] not in remote]
+    if mode is RepoMode.POOLS:
+        if not endpoints:
+            raise RepoError(f"deployment '{spec.name}' has no pool with an endpoint, so there "
+                            "is nothing for a --mode pools repository to serve",
+                            hint="set prefill.endpoint / decode.endpoint to this server's "
+                            "HOST:PORT (docs/examples/reference-remote.yaml), or use --mode both")
+        engines += [pool for pool in pools if pool[0] in endpoints]
     if mode.has_aggregated:
         engines.append((ModelName.AGGREGATED, Role.AGGREGATED, Phase.PREFILL))
     engine_dirs = {name: phase_dirs[phase] for name, _, phase in engines}
@@ -247,14 +259,15 @@ def plan_repo(dep: Deployment, *, mode: RepoMode, engines_root: Path) -> RepoPla
         ensembles.append(EnsemblePlan(
             name=ModelName.ENSEMBLE_AGGREGATED, max_batch_size=engine_batch[ModelName.AGGREGATED],
             io=ENSEMBLE_IO, steps=_steps(ModelName.AGGREGATED)))
-    front = max(e.max_batch_size for e in ensembles)
-    tok = ((Param.TOKENIZER_DIR, tokenizer_dir),)
-    models.insert(0, _python_model(ModelName.PREPROCESSING, Role.PREPROCESSING, batch=front,
-                                   decoupled=False, io=PREPROCESSING_IO, count=1,
-                                   params=((Param.ROLE, Role.PREPROCESSING), *tok)))
-    models.append(_python_model(ModelName.POSTPROCESSING, Role.POSTPROCESSING, batch=front,
-                                decoupled=False, io=POSTPROCESSING_IO, count=1,
-                                params=((Param.ROLE, Role.POSTPROCESSING), *tok)))
+    if ensembles:
+        front = max(e.max_batch_size for e in ensembles)
+        tok = ((Param.TOKENIZER_DIR, tokenizer_dir),)
+        models.insert(0, _python_model(ModelName.PREPROCESSING, Role.PREPROCESSING,
+                                       batch=front, decoupled=False, io=PREPROCESSING_IO,
+                                       count=1, params=((Param.ROLE, Role.PREPROCESSING), *tok)))
+        models.append(_python_model(ModelName.POSTPROCESSING, Role.POSTPROCESSING, batch=front,
+                                    decoupled=False, io=POSTPROCESSING_IO, count=1,
+                                    params=((Param.ROLE, Role.POSTPROCESSING), *tok)))
     return RepoPlan(target=spec.target, mode=mode, models=tuple(models),
                     ensembles=tuple(ensembles), engine_dirs=engine_dirs,
                     tokenizer_dir=tokenizer_dir, limits=limits, launch=launch, remote=remote)

@@ -30,8 +30,8 @@ from pdtrt.spec import DeploymentSpec
 from pdtrt.spec_load import load_deployment
 from pdtrt.triton_server import Endpoints, ServerConfig, remove_shm_regions
 
-__all__ = ["Prepared", "kv_environment", "prepare", "read_state", "server_config",
-           "stop_detached", "write_state"]
+__all__ = ["Prepared", "kv_environment", "pools_grpc_port", "prepare", "read_state",
+           "server_config", "stop_detached", "write_state"]
 
 STATE_FILE = "serve.json"
 REPO_MANIFEST = "pdtrt-repo.json"
@@ -44,6 +44,7 @@ class Prepared:
     spec: DeploymentSpec | None  # None: a repository pdtrt did not generate
     built: tuple[str, ...]  # what had to be built first (reference engines)
     env: dict[str, str]
+    mode: RepoMode | None = None  # None: a repository pdtrt did not generate
 
 
 def kv_environment(spec: DeploymentSpec | None,
@@ -77,8 +78,10 @@ def prepare(path: Path, *, workdir: Path, engines_root: Path,
     if _is_repository(path):
         manifest = _read_manifest(path)
         spec = DeploymentSpec.model_validate(manifest["spec"]) if "spec" in manifest else None
+        mode_text = manifest.get("mode")
         return Prepared(repository=path.resolve(), workdir=workdir, spec=spec, built=(),
-                        env=kv_environment(spec, manifest))
+                        env=kv_environment(spec, manifest),
+                        mode=RepoMode(mode_text) if mode_text in tuple(RepoMode) else None)
     dep = load_deployment(path)
     layout = EngineLayout(engines_root, dep.spec.name)
     missing = [p for p in Phase if not (layout.phase_dir(p) / MANIFEST_NAME).is_file()]
@@ -96,14 +99,27 @@ def prepare(path: Path, *, workdir: Path, engines_root: Path,
     progress(f"generating the model repository {repository} ({mode})")
     generate_repo(dep, repository, mode=mode, engines_root=engines_root, force=True)
     return Prepared(repository=repository.resolve(), workdir=workdir, spec=dep.spec,
-                    built=built, env=kv_environment(dep.spec, _read_manifest(repository)))
+                    built=built, env=kv_environment(dep.spec, _read_manifest(repository)),
+                    mode=mode)
+
+
+def pools_grpc_port(spec: DeploymentSpec) -> int | None:
+    """The gRPC port a ``--mode pools`` server listens on: its pools' endpoint port, when the
+    pools with an endpoint agree on one (the front's router dials exactly that)."""
+    ports = {int(ep.rsplit(":", 1)[1]) for ep in (spec.prefill.endpoint, spec.decode.endpoint)
+             if ep is not None}
+    return ports.pop() if len(ports) == 1 else None
 
 
 def server_config(prepared: Prepared, *, host: str | None = None, grpc_port: int | None = None,
                   http_port: int | None = None, metrics_port: int | None = None,
                   tritonserver: Path | None = None) -> ServerConfig:
-    """Flags win over the spec's ``serving`` section; unset ports become free ports."""
+    """Flags win over the spec's ``serving`` section; unset ports become free ports. A
+    ``pools`` repository listens on its pools' endpoint port (what the front's router dials)
+    unless ``grpc_port`` is given."""
     serving = prepared.spec.serving if prepared.spec is not None else None
+    if grpc_port is None and prepared.mode is RepoMode.POOLS and prepared.spec is not None:
+        grpc_port = pools_grpc_port(prepared.spec)
     return ServerConfig(
         repository=prepared.repository,
         log_path=prepared.workdir / "server.log",

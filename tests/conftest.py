@@ -66,7 +66,7 @@ def reference_engines(tmp_path_factory):
 
 
 def serve_reference(spec_path: Path, engines_root: Path, workdir: Path,
-                    env: dict[str, str] | None = None):
+                    env: dict[str, str] | None = None, mode=None):
     """Start a real Triton server for a reference spec (engines under ``engines_root``), or
     skip when the embedded Triton or ucxx is not installed: (TritonServer, Prepared)."""
     import dataclasses
@@ -77,10 +77,12 @@ def serve_reference(spec_path: Path, engines_root: Path, workdir: Path,
     if find_embedded_triton() is None or importlib.util.find_spec("ucxx") is None:
         pytest.skip("needs the embedded Triton server (nvidia-pytriton) and ucxx")
     from pdtrt.errors import ServerError
+    from pdtrt.repo import RepoMode
     from pdtrt.serve import prepare, server_config
     from pdtrt.triton_server import TritonServer
 
-    prepared = prepare(spec_path, workdir=workdir, engines_root=engines_root)
+    prepared = prepare(spec_path, workdir=workdir, engines_root=engines_root,
+                       mode=mode or RepoMode.BOTH)
     config = server_config(prepared)
     config = dataclasses.replace(config, env={**config.env, **(env or {})})
     # Triton 2.51's Python backend now and then never finishes loading a stub when a second

@@ -238,3 +238,20 @@ def test_pools_with_an_endpoint_have_no_local_model_and_the_router_calls_them(tm
     assert "prefill" in {m.name for m in plan.models}
     assert "decode" not in {m.name for m in plan.models}
     assert _params(plan, "router")["prefill_url"] == ""
+
+
+def test_a_pools_repository_holds_only_the_pools_with_an_endpoint(tmp_path):
+    dep = load_deployment(EXAMPLES / "reference-remote.yaml")
+    plan = plan_repo(dep, mode=RepoMode.POOLS, engines_root=tmp_path)
+    assert [m.name for m in plan.models] == ["prefill", "decode"]
+    assert plan.ensembles == () and plan.remote == {}  # this server *is* the remote pools
+    assert _params(plan, "prefill")[Param.UCX_TLS] == _params(plan, "decode")[Param.UCX_TLS] != ""
+    # one pool remote: the pools server holds that one only
+    spec = dep.spec.model_copy(update={"prefill": dep.spec.prefill.model_copy(
+        update={"endpoint": None})})
+    plan = plan_repo(dataclasses.replace(dep, spec=spec), mode=RepoMode.POOLS,
+                     engines_root=tmp_path)
+    assert [m.name for m in plan.models] == ["decode"]
+    with pytest.raises(RepoError, match="no pool with an endpoint"):
+        plan_repo(load_deployment(EXAMPLES / "reference-cpu.yaml"), mode=RepoMode.POOLS,
+                  engines_root=tmp_path)

@@ -6,7 +6,8 @@ import json
 
 from conftest import EXAMPLES, ROOT
 
-from pdtrt.serve import kv_environment, prepare
+from pdtrt.repo import RepoMode
+from pdtrt.serve import kv_environment, pools_grpc_port, prepare, server_config
 from pdtrt.spec_load import load_spec
 
 GOLDEN_TRTLLM = ROOT / "tests" / "golden" / "repo" / "llama3-8b-h100-l40s-both"
@@ -30,4 +31,19 @@ def test_a_repository_is_served_as_is_with_its_spec(tmp_path):
     prepared = prepare(GOLDEN_TRTLLM, workdir=tmp_path, engines_root=tmp_path / "engines")
     assert prepared.repository == GOLDEN_TRTLLM.resolve()
     assert prepared.spec is not None and prepared.spec.name == "llama3-8b-h100-l40s"
-    assert prepared.built == ()
+    assert prepared.built == () and prepared.mode is RepoMode.BOTH  # from pdtrt-repo.json
+
+
+def test_a_pools_repository_listens_on_its_endpoint_port(tmp_path):
+    pools = ROOT / "tests" / "golden" / "repo" / "reference-remote-pools"
+    prepared = prepare(pools, workdir=tmp_path, engines_root=tmp_path / "engines")
+    assert prepared.mode is RepoMode.POOLS
+    assert server_config(prepared).grpc_port == 8001  # the example's endpoints 127.0.0.1:8001
+    assert server_config(prepared, grpc_port=9000).grpc_port == 9000  # a flag wins
+    front = prepare(ROOT / "tests" / "golden" / "repo" / "reference-remote-both",
+                    workdir=tmp_path, engines_root=tmp_path / "engines")
+    assert server_config(front).grpc_port is None  # the front: a free port
+    spec = load_spec(EXAMPLES / "reference-remote.yaml")
+    split = spec.model_copy(update={"decode": spec.decode.model_copy(
+        update={"endpoint": "127.0.0.1:8002"})})
+    assert pools_grpc_port(spec) == 8001 and pools_grpc_port(split) is None

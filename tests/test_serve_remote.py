@@ -1,10 +1,11 @@
 """Pools in another Triton server (DESIGN §3, router point 7), on the real server.
 
-The session's reference server (A) serves prefill and decode. A second server (the *front*)
-runs a repository generated from the same spec with both pools' ``endpoint`` set to A's gRPC
-address: ensemble, pre/postprocessing, router and the aggregated model, no prefill or decode of
-its own. Its router calls A's prefill and decode over gRPC; the KV moves between A's engine
-instances over UCX as before.
+The documented two-node workflow with one spec (``reference-remote.yaml``, both pools'
+``endpoint`` rewritten to a free local port): the *pools* server runs ``--mode pools`` (only
+prefill and decode, listening on the endpoint's port), the *front* server runs the rest
+(ensemble, pre/postprocessing, router, aggregated). The front's router calls the pools over
+gRPC; the KV moves between the pools server's engine instances over UCX. The session's
+reference server (same engines, one server) is the oracle for the tokens.
 """
 
 from __future__ import annotations
@@ -18,35 +19,60 @@ import yaml
 from conftest import EXAMPLES, serve_reference
 from e2e_client import engine_inputs, ensemble_inputs, generate, metric, wait_for
 
+from pdtrt.repo import RepoMode
+from pdtrt.triton_server import free_port
+
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def front(reference_server, reference_engines, tmp_path_factory):
-    backend, _prepared = reference_server
+def remote_spec(tmp_path_factory):
+    spec = yaml.safe_load((EXAMPLES / "reference-remote.yaml").read_text())
+    endpoint = f"127.0.0.1:{free_port()}"
+    spec["prefill"]["endpoint"] = spec["decode"]["endpoint"] = endpoint
+    path = tmp_path_factory.mktemp("remote-spec") / "reference-remote.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path, endpoint
+
+
+@pytest.fixture(scope="module")
+def pools(remote_spec, reference_engines, tmp_path_factory):
+    path, endpoint = remote_spec
     root, _dep = reference_engines
-    work = tmp_path_factory.mktemp("front")
-    spec = yaml.safe_load((EXAMPLES / "reference-cpu.yaml").read_text())
-    spec["prefill"]["endpoint"] = backend.endpoints.grpc_url
-    spec["decode"]["endpoint"] = backend.endpoints.grpc_url
-    spec_path = work / "reference-cpu-front.yaml"
-    spec_path.write_text(yaml.safe_dump(spec))
-    server, prepared = serve_reference(spec_path, root, work)
+    server, _prepared = serve_reference(path, root, tmp_path_factory.mktemp("pools"),
+                                        mode=RepoMode.POOLS)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def front(remote_spec, pools, reference_engines, tmp_path_factory):
+    path, _endpoint = remote_spec
+    root, _dep = reference_engines
+    server, prepared = serve_reference(path, root, tmp_path_factory.mktemp("front"))
     yield server, prepared
     server.stop()
+
+
+def _models(server) -> set[str]:
+    client = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
+    try:
+        return {m.name for m in client.get_model_repository_index().models}
+    finally:
+        client.close()
 
 
 def _count(server, name: str, **labels: str) -> float:
     return metric(server.endpoints.metrics_url, name, **labels)
 
 
-def test_the_front_server_has_no_pools_of_its_own(front):
+def test_each_server_has_its_part_and_the_pools_listen_on_the_endpoint(remote_spec, pools,
+                                                                       front):
+    _path, endpoint = remote_spec
     server, prepared = front
-    client = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
-    try:
-        names = {m.name for m in client.get_model_repository_index().models}
-    finally:
-        client.close()
+    assert pools.endpoints.grpc_url == endpoint  # --mode pools: the endpoint's port
+    assert _models(pools) == {"prefill", "decode"}
+    names = _models(server)
     assert {"ensemble", "router", "preprocessing", "postprocessing"} <= names
     assert not {"prefill", "decode"} & names
     assert not (prepared.repository / "prefill").exists()
@@ -54,13 +80,13 @@ def test_the_front_server_has_no_pools_of_its_own(front):
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streaming", "non-streaming"])
 def test_remote_pools_give_the_same_tokens_and_do_the_work_on_the_other_server(
-        reference_server, front, stream):
-    backend, _ = reference_server
+        reference_server, pools, front, stream):
+    oracle, _ = reference_server
     server, _ = front
     prompt = "The quick brown fox jumps over the lazy dog"
-    local = generate(backend.endpoints.grpc_url, "ensemble", ensemble_inputs(prompt, 12,
-                                                                             stream=stream))
-    pulls = _count(backend, "pdtrt_kv_transfers_total", model="decode")
+    local = generate(oracle.endpoints.grpc_url, "ensemble", ensemble_inputs(prompt, 12,
+                                                                            stream=stream))
+    pulls = _count(pools, "pdtrt_kv_transfers_total", model="decode")
     routed = _count(server, "pdtrt_router_requests_total")
     remote = generate(server.endpoints.grpc_url, "ensemble", ensemble_inputs(prompt, 12,
                                                                              stream=stream),
@@ -68,15 +94,15 @@ def test_remote_pools_give_the_same_tokens_and_do_the_work_on_the_other_server(
     assert local.error is None and remote.error is None and remote.final_seen
     assert remote.texts == local.texts
     assert _count(server, "pdtrt_router_requests_total") == routed + 1
-    # The prefill and decode ran on the backend server: one KV pull there for this request.
-    assert _count(backend, "pdtrt_kv_transfers_total", model="decode") == pulls + 1
+    # The prefill and decode ran on the pools server: one KV pull there for this request.
+    assert _count(pools, "pdtrt_kv_transfers_total", model="decode") == pulls + 1
 
 
 def test_concurrent_streams_through_remote_pools(reference_server, front):
-    backend, _ = reference_server
+    oracle, _ = reference_server
     server, _ = front
     prompts = [f"Remote request {i} about item {i * 3}" for i in range(8)]
-    expected = {i: generate(backend.endpoints.grpc_url, "ensemble", ensemble_inputs(p, 6))
+    expected = {i: generate(oracle.endpoints.grpc_url, "ensemble", ensemble_inputs(p, 6))
                 for i, p in enumerate(prompts)}
     results: dict[int, object] = {}
 
@@ -93,20 +119,19 @@ def test_concurrent_streams_through_remote_pools(reference_server, front):
         assert results[i].error is None and results[i].texts == expected[i].texts
 
 
-def test_cancelling_at_the_front_stops_the_remote_decode(reference_server, front, oracle_tok):
-    backend, _ = reference_server
+def test_cancelling_at_the_front_stops_the_remote_decode(pools, front, oracle_tok):
     server, _ = front
     no_eos = grpcclient.InferInput("end_id", [1, 1], "INT32")
     no_eos.set_data_from_numpy(np.array([[-1]], dtype=np.int32))
-    cancelled = _count(backend, "pdtrt_engine_cancelled_total", model="decode")
+    cancelled = _count(pools, "pdtrt_engine_cancelled_total", model="decode")
     got = generate(server.endpoints.grpc_url, "router",
                    engine_inputs(oracle_tok.encode("Cancel me remotely"), 200, [no_eos]),
                    request_id="remote-cancel", output="output_ids", cancel_after=3)
     assert got.error is None and len(got.texts) == 3
-    # The stop request went over gRPC to the backend's decode model.
-    assert wait_for(lambda: _count(backend, "pdtrt_engine_cancelled_total", model="decode")
+    # The stop request went over gRPC to the pools server's decode model.
+    assert wait_for(lambda: _count(pools, "pdtrt_engine_cancelled_total", model="decode")
                     == cancelled + 1)
-    assert wait_for(lambda: _count(backend, "pdtrt_engine_active_sequences", model="decode")
+    assert wait_for(lambda: _count(pools, "pdtrt_engine_active_sequences", model="decode")
                     == 0)
     assert _count(server, "pdtrt_router_cancelled_total") == 1
 

@@ -39,7 +39,8 @@ def repo() -> None:
 @click.option("--mode", type=click.Choice([m.value for m in RepoMode]),
               default=RepoMode.DISAGGREGATED.value, show_default=True,
               help="disaggregated: ensemble -> router -> prefill/decode; aggregated: "
-              "ensemble_aggregated -> one engine model; both: both ensembles.")
+              "ensemble_aggregated -> one engine model; both: both ensembles; pools: only the "
+              "engine models of pools with an endpoint (the server their router calls).")
 @click.option("--force", is_flag=True, help="Replace DIR if it exists.")
 @click.option("--engines-dir", type=click.Path(path_type=Path), default=DEFAULT_ENGINES_ROOT,
               show_default=True, help="Root of the built engines (ROOT/<name>/<phase>/).")

@@ -22,7 +22,9 @@ from pdtrt.triton_server import TritonServer
 @click.option("--engines-dir", type=click.Path(file_okay=False, path_type=Path),
               default=DEFAULT_ENGINES_ROOT, show_default=True, help="Root of the built engines.")
 @click.option("--mode", type=click.Choice([m.value for m in RepoMode]), default="both",
-              show_default=True, help="Which ensembles to serve (from a spec).")
+              show_default=True, help="What to serve (from a spec): disaggregated, aggregated "
+              "or both ensembles; pools: only the pools that have an endpoint, for another "
+              "server's router (gRPC port default: the endpoint's).")
 @click.option("--host", help="Listen address [default: the spec's serving.host, loopback].")
 @click.option("--grpc-port", type=click.IntRange(1, 65535), help="gRPC port [default: free].")
 @click.option("--http-port", type=click.IntRange(1, 65535), help="HTTP port [default: free].")
