@@ -14,12 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
-import tempfile
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def group_cpu_s(pgid: int) -> dict[str, float]:
@@ -47,15 +43,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--settle", type=float, default=5.0, help="wait after ready, seconds")
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
-    from pdtrt.serve import prepare, server_config
-    from pdtrt.triton_server import TritonServer
+    from _reference import start_reference_server
 
-    work = Path(tempfile.mkdtemp(prefix="pdtrt-bench-idle-"))
-    prepared = prepare(ROOT / "docs/examples/reference-cpu.yaml", workdir=work,
-                       engines_root=work / "engines")
-    server = TritonServer(server_config(prepared))
-    server.start(timeout_s=600)
+    server = start_reference_server("pdtrt-bench-idle-")
     try:
         pgid = server._proc.pid  # noqa: SLF001 -- the server leads its own process group
         time.sleep(args.settle)

@@ -21,15 +21,11 @@ import multiprocessing as mp
 import os
 import queue
 import statistics
-import sys
-import tempfile
 import time
 import urllib.request
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("UCX_TLS", "sm,tcp")
 os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
 
@@ -170,15 +166,11 @@ def main() -> None:
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--prompt-tokens", type=int, default=64)
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT))
-    from pdtrt.serve import prepare, server_config
-    from pdtrt.triton_server import TritonServer
+    from _reference import start_reference_server
 
-    work = Path(tempfile.mkdtemp(prefix="pdtrt-bench-serve-"))
-    prepared = prepare(ROOT / "docs/examples/reference-cpu.yaml", workdir=work,
-                       engines_root=work / "engines")
-    server = TritonServer(server_config(prepared))
-    ep = server.start(timeout_s=600)
+    server = start_reference_server("pdtrt-bench-serve-")
+    ep = server.endpoints
+    assert ep is not None
     result: dict[str, object] = {"requests": args.requests, "prompt_tokens": args.prompt_tokens,
                                  "output_tokens": args.output_tokens}
     try:
