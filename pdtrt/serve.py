@@ -30,8 +30,8 @@ from pdtrt.spec import DeploymentSpec
 from pdtrt.spec_load import load_deployment
 from pdtrt.triton_server import Endpoints, ServerConfig, remove_shm_regions
 
-__all__ = ["Prepared", "kv_environment", "pools_grpc_port", "prepare", "read_state",
-           "server_config", "stop_detached", "write_state"]
+__all__ = ["Prepared", "kv_environment", "pools_grpc_port", "pools_warnings", "prepare",
+           "read_state", "server_config", "stop_detached", "write_state"]
 
 STATE_FILE = "serve.json"
 REPO_MANIFEST = "pdtrt-repo.json"
@@ -109,6 +109,27 @@ def pools_grpc_port(spec: DeploymentSpec) -> int | None:
     ports = {int(ep.rsplit(":", 1)[1]) for ep in (spec.prefill.endpoint, spec.decode.endpoint)
              if ep is not None}
     return ports.pop() if len(ports) == 1 else None
+
+
+_LOOPBACK = ("127.", "localhost", "::1", "[::1]")
+
+
+def pools_warnings(prepared: Prepared, config: ServerConfig) -> list[str]:
+    """Why a ``--mode pools`` server may not be where the front's router dials (its pools'
+    endpoints): a loopback listen address for a non-loopback endpoint, another gRPC port."""
+    spec = prepared.spec
+    if prepared.mode is not RepoMode.POOLS or spec is None:
+        return []
+    out = []
+    for endpoint in sorted({ep for ep in (spec.prefill.endpoint, spec.decode.endpoint) if ep}):
+        host, port = endpoint.rsplit(":", 1)
+        if not host.startswith(_LOOPBACK) and config.host.startswith(_LOOPBACK):
+            out.append(f"the front's router dials {endpoint}, but this server listens on "
+                       f"{config.host} only; pass --host 0.0.0.0 (or {host})")
+        if config.grpc_port is not None and int(port) != config.grpc_port:
+            out.append(f"the front's router dials {endpoint}, but this server's gRPC port is "
+                       f"{config.grpc_port}")
+    return out
 
 
 def server_config(prepared: Prepared, *, host: str | None = None, grpc_port: int | None = None,

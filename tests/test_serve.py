@@ -7,7 +7,7 @@ import json
 from conftest import EXAMPLES, ROOT
 
 from pdtrt.repo import RepoMode
-from pdtrt.serve import kv_environment, pools_grpc_port, prepare, server_config
+from pdtrt.serve import kv_environment, pools_grpc_port, pools_warnings, prepare, server_config
 from pdtrt.spec_load import load_spec
 
 GOLDEN_TRTLLM = ROOT / "tests" / "golden" / "repo" / "llama3-8b-h100-l40s-both"
@@ -47,3 +47,22 @@ def test_a_pools_repository_listens_on_its_endpoint_port(tmp_path):
     split = spec.model_copy(update={"decode": spec.decode.model_copy(
         update={"endpoint": "127.0.0.1:8002"})})
     assert pools_grpc_port(spec) == 8001 and pools_grpc_port(split) is None
+
+
+def test_a_pools_server_says_when_the_front_could_not_reach_it(tmp_path):
+    import dataclasses
+
+    pools = prepare(ROOT / "tests" / "golden" / "repo" / "reference-remote-pools",
+                    workdir=tmp_path, engines_root=tmp_path / "engines")
+    assert pools_warnings(pools, server_config(pools)) == []  # 127.0.0.1:8001 on loopback
+    assert pools_warnings(pools, server_config(pools, grpc_port=9000)) == [
+        "the front's router dials 127.0.0.1:8001, but this server's gRPC port is 9000"]
+    assert pools.spec is not None
+    far = pools.spec.model_copy(update={
+        pool: getattr(pools.spec, pool).model_copy(update={"endpoint": "10.0.0.2:8001"})
+        for pool in ("prefill", "decode")})
+    remote = dataclasses.replace(pools, spec=far)
+    assert pools_warnings(remote, server_config(remote)) == [
+        "the front's router dials 10.0.0.2:8001, but this server listens on 127.0.0.1 only; "
+        "pass --host 0.0.0.0 (or 10.0.0.2)"]
+    assert pools_warnings(remote, server_config(remote, host="0.0.0.0")) == []

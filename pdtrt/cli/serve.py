@@ -11,7 +11,7 @@ import click
 from pdtrt.cli.render import emit_json, json_option
 from pdtrt.manifest import DEFAULT_ENGINES_ROOT
 from pdtrt.repo import RepoMode
-from pdtrt.serve import prepare, server_config, stop_detached, write_state
+from pdtrt.serve import pools_warnings, prepare, server_config, stop_detached, write_state
 from pdtrt.triton_server import TritonServer
 
 
@@ -54,12 +54,15 @@ def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host
                        progress=say)
     config = server_config(prepared, host=host, grpc_port=grpc_port, http_port=http_port,
                            metrics_port=metrics_port, tritonserver=tritonserver)
+    warnings = pools_warnings(prepared, config)
+    for text in warnings:
+        click.echo(f"warning: {text}", err=True)
     server = TritonServer(config)
     say(f"starting Triton on {prepared.repository} (log: {config.log_path})")
     endpoints = server.start(timeout_s=timeout_s)
     info = {"repository": str(prepared.repository), "log": str(config.log_path),
             "endpoints": endpoints.to_dict(), "built": list(prepared.built),
-            "detached": detach}
+            "detached": detach, "warnings": warnings}
     if detach:
         assert server._proc is not None  # noqa: SLF001 -- the pid outlives this command
         info["state"] = str(write_state(workdir, server._proc.pid, endpoints, config.log_path,
