@@ -184,12 +184,11 @@ def plan_repo(dep: Deployment, *, mode: RepoMode, engines_root: Path) -> RepoPla
     engines: list[tuple[ModelName, Role, Phase]] = []
     # Pools with an endpoint are served by another Triton server: no local model here (and
     # only those in a --mode pools repository, the one that other server serves).
-    endpoints = {name: ep for name, ep in ((ModelName.PREFILL, spec.prefill.endpoint),
-                                           (ModelName.DECODE, spec.decode.endpoint))
-                 if ep is not None}
-    remote = endpoints if mode.has_disaggregated else {}
     pools = ((ModelName.PREFILL, Role.PREFILL, Phase.PREFILL),
              (ModelName.DECODE, Role.DECODE, Phase.DECODE))
+    endpoints = {name: spec.endpoints[phase] for name, _, phase in pools
+                 if phase in spec.endpoints}
+    remote = endpoints if mode.has_disaggregated else {}
     if mode.has_disaggregated:
         engines += [pool for pool in pools if pool[0] not in remote]
     if mode is RepoMode.POOLS:

@@ -106,8 +106,7 @@ def prepare(path: Path, *, workdir: Path, engines_root: Path,
 def pools_grpc_port(spec: DeploymentSpec) -> int | None:
     """The gRPC port a ``--mode pools`` server listens on: its pools' endpoint port, when the
     pools with an endpoint agree on one (the front's router dials exactly that)."""
-    ports = {int(ep.rsplit(":", 1)[1]) for ep in (spec.prefill.endpoint, spec.decode.endpoint)
-             if ep is not None}
+    ports = {int(ep.rsplit(":", 1)[1]) for ep in spec.endpoints.values()}
     return ports.pop() if len(ports) == 1 else None
 
 
@@ -121,7 +120,7 @@ def pools_warnings(prepared: Prepared, config: ServerConfig) -> list[str]:
     if prepared.mode is not RepoMode.POOLS or spec is None:
         return []
     out = []
-    for endpoint in sorted({ep for ep in (spec.prefill.endpoint, spec.decode.endpoint) if ep}):
+    for endpoint in sorted(set(spec.endpoints.values())):
         host, port = endpoint.rsplit(":", 1)
         if not host.startswith(_LOOPBACK) and config.host.startswith(_LOOPBACK):
             out.append(f"the front's router dials {endpoint}, but this server listens on "

@@ -223,6 +223,11 @@ class DeploymentSpec(_Section):
     def pool(self, phase: Phase) -> Pool:
         return self.prefill if phase is Phase.PREFILL else self.decode
 
+    @property
+    def endpoints(self) -> dict[Phase, str]:
+        """The pools served by another Triton server: phase -> its ``HOST:PORT``."""
+        return {p: ep for p in Phase if (ep := self.pool(p).endpoint) is not None}
+
     def weights(self, phase: Phase) -> WeightQuant:
         return self.pool(phase).engine.weights or self.model.weights
 

@@ -133,9 +133,8 @@ def _ports_distinct(spec: DeploymentSpec) -> Iterator[SpecIssue]:
 
 
 def _endpoints(spec: DeploymentSpec) -> Iterator[SpecIssue]:
-    for phase in Phase:
-        endpoint = spec.pool(phase).endpoint
-        if endpoint is not None and spec.target is not Target.REFERENCE:
+    for phase in spec.endpoints:
+        if spec.target is not Target.REFERENCE:
             yield SpecIssue(path=f"{phase}.endpoint",
                             message=f"pools in other Triton servers are supported on the "
                             f"reference target only, not on {spec.target}; remove the "

@@ -43,6 +43,11 @@ _SHM_DIR = Path("/dev/shm")
 _SHM_PREFIX = re.compile(r"pdtrt_[0-9a-f]{12}_")
 
 
+def _new_shm_prefix() -> str:
+    """A fresh per-server Python-backend shm prefix (matches ``_SHM_PREFIX``)."""
+    return f"pdtrt_{secrets.token_hex(6)}_"
+
+
 def remove_shm_regions(prefix: str, shm_dir: Path = _SHM_DIR) -> int:
     """Delete the Python backend's shared-memory regions of one server (``prefix*``).
 
@@ -129,7 +134,7 @@ class TritonServer:
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.shm_prefix = f"pdtrt_{secrets.token_hex(6)}_"  # this server's Python-backend shm
+        self.shm_prefix = _new_shm_prefix()  # this server's Python-backend shm
         self.endpoints: Endpoints | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = None
@@ -193,7 +198,7 @@ class TritonServer:
                 kept = self.config.log_path.with_name(
                     f"{self.config.log_path.name}.attempt{attempt}")
                 self.config.log_path.replace(kept)
-                self.shm_prefix = f"pdtrt_{secrets.token_hex(6)}_"
+                self.shm_prefix = _new_shm_prefix()
         raise AssertionError("unreachable")
 
     def _start_once(self, timeout_s: float) -> Endpoints:

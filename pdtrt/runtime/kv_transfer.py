@@ -66,8 +66,9 @@ async def _init_ucxx() -> bytes:
 
     try:
         ucxx.init(enable_python_future=True)
-    except RuntimeError:  # "already initiated": one context per process, a second node shares it
-        pass
+    except RuntimeError as exc:  # one context per process: a second node shares it
+        if "already initiated" not in str(exc):
+            raise
     return bytes(memoryview(ucxx.get_worker_address()))
 
 
