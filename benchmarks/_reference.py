@@ -13,8 +13,8 @@ def start_reference_server(prefix: str):
     """Build the reference engines and repository (both paths) in a new temp directory and
     start the server on free ports; returns the started ``TritonServer`` (stop it after)."""
     sys.path.insert(0, str(ROOT))
-    from pdtrt.serve import prepare, server_config
-    from pdtrt.triton_server import TritonServer
+    from pdtrt.serve.launcher import prepare, server_config
+    from pdtrt.serve.triton_server import TritonServer
 
     work = Path(tempfile.mkdtemp(prefix=prefix))
     prepared = prepare(ROOT / "docs/examples/reference-cpu.yaml", workdir=work,

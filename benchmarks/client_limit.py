@@ -36,7 +36,7 @@ from pdtrt.bench import (  # noqa: E402
     run_bench,
 )
 from pdtrt.client import LLMClient  # noqa: E402
-from pdtrt.triton_server import ServerConfig, TritonServer  # noqa: E402
+from pdtrt.serve.triton_server import ServerConfig, TritonServer  # noqa: E402
 
 
 def serve(tmp: Path, delay_ms: float) -> TritonServer:

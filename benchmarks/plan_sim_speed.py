@@ -20,15 +20,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pdtrt.catalog import load_catalog  # noqa: E402
-from pdtrt.model import load_model_facts  # noqa: E402
+from pdtrt.facts.catalog import load_catalog  # noqa: E402
+from pdtrt.facts.model import load_model_facts  # noqa: E402
 from pdtrt.perf.configs import aggregated_baseline, serving_from_deployment  # noqa: E402
 from pdtrt.perf.estimate import Load, estimate  # noqa: E402
 from pdtrt.perf.factors import load_factors  # noqa: E402
-from pdtrt.plan.search import PlanRequest, plan  # noqa: E402
-from pdtrt.plan.space import SearchBounds  # noqa: E402
+from pdtrt.planner.search import PlanRequest, plan  # noqa: E402
+from pdtrt.planner.space import SearchBounds  # noqa: E402
 from pdtrt.sim import ArrivalKind, LengthDist, SimConfig, SloTarget, Workload, simulate  # noqa: E402
-from pdtrt.spec_load import load_deployment  # noqa: E402
+from pdtrt.spec.load import load_deployment  # noqa: E402
 
 SEED_SPEC = ROOT / "docs" / "examples" / "llama3-8b-h100-l40s.yaml"
 

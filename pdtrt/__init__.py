@@ -10,22 +10,16 @@ The library returns typed results; ``pdtrt.cli`` renders them. Entry points:
 - :func:`plan_build` / :func:`run_build` -- engine builds; :func:`check_engines` -- compatibility
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-from pdtrt.build_plan import plan_build
-from pdtrt.build_run import run_build
-from pdtrt.catalog import load_catalog
-from pdtrt.doctor import run_doctor
-from pdtrt.engines_check import check_engines
-from pdtrt.memory import fit
-from pdtrt.model import load_model_facts
-from pdtrt.model_report import model_report
-from pdtrt.spec_load import load_deployment, load_spec
-
-try:
-    __version__ = version("pdtrt")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0+unknown"
+from pdtrt.build.check import check_engines
+from pdtrt.build.plan import plan_build
+from pdtrt.build.run import run_build
+from pdtrt.facts.catalog import load_catalog
+from pdtrt.facts.doctor import run_doctor
+from pdtrt.facts.memory import fit
+from pdtrt.facts.model import load_model_facts
+from pdtrt.facts.report import model_report
+from pdtrt.spec.load import load_deployment, load_spec
+from pdtrt.version import __version__
 
 __all__ = [
     "__version__",

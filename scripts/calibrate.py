@@ -22,9 +22,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pdtrt.catalog import load_catalog  # noqa: E402
 from pdtrt.enums import ServingBackend  # noqa: E402
-from pdtrt.model import load_model_facts  # noqa: E402
+from pdtrt.facts.catalog import load_catalog  # noqa: E402
+from pdtrt.facts.model import load_model_facts  # noqa: E402
 from pdtrt.perf.calibrate import fit_factors, read_rows  # noqa: E402
 from pdtrt.yamlio import write_atomic  # noqa: E402
 

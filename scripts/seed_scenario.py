@@ -30,7 +30,7 @@ from pdtrt.sim import (  # noqa: E402
     Workload,
     simulate,  # noqa: E402
 )
-from pdtrt.spec_load import load_deployment  # noqa: E402
+from pdtrt.spec.load import load_deployment  # noqa: E402
 
 SLO = SloTarget(percentile=90, ttft_ms=1000, itl_ms=30)
 

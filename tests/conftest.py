@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
 EXAMPLES = ROOT / "docs" / "examples"
 # ../shared/data/models holds real HF config.json files; pdtrt ships copies as built-ins.
 SHARED_MODELS = ROOT.parent / "shared" / "data" / "models"
@@ -15,7 +16,7 @@ BUILTIN_MODELS = ROOT / "pdtrt" / "data" / "models"
 
 @pytest.fixture(scope="session")
 def catalog():
-    from pdtrt.catalog import load_catalog
+    from pdtrt.facts.catalog import load_catalog
 
     return load_catalog()
 
@@ -55,9 +56,9 @@ def golden(request):
 @pytest.fixture(scope="session")
 def reference_engines(tmp_path_factory):
     """The reference-cpu deployment built once per session: (engines root, Deployment)."""
-    from pdtrt.build_plan import plan_build
-    from pdtrt.build_run import run_build
-    from pdtrt.spec_load import load_deployment
+    from pdtrt.build.plan import plan_build
+    from pdtrt.build.run import run_build
+    from pdtrt.spec.load import load_deployment
 
     root = tmp_path_factory.mktemp("engines")
     dep = load_deployment(EXAMPLES / "reference-cpu.yaml")
@@ -72,14 +73,14 @@ def serve_reference(spec_path: Path, engines_root: Path, workdir: Path,
     import dataclasses
     import importlib.util
 
-    from pdtrt.embedded_triton import find_embedded_triton
+    from pdtrt.serve.embedded import find_embedded_triton
 
     if find_embedded_triton() is None or importlib.util.find_spec("ucxx") is None:
         pytest.skip("needs the embedded Triton server (nvidia-pytriton) and ucxx")
     from pdtrt.errors import ServerError
-    from pdtrt.repo import RepoMode
-    from pdtrt.serve import prepare, server_config
-    from pdtrt.triton_server import TritonServer
+    from pdtrt.repo.generate import RepoMode
+    from pdtrt.serve.launcher import prepare, server_config
+    from pdtrt.serve.triton_server import TritonServer
 
     prepared = prepare(spec_path, workdir=workdir, engines_root=engines_root,
                        mode=mode or RepoMode.BOTH)

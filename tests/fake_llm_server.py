@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pdtrt.embedded_triton import find_embedded_triton
-from pdtrt.triton_server import ServerConfig, TritonServer
+from pdtrt.serve.embedded import find_embedded_triton
+from pdtrt.serve.triton_server import ServerConfig, TritonServer
 
 MODELS = Path(__file__).parent / "triton_models"
 SERVED_NAMES = ("ensemble", "ensemble_aggregated")

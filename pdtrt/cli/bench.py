@@ -29,7 +29,7 @@ from pdtrt.client import LLMClient
 from pdtrt.errors import BenchError, PdtrtError
 
 if TYPE_CHECKING:
-    from pdtrt.deployment import Deployment
+    from pdtrt.spec.deployment import Deployment
 
 DEFAULT_REQUESTS = 50
 
@@ -60,8 +60,8 @@ def _prompts(tokenizer_dir: Path | None, deployment: Deployment | None
         return TokenizerPrompts.load(tokenizer_dir)
     if deployment is None:
         return None
-    from pdtrt.manifest import DEFAULT_ENGINES_ROOT, EngineLayout
-    from pdtrt.repo_plan import tokenizer_dir_of
+    from pdtrt.build.manifest import DEFAULT_ENGINES_ROOT, EngineLayout
+    from pdtrt.repo.plan import tokenizer_dir_of
 
     path = Path(tokenizer_dir_of(deployment, EngineLayout(DEFAULT_ENGINES_ROOT,
                                                           deployment.spec.name)))
@@ -143,7 +143,7 @@ def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: s
         rates = (rate,)
     deployment = None
     if spec_path is not None:
-        from pdtrt.spec_load import load_deployment
+        from pdtrt.spec.load import load_deployment
 
         deployment = load_deployment(spec_path)
     spec = deployment.spec if deployment else None

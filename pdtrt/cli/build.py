@@ -8,12 +8,12 @@ from pathlib import Path
 import click
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from pdtrt.build_plan import BuildPlan, plan_build
-from pdtrt.build_run import BuildResult, ProgressEvent, ProgressKind, StepStatus, run_build
+from pdtrt.build.manifest import DEFAULT_ENGINES_ROOT
+from pdtrt.build.plan import BuildPlan, plan_build
+from pdtrt.build.run import BuildResult, ProgressEvent, ProgressKind, StepStatus, run_build
 from pdtrt.cli.render import console, emit_json, json_option
 from pdtrt.enums import Phase
-from pdtrt.manifest import DEFAULT_ENGINES_ROOT
-from pdtrt.spec_load import load_deployment
+from pdtrt.spec.load import load_deployment
 
 
 def plan_lines(plan: BuildPlan) -> list[str]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from pdtrt.catalog import load_catalog
 from pdtrt.cli.render import emit_json, gib, json_option
-from pdtrt.doctor import run_doctor
+from pdtrt.facts.catalog import load_catalog
+from pdtrt.facts.doctor import run_doctor
 
 
 @click.command("doctor")

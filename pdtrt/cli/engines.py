@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
+from pdtrt.build.check import CheckReport, check_engines
+from pdtrt.build.manifest import DEFAULT_ENGINES_ROOT
 from pdtrt.cli.render import emit_json, json_option
-from pdtrt.engines_check import CheckReport, check_engines
-from pdtrt.manifest import DEFAULT_ENGINES_ROOT
 
 
 @click.group()

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from pdtrt.catalog import load_catalog, load_prices
 from pdtrt.cli.render import emit_json, gib, json_option
 from pdtrt.enums import KVDType, ServingBackend, ServingMode, WeightQuant
 from pdtrt.errors import PdtrtError
-from pdtrt.model import load_model_facts
+from pdtrt.facts.catalog import load_catalog, load_prices
+from pdtrt.facts.model import load_model_facts
 from pdtrt.perf.configs import make_instance
 from pdtrt.perf.estimate import Estimate, Load, ServingConfig, estimate
 from pdtrt.perf.factors import load_factors

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from pdtrt.catalog import load_catalog, load_prices
 from pdtrt.cli.render import console, emit_json, json_option, tflops
+from pdtrt.facts.catalog import load_catalog, load_prices
 
 
 @click.command("gpus")

@@ -13,7 +13,6 @@ from typing import Any
 
 import click
 
-from pdtrt import __version__
 from pdtrt.cli import (
     bench,
     build,
@@ -32,6 +31,7 @@ from pdtrt.cli import (
 from pdtrt.cli.render import JSON_META_KEY, emit_json
 from pdtrt.envvars import PDTRT_DEBUG
 from pdtrt.errors import PdtrtError
+from pdtrt.version import __version__
 
 EXIT_EXPECTED_ERROR = 2
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from pdtrt.catalog import load_catalog
 from pdtrt.cli.render import count, emit_json, gib, json_option
 from pdtrt.enums import DType, KVDType, WeightQuant
-from pdtrt.model import builtin_model_names, load_model_facts
-from pdtrt.model_report import ModelReport, model_report
+from pdtrt.facts.catalog import load_catalog
+from pdtrt.facts.model import builtin_model_names, load_model_facts
+from pdtrt.facts.report import ModelReport, model_report
 
 
 def _lines(report: ModelReport) -> list[str]:

@@ -7,17 +7,17 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from pdtrt.catalog import load_catalog, load_prices
 from pdtrt.cli.render import console, emit_json, json_option
 from pdtrt.enums import KVDType, ServingBackend, WeightQuant
 from pdtrt.errors import PdtrtError
-from pdtrt.model import load_model_facts
+from pdtrt.facts.catalog import load_catalog, load_prices
+from pdtrt.facts.model import load_model_facts
 from pdtrt.perf.factors import load_factors
-from pdtrt.plan.search import Plan, PlanCandidate, PlanRequest, plan
-from pdtrt.plan.space import SearchBounds
-from pdtrt.plan.spec_writer import spec_candidate, spec_text
+from pdtrt.planner.search import Plan, PlanCandidate, PlanRequest, plan
+from pdtrt.planner.space import SearchBounds
+from pdtrt.planner.spec_writer import spec_candidate, spec_text
 from pdtrt.sim.config import SloTarget
-from pdtrt.spec_load import load_deployment
+from pdtrt.spec.load import load_deployment
 from pdtrt.yamlio import write_atomic
 
 WEIGHTS = {"bf16": WeightQuant.NONE, "fp8": WeightQuant.FP8}
@@ -128,7 +128,7 @@ def plan_cmd(model_ref: str, gpus: str, prices: Path | None, isl: int, osl: int,
         written_spec = str(output)
     plot = None
     if not no_plot:
-        from pdtrt.plots import plot_pareto
+        from pdtrt.cli.plots import plot_pareto
 
         plot = plot_pareto(result.candidates, plot_path or Path("pdtrt-plan-pareto.png"),
                            title=f"{model.name}: ISL {isl}, OSL {osl}, {rate:g} req/s",

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import click
 
+from pdtrt.build.manifest import DEFAULT_ENGINES_ROOT
 from pdtrt.cli.render import emit_json, json_option
 from pdtrt.errors import RepoInvalidError
-from pdtrt.manifest import DEFAULT_ENGINES_ROOT
-from pdtrt.repo import RepoMode, generate_repo
-from pdtrt.repo_validate import validate_repo
-from pdtrt.spec_load import load_deployment
+from pdtrt.repo.generate import RepoMode, generate_repo
+from pdtrt.repo.validate import validate_repo
+from pdtrt.spec.load import load_deployment
 
 
 class _RepoGroup(click.Group):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
+from pdtrt.build.manifest import DEFAULT_ENGINES_ROOT
 from pdtrt.cli.render import emit_json, json_option
-from pdtrt.manifest import DEFAULT_ENGINES_ROOT
-from pdtrt.repo import RepoMode
-from pdtrt.serve import pools_warnings, prepare, server_config, stop_detached, write_state
-from pdtrt.triton_server import TritonServer
+from pdtrt.repo.generate import RepoMode
+from pdtrt.serve.launcher import pools_warnings, prepare, server_config, stop_detached, write_state
+from pdtrt.serve.triton_server import TritonServer
 
 
 @click.command("serve")

@@ -14,7 +14,7 @@ from pdtrt.sim.metrics import SimResult
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
 from pdtrt.sim.simulator import simulate
 from pdtrt.sim.workload import ArrivalKind, LengthKind
-from pdtrt.spec_load import load_deployment
+from pdtrt.spec.load import load_deployment
 
 _MODES = {"both": (ServingMode.AGGREGATED, ServingMode.DISAGGREGATED),
           "aggregated": (ServingMode.AGGREGATED,), "disaggregated": (ServingMode.DISAGGREGATED,)}
@@ -113,7 +113,7 @@ def simulate_cmd(spec_file: Path, mode: str, rate: float | None, concurrency: in
     results = [simulate(c) for c in configs]
     written = None
     if not no_plot:
-        from pdtrt.plots import plot_simulation
+        from pdtrt.cli.plots import plot_simulation
 
         written = plot_simulation(results, plot_path or Path(f"{dep.spec.name}-simulate.png"),
                                   title=f"{dep.spec.name}: {results[0].to_dict()['label']} vs "

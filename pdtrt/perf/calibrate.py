@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pdtrt.catalog import Catalog
 from pdtrt.enums import KVDType, ServingBackend, ServingMode, WeightQuant
 from pdtrt.errors import CatalogError
-from pdtrt.model import ModelFacts
+from pdtrt.facts.catalog import Catalog
+from pdtrt.facts.model import ModelFacts
 from pdtrt.perf.estimate import Load, ServingConfig, estimate
 from pdtrt.perf.factors import EfficiencyFactors
 from pdtrt.perf.hardware import Instance

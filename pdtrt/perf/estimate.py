@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from pdtrt.enums import ServingMode
 from pdtrt.errors import InfeasibleError
-from pdtrt.memory import MemoryFit
+from pdtrt.facts.memory import MemoryFit
 from pdtrt.perf.factors import EfficiencyFactors
 from pdtrt.perf.hardware import Instance
 from pdtrt.perf.link import KVLink

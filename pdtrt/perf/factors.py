@@ -1,6 +1,6 @@
 """Efficiency factors: how far real kernels and schedulers fall short of datasheet peaks.
 
-The catalog holds datasheet peaks (:mod:`pdtrt.catalog`); this module holds the *fitted*
+The catalog holds datasheet peaks (:mod:`pdtrt.facts.catalog`); this module holds the *fitted*
 fractions of them that a serving runtime achieves, one set per :class:`ServingBackend`. They
 are fitted by :mod:`pdtrt.perf.calibrate` (``scripts/calibrate.py``) on measured serving runs
 and stored with their provenance in ``pdtrt/data/perf_factors.yaml``; nothing here is tuned by

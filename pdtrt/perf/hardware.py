@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdtrt.catalog import GPU
 from pdtrt.enums import DType, KVDType, WeightQuant
 from pdtrt.errors import InfeasibleError
-from pdtrt.memory import MemoryFit, fit
-from pdtrt.model import ModelFacts
+from pdtrt.facts.catalog import GPU
+from pdtrt.facts.memory import MemoryFit, fit
+from pdtrt.facts.model import ModelFacts
 
 __all__ = ["Instance"]
 

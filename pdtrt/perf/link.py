@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdtrt.catalog import GPU
+from pdtrt.facts.catalog import GPU
 
 __all__ = ["DEFAULT_NIC_BYTES_PER_S", "KVLink", "kv_link", "kv_transfer_s"]
 

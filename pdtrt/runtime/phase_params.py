@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pdtrt.build.manifest import KVLayout
 from pdtrt.errors import KVTransferError
-from pdtrt.manifest import KVLayout
 
 __all__ = ["ContextPhaseParams"]
 

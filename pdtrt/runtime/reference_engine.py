@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pdtrt.build.manifest import KVLayout
 from pdtrt.enums import KVDType
-from pdtrt.manifest import KVLayout
 
 __all__ = ["KV", "ReferenceEngine", "SamplingParams", "load_reference_engine", "pack_kv",
            "unpack_kv"]

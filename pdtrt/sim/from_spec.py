@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pdtrt.deployment import Deployment
 from pdtrt.enums import ServingBackend, ServingMode
 from pdtrt.errors import PdtrtError
 from pdtrt.perf.configs import aggregated_baseline, serving_from_deployment
@@ -15,6 +14,7 @@ from pdtrt.perf.factors import load_factors
 from pdtrt.sim.config import SimConfig, SloTarget
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
 from pdtrt.sim.workload import ArrivalKind, LengthDist, LengthKind, Workload, read_trace
+from pdtrt.spec.deployment import Deployment
 
 __all__ = ["SimOverrides", "sim_configs"]
 

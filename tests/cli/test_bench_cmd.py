@@ -6,7 +6,7 @@ import json
 
 from fake_llm_server import needs_triton
 
-from pdtrt.triton_server import free_port
+from pdtrt.serve.triton_server import free_port
 
 pytestmark = needs_triton
 

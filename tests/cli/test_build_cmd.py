@@ -8,8 +8,8 @@ import shutil
 import pytest
 from conftest import EXAMPLES
 
+from pdtrt.build.manifest import read_manifest, write_manifest
 from pdtrt.enums import KVDType
-from pdtrt.manifest import read_manifest, write_manifest
 
 SEED = str(EXAMPLES / "llama3-8b-h100-l40s.yaml")
 REF = str(EXAMPLES / "reference-cpu.yaml")

@@ -7,7 +7,7 @@ import re
 
 from fake_llm_server import needs_triton
 
-from pdtrt.triton_server import free_port
+from pdtrt.serve.triton_server import free_port
 
 pytestmark = needs_triton
 

@@ -6,7 +6,7 @@ import json
 
 from conftest import EXAMPLES
 
-from pdtrt.spec_load import load_deployment
+from pdtrt.spec.load import load_deployment
 
 SEED = str(EXAMPLES / "llama3-8b-h100-l40s.yaml")
 M8B = "meta-llama/Meta-Llama-3.1-8B"

@@ -8,7 +8,7 @@ from fake_llm_server import needs_triton
 from pdtrt.client import GenerateRequest, LLMClient
 from pdtrt.client.types import ErrorKind
 from pdtrt.errors import ModelNotFoundError, RequestError, ServerUnavailableError
-from pdtrt.triton_server import free_port
+from pdtrt.serve.triton_server import free_port
 
 pytestmark = needs_triton
 

@@ -41,7 +41,7 @@ def test_nelder_mead_finds_a_quadratic_minimum():
 
 
 def test_predictions_move_with_the_factors(catalog):
-    from pdtrt.model import load_model_facts
+    from pdtrt.facts.model import load_model_facts
 
     row = next(r for r in read_rows(DATA) if r.backend is ServingBackend.TRTLLM)
     model = load_model_facts("Qwen/Qwen3-32B")

@@ -17,7 +17,7 @@ from pdtrt.perf.queueing import md1_wait_p90_s, md1_wait_s, poisson_quantile
 
 @pytest.fixture(scope="module")
 def llama8b():
-    from pdtrt.model import load_model_facts
+    from pdtrt.facts.model import load_model_facts
 
     return load_model_facts("meta-llama/Meta-Llama-3.1-8B")
 

@@ -25,7 +25,7 @@ IDEAL = EfficiencyFactors(gemm_eff=1.0, attention_eff=1.0, bandwidth_eff=1.0,
 
 @pytest.fixture
 def llama8b():
-    from pdtrt.model import load_model_facts
+    from pdtrt.facts.model import load_model_facts
 
     return load_model_facts("meta-llama/Meta-Llama-3.1-8B")
 

@@ -34,7 +34,7 @@ F = EfficiencyFactors(gemm_eff=0.5, attention_eff=0.4, bandwidth_eff=0.8,
 
 @pytest.fixture(scope="module")
 def llama8b():
-    from pdtrt.model import load_model_facts
+    from pdtrt.facts.model import load_model_facts
 
     return load_model_facts("meta-llama/Meta-Llama-3.1-8B")
 

@@ -1,0 +1,119 @@
+"""The planner's search space: which configurations are worth evaluating at all.
+
+Dimensions: serving mode; GPU type per phase (``--gpus``, any mix for disaggregated); TP per
+phase (the model's valid TPs within one node that hold a sequence); instance counts; engine
+limits (aggregated ``max_num_tokens`` 2048 -- short chunks, less decode stall -- or 8192; decode
+``max_batch_size`` = what the KV holds, capped at 512; prefill ``max_num_tokens`` 8192 or
+16384 when prompts are long). Instance counts start at the fewest that keep every utilisation
+below ``MAX_UTILISATION`` at the target rate (from the step-time model) and go a few above
+(with an ITL target, decode pools are sized for the largest batch whose step meets it), so the
+space stays small -- hundreds of points, not the full product -- and bounded by ``max_gpus``
+and ``budget``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from pdtrt.enums import KVDType, ServingMode, WeightQuant
+from pdtrt.facts.catalog import GPU
+from pdtrt.facts.model import ModelFacts
+from pdtrt.perf.estimate import ServingConfig
+from pdtrt.perf.factors import EfficiencyFactors
+from pdtrt.perf.hardware import Instance
+from pdtrt.perf.link import kv_link
+from pdtrt.perf.step import decode_work, prefill_time_s, step_time
+
+__all__ = ["MAX_UTILISATION", "SearchBounds", "candidate_configs"]
+
+MAX_UTILISATION = 0.9
+EXTRA_INSTANCES = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchBounds:
+    max_gpus: int | None = None
+    budget_usd_per_hour: float | None = None
+
+    def allows(self, config: ServingConfig) -> bool:
+        if self.max_gpus is not None and config.num_gpus > self.max_gpus:
+            return False
+        if self.budget_usd_per_hour is not None and (
+                config.cost_per_hour_usd() > self.budget_usd_per_hour + 1e-9):
+            return False
+        return True
+
+
+def _instances(model: ModelFacts, gpus: Sequence[GPU], *, seq_len: int, weights: WeightQuant,
+               kv_dtype: KVDType, **limits: int) -> Iterator[Instance]:
+    for gpu in gpus:
+        if weights is WeightQuant.FP8 and not gpu.has_fp8:
+            continue
+        if kv_dtype is KVDType.FP8 and not gpu.has_fp8:
+            continue
+        for tp in model.valid_tps(gpu.max_gpus_per_node):
+            inst = Instance(model=model, gpu=gpu, tp=tp, weights=weights, kv_dtype=kv_dtype,
+                            **limits)
+            if inst.memory(seq_len).max_concurrent_seqs >= 1:
+                yield inst
+
+
+def _with_batch(inst: Instance, seq_len: int) -> Instance:
+    from dataclasses import replace
+
+    cap = inst.memory(seq_len).max_concurrent_seqs
+    return replace(inst, max_batch_size=max(1, min(cap, 512)))
+
+
+def candidate_configs(model: ModelFacts, gpus: Sequence[GPU], f: EfficiencyFactors, *,
+                      isl: int, osl: int, rate_per_s: float, weights: WeightQuant,
+                      kv_dtype: KVDType, bounds: SearchBounds, itl_target_s: float | None = None,
+                      same_node: bool = False) -> Iterator[ServingConfig]:
+    """Every configuration of the space (see module doc) within ``bounds``."""
+    seq = isl + osl
+    context = isl + osl / 2
+    # -- aggregated ------------------------------------------------------------------------
+    for tokens in (2048, 8192):
+        for inst in _instances(model, gpus, seq_len=seq, weights=weights, kv_dtype=kv_dtype,
+                               max_num_tokens=tokens):
+            inst = _with_batch(inst, seq)
+            t_pf = prefill_time_s(inst, f, isl)
+            batch = min(inst.max_batch_size, 64)
+            tau = step_time(decode_work(batch, int(batch * context)), inst, f).total_s
+            # work per request: its prefill plus its share of decode steps
+            per_request = t_pf + (osl - 1) * tau / batch
+            n0 = max(1, math.ceil(rate_per_s * per_request / MAX_UTILISATION))
+            for n in range(n0, n0 + EXTRA_INSTANCES + 1):
+                cfg = ServingConfig(mode=ServingMode.AGGREGATED, prefill=inst,
+                                    prefill_instances=n)
+                if bounds.allows(cfg):
+                    yield cfg
+    # -- disaggregated ---------------------------------------------------------------------
+    prefills = [p for tokens in ((8192, 16384) if isl > 4096 else (8192,))
+                for p in _instances(model, gpus, seq_len=isl, weights=weights,
+                                    kv_dtype=kv_dtype, max_num_tokens=tokens, max_batch_size=8)]
+    decodes = [_with_batch(d, seq) for d in _instances(
+        model, gpus, seq_len=seq, weights=weights, kv_dtype=kv_dtype, max_num_tokens=1024)]
+    for pre in prefills:
+        t_pf = prefill_time_s(pre, f, isl)
+        a0 = max(1, math.ceil(rate_per_s * t_pf / MAX_UTILISATION))
+        for dec in decodes:
+            batch = dec.max_batch_size
+            tau = step_time(decode_work(batch, int(batch * context)), dec, f).total_s
+            # with an ITL target, size the pool for the largest batch whose step meets it
+            while itl_target_s is not None and batch > 1 and tau > itl_target_s:
+                batch = max(1, int(batch * 0.8))
+                tau = step_time(decode_work(batch, int(batch * context)), dec, f).total_s
+            # one instance runs `batch` sequences, each holding its slot for (osl - 1) steps
+            per_instance_rate = batch / max((osl - 1) * tau, 1e-9)
+            b0 = max(1, math.ceil(rate_per_s / (per_instance_rate * MAX_UTILISATION)))
+            link = kv_link(pre.gpu, dec.gpu, same_node=same_node)
+            for a in range(a0, a0 + EXTRA_INSTANCES):
+                for b in range(max(1, b0 - 1), b0 + EXTRA_INSTANCES + 1):
+                    cfg = ServingConfig(mode=ServingMode.DISAGGREGATED, prefill=pre,
+                                        prefill_instances=a, decode=dec, decode_instances=b,
+                                        link=link)
+                    if bounds.allows(cfg):
+                        yield cfg

@@ -1,0 +1,83 @@
+"""The planner's output spec: a commented ``pdtrt.yaml`` for the chosen configuration.
+
+A spec always describes a disaggregated deployment (a prefill pool and a decode pool). When
+the verdict is "do not disaggregate", the planner still writes the best disaggregated
+configuration that met the SLOs, with the verdict at the top of the file, so the trade-off is
+there to build and measure; with none, it refuses (:class:`NoFeasiblePlanError`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from pdtrt.enums import ServingMode, WeightQuant
+from pdtrt.errors import NoFeasiblePlanError
+from pdtrt.perf.hardware import Instance
+from pdtrt.planner.search import Plan, PlanCandidate
+
+__all__ = ["NoFeasiblePlanError", "spec_candidate", "spec_text"]
+
+
+def spec_candidate(p: Plan) -> PlanCandidate:
+    """The candidate the spec describes: the chosen one if disaggregated, else the best
+    disaggregated one that met the SLOs."""
+    best = p.best(ServingMode.DISAGGREGATED)
+    if best is None:
+        raise NoFeasiblePlanError(
+            f"no disaggregated configuration meets the SLOs, so there is no spec to write; "
+            f"verdict: {p.verdict}",
+            hint="relax --ttft-p90 / --itl-p90, raise --max-gpus / --budget, or add GPU types")
+    return best
+
+
+def _pool(inst: Instance, instances: int, isl: int, seq_len: int) -> dict[str, object]:
+    return {
+        "gpu": inst.gpu.key, "tp": inst.tp, "instances": instances,
+        "price_per_hour_usd": inst.gpu.price_per_hour_usd,
+        "engine": {"max_batch_size": inst.max_batch_size,
+                   "max_num_tokens": inst.max_num_tokens, "max_input_len": isl,
+                   "max_seq_len": seq_len, "tokens_per_block": inst.tokens_per_block,
+                   "kv_cache_free_gpu_mem_fraction": inst.kv_cache_fraction},
+    }
+
+
+def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str:
+    """YAML text of the spec for :func:`spec_candidate` (validated by the caller)."""
+    cand = spec_candidate(p)
+    req, c = p.request, cand.config
+    assert c.decode is not None and c.link is not None
+    name = re.sub(r"[^a-z0-9._-]+", "-", model_name.split("/")[-1].lower()).strip("-")
+    name = f"{name}-{c.prefill.gpu.key}-{c.decode.gpu.key}"[:64]
+    seq = req.isl + req.osl
+    model: dict[str, object] = {"name": model_name}
+    if model_path:
+        model["path"] = model_path
+    model.update({"dtype": str(c.prefill.dtype),
+                  "weights": str(req.weights if req.weights is not WeightQuant.NONE else "none"),
+                  "kv_cache_dtype": str(req.kv_dtype)})
+    same_node = req.same_node
+    spec = {
+        "version": 1, "name": name, "target": "trtllm-0.21", "model": model,
+        "prefill": _pool(c.prefill, c.prefill_instances, req.isl, seq),
+        "decode": _pool(c.decode, c.decode_instances, req.isl, seq),
+        "kv_transfer": {"backend": "ucx",
+                        "transports": ["sm", "cuda_ipc", "cuda_copy"] if same_node
+                        else ["rc", "cuda_copy", "tcp"]},
+        "slo": {"percentile": req.slo.percentile, "ttft_ms": req.slo.ttft_ms,
+                "itl_ms": req.slo.itl_ms},
+        "workload": {"isl": req.isl, "osl": req.osl, "request_rate_per_s": req.rate_per_s},
+    }
+    chosen = p.chosen
+    header = [
+        "# Written by `pdtrt plan`; check it with `pdtrt spec validate`.",
+        f"# verdict: {p.verdict}",
+        f"# this spec: {c.label()} -- ${cand.cost_per_hour_usd:.2f}/h, goodput "
+        f"{cand.goodput_req_per_s:.2f} req/s at {req.rate_per_s:g} req/s (simulated)",
+    ]
+    if chosen is not None and chosen is not cand:
+        header.append(f"# the overall best is {chosen.config.label()} (aggregated serving, "
+                      "which this disaggregated spec format does not describe)")
+    header += [f"#   {r}" for r in cand.reasons()]
+    return "\n".join(header) + "\n" + yaml.safe_dump(spec, sort_keys=False)

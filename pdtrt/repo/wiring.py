@@ -1,0 +1,165 @@
+"""Checks across models of a repository: ensemble wiring, router targets, decoupling.
+
+Works on parsed ``ModelConfig`` protobufs (any repository, generated or hand-edited) and returns
+problem messages, each starting with the model it is about. An ensemble tensor is an ensemble
+input or a step's output; every step input must be fed by one with the same dtype and
+compatible dims (-1 matches anything); every required step input must be mapped; an ensemble
+may not allow a larger batch than any of its steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pdtrt.engine_io import Param, Role
+from pdtrt.repo.pbtxt import ModelConfig, data_type_name
+from pdtrt.spec.schema import ENDPOINT
+from pdtrt.suggest import did_you_mean
+
+__all__ = ["ENGINE_REFERENCE_PARAMS", "dims_compatible", "ensemble_problems", "parameter",
+           "router_problems"]
+
+# parameters that name other models: pdtrt's router, and NVIDIA's disaggregated BLS
+ENGINE_REFERENCE_PARAMS = (Param.PREFILL_MODEL, Param.DECODE_MODEL, Param.AGGREGATED_MODEL,
+                           "context_model_name", "generation_model_name")
+
+
+def parameter(config: ModelConfig, key: str) -> str | None:
+    """A string parameter of ``config``, or None when absent."""
+    return config.parameters[key].string_value if key in config.parameters else None
+
+
+def dims_compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    dtype: int
+    dims: tuple[int, ...]
+    source: str
+
+
+def _dims(d: object) -> str:
+    return "[" + ", ".join(str(x) for x in d) + "]"  # type: ignore[attr-defined]
+
+
+def _unknown_model(name: str, models: Mapping[str, ModelConfig]) -> str:
+    return f"'{name}', which is not a model of this repository{did_you_mean(name, models)}"
+
+
+def ensemble_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelConfig],
+                      broken: frozenset[str] = frozenset()) -> list[str]:
+    """Wiring problems of the ensemble ``name``. Steps on ``broken`` models (whose config did
+    not parse: already reported) are skipped, and so are the checks they would mislead."""
+    problems: list[str] = []
+    complete = True
+    tensors = {i.name: _Tensor(i.data_type, tuple(i.dims), "ensemble input") for i in cfg.input}
+    steps = list(cfg.ensemble_scheduling.step)
+    if not steps:
+        problems.append(f"{name}: ensemble has no ensemble_scheduling steps")
+    for n, step in enumerate(steps, 1):
+        model = models.get(step.model_name)
+        if step.model_name in broken:
+            complete = False
+            continue
+        if model is None:
+            complete = False
+            problems.append(f"{name}: step {n} runs {_unknown_model(step.model_name, models)}")
+            continue
+        outputs = {o.name: o for o in model.output}
+        for key, value in sorted(step.output_map.items()):
+            out = outputs.get(key)
+            if out is None:
+                problems.append(f"{name}: step {n} ({step.model_name}) maps output '{key}', "
+                                f"which {step.model_name} does not have"
+                                f"{did_you_mean(key, outputs)}")
+            elif value in tensors:
+                problems.append(f"{name}: tensor '{value}' is produced twice "
+                                f"({tensors[value].source} and {step.model_name}.{key})")
+            else:
+                tensors[value] = _Tensor(out.data_type, tuple(out.dims),
+                                         f"{step.model_name}.{key}")
+    for n, step in enumerate(steps, 1):
+        model = models.get(step.model_name)
+        if model is None:
+            continue
+        where = f"{name}: step {n} ({step.model_name})"
+        inputs = {i.name: i for i in model.input}
+        for key, value in sorted(step.input_map.items()):
+            inp = inputs.get(key)
+            if inp is None:
+                problems.append(f"{where} maps input '{key}', which {step.model_name} does not "
+                                f"have{did_you_mean(key, inputs)}")
+                continue
+            src = tensors.get(value)
+            if src is None and not complete:
+                continue
+            if src is None:
+                problems.append(f"{where} input '{key}' reads '{value}', which is neither an "
+                                f"ensemble input nor a step output{did_you_mean(value, tensors)}")
+            elif src.dtype != inp.data_type:
+                problems.append(f"{where} input '{key}' is {data_type_name(inp.data_type)} but "
+                                f"'{value}' ({src.source}) is {data_type_name(src.dtype)}")
+            elif not dims_compatible(src.dims, tuple(inp.dims)):
+                problems.append(f"{where} input '{key}' has dims {_dims(inp.dims)} but "
+                                f"'{value}' ({src.source}) has dims {_dims(src.dims)}")
+        for inp in model.input:
+            if not inp.optional and inp.name not in step.input_map:
+                problems.append(f"{where}: required input '{inp.name}' is not mapped")
+        if cfg.max_batch_size > model.max_batch_size:
+            problems.append(f"{name}: max_batch_size {cfg.max_batch_size} exceeds step "
+                            f"{step.model_name}'s {model.max_batch_size}")
+    for out in cfg.output if complete else ():
+        src = tensors.get(out.name)
+        if src is None or src.source == "ensemble input":
+            problems.append(f"{name}: output '{out.name}' is not produced by any step")
+        elif src.dtype != out.data_type:
+            problems.append(f"{name}: output '{out.name}' is {data_type_name(out.data_type)} but "
+                            f"{src.source} is {data_type_name(src.dtype)}")
+        elif not dims_compatible(src.dims, tuple(out.dims)):
+            problems.append(f"{name}: output '{out.name}' has dims {_dims(out.dims)} but "
+                            f"{src.source} has dims {_dims(src.dims)}")
+    return problems
+
+
+def router_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelConfig],
+                    broken: frozenset[str] = frozenset()) -> list[str]:
+    """Parameters naming models must name existing models; decoupling must agree with them."""
+    problems: list[str] = []
+    is_pdtrt_router = parameter(cfg, Param.ROLE) == Role.ROUTER
+    remote: set[str] = set()  # model names served by another Triton server
+    if is_pdtrt_router:
+        for key, url_key in ((Param.PREFILL_MODEL, Param.PREFILL_URL),
+                             (Param.DECODE_MODEL, Param.DECODE_URL)):
+            if not parameter(cfg, key):
+                problems.append(f"{name}: parameter '{key}' is missing or empty")
+            url = parameter(cfg, url_key)
+            if url:
+                if not ENDPOINT.match(str(url)):
+                    problems.append(f"{name}: parameter '{url_key}' is {url!r}, not a gRPC "
+                                    "address HOST:PORT")
+                remote.add(str(parameter(cfg, key)))
+        below = parameter(cfg, Param.AGGREGATED_BELOW_TOKENS) or "0"
+        if not below.isdigit():
+            problems.append(f"{name}: parameter '{Param.AGGREGATED_BELOW_TOKENS}' must be a "
+                            f"whole number, got {below!r}")
+        elif int(below) > 0 and not parameter(cfg, Param.AGGREGATED_MODEL):
+            problems.append(f"{name}: '{Param.AGGREGATED_BELOW_TOKENS}' is {below} but "
+                            f"'{Param.AGGREGATED_MODEL}' is empty: short prompts have nowhere "
+                            "to go")
+    decoupled = cfg.model_transaction_policy.decoupled
+    for key in ENGINE_REFERENCE_PARAMS:
+        target = parameter(cfg, key)
+        if not target or target in broken or target in remote:
+            continue
+        model = models.get(target)
+        if model is None:
+            problems.append(f"{name}: parameter '{key}' names {_unknown_model(target, models)}")
+        elif model.model_transaction_policy.decoupled != decoupled:
+            problems.append(
+                f"{name}: decoupled is {str(decoupled).lower()} but {target} (its '{key}') has "
+                f"decoupled {str(model.model_transaction_policy.decoupled).lower()}: a "
+                "streaming path must be decoupled end to end")
+    return problems

@@ -1,0 +1,192 @@
+"""``pdtrt serve``: from a spec (or a ready repository) to a running Triton server.
+
+Given a spec, :func:`prepare` makes sure the engines exist (the reference target's are built on
+the spot when missing; TensorRT-LLM engines must be built on their GPUs first), generates the
+model repository into the work directory, and works out the environment of the server: the
+UCX settings of the spec's ``kv_transfer`` section (and, for a trtllm-0.21 repository, the
+launch environment recorded in its ``pdtrt-repo.json``). Given a repository directory, it
+serves it as is. A detached server leaves a state file (``serve.json``) in the work
+directory that :func:`stop_detached` reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pdtrt.build.manifest import MANIFEST_NAME, EngineLayout
+from pdtrt.build.plan import plan_build
+from pdtrt.build.run import run_build
+from pdtrt.enums import Phase, Target
+from pdtrt.errors import ServerError
+from pdtrt.repo.generate import RepoMode, generate_repo
+from pdtrt.serve.triton_server import Endpoints, ServerConfig, remove_shm_regions
+from pdtrt.spec.load import load_deployment
+from pdtrt.spec.schema import DeploymentSpec
+
+__all__ = ["Prepared", "kv_environment", "pools_grpc_port", "pools_warnings", "prepare",
+           "read_state", "server_config", "stop_detached", "write_state"]
+
+STATE_FILE = "serve.json"
+REPO_MANIFEST = "pdtrt-repo.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepared:
+    repository: Path
+    workdir: Path
+    spec: DeploymentSpec | None  # None: a repository pdtrt did not generate
+    built: tuple[str, ...]  # what had to be built first (reference engines)
+    env: dict[str, str]
+    mode: RepoMode | None = None  # None: a repository pdtrt did not generate
+
+
+def kv_environment(spec: DeploymentSpec | None,
+                   manifest: dict[str, Any]) -> dict[str, str]:
+    """Environment of the server process for the KV transfer (see :mod:`pdtrt.envvars`): the
+    spec's UCX settings, plus the launch environment a trtllm repository records in its
+    ``pdtrt-repo.json`` (the same values as its ``pdtrt.env``)."""
+    env = {"UCX_WARN_UNUSED_ENV_VARS": "n"}
+    if spec is not None:
+        env["UCX_TLS"] = ",".join(spec.kv_transfer.transports)
+        if spec.kv_transfer.net_devices:
+            env["UCX_NET_DEVICES"] = ",".join(spec.kv_transfer.net_devices)
+    env.update({str(k): str(v) for k, v in (manifest.get("launch") or {}).get("env", {}).items()})
+    return env
+
+
+def _read_manifest(repository: Path) -> dict[str, Any]:
+    path = repository / REPO_MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _is_repository(path: Path) -> bool:
+    return path.is_dir() and ((path / REPO_MANIFEST).is_file()
+                              or any(p.joinpath("config.pbtxt").is_file() for p in path.iterdir()))
+
+
+def prepare(path: Path, *, workdir: Path, engines_root: Path,
+            mode: RepoMode = RepoMode.BOTH,
+            progress: Callable[[str], None] = lambda _msg: None) -> Prepared:
+    """Resolve ``path`` (spec file or repository dir) into a repository ready to serve."""
+    if _is_repository(path):
+        manifest = _read_manifest(path)
+        spec = DeploymentSpec.model_validate(manifest["spec"]) if "spec" in manifest else None
+        mode_text = manifest.get("mode")
+        return Prepared(repository=path.resolve(), workdir=workdir, spec=spec, built=(),
+                        env=kv_environment(spec, manifest),
+                        mode=RepoMode(mode_text) if mode_text in tuple(RepoMode) else None)
+    dep = load_deployment(path)
+    layout = EngineLayout(engines_root, dep.spec.name)
+    missing = [p for p in Phase if not (layout.phase_dir(p) / MANIFEST_NAME).is_file()]
+    built: tuple[str, ...] = ()
+    if missing:
+        if dep.spec.target is not Target.REFERENCE:
+            raise ServerError(
+                f"no engines for {', '.join(map(str, missing))} under {layout.deployment_dir}",
+                hint=f"build them on their GPUs first: pdtrt build {path} --engines-dir "
+                f"{engines_root}")
+        progress(f"building the reference engines into {layout.deployment_dir}")
+        run_build(plan_build(dep, engines_root=engines_root), dep)
+        built = tuple(str(p) for p in missing)
+    repository = workdir / "repo"
+    progress(f"generating the model repository {repository} ({mode})")
+    generate_repo(dep, repository, mode=mode, engines_root=engines_root, force=True)
+    return Prepared(repository=repository.resolve(), workdir=workdir, spec=dep.spec,
+                    built=built, env=kv_environment(dep.spec, _read_manifest(repository)),
+                    mode=mode)
+
+
+def pools_grpc_port(spec: DeploymentSpec) -> int | None:
+    """The gRPC port a ``--mode pools`` server listens on: its pools' endpoint port, when the
+    pools with an endpoint agree on one (the front's router dials exactly that)."""
+    ports = {int(ep.rsplit(":", 1)[1]) for ep in spec.endpoints.values()}
+    return ports.pop() if len(ports) == 1 else None
+
+
+_LOOPBACK = ("127.", "localhost", "::1", "[::1]")
+
+
+def pools_warnings(prepared: Prepared, config: ServerConfig) -> list[str]:
+    """Why a ``--mode pools`` server may not be where the front's router dials (its pools'
+    endpoints): a loopback listen address for a non-loopback endpoint, another gRPC port."""
+    spec = prepared.spec
+    if prepared.mode is not RepoMode.POOLS or spec is None:
+        return []
+    out = []
+    for endpoint in sorted(set(spec.endpoints.values())):
+        host, port = endpoint.rsplit(":", 1)
+        if not host.startswith(_LOOPBACK) and config.host.startswith(_LOOPBACK):
+            out.append(f"the front's router dials {endpoint}, but this server listens on "
+                       f"{config.host} only; pass --host 0.0.0.0 (or {host})")
+        if config.grpc_port is not None and int(port) != config.grpc_port:
+            out.append(f"the front's router dials {endpoint}, but this server's gRPC port is "
+                       f"{config.grpc_port}")
+    return out
+
+
+def server_config(prepared: Prepared, *, host: str | None = None, grpc_port: int | None = None,
+                  http_port: int | None = None, metrics_port: int | None = None,
+                  tritonserver: Path | None = None) -> ServerConfig:
+    """Flags win over the spec's ``serving`` section; unset ports become free ports. A
+    ``pools`` repository listens on its pools' endpoint port (what the front's router dials)
+    unless ``grpc_port`` is given."""
+    serving = prepared.spec.serving if prepared.spec is not None else None
+    if grpc_port is None and prepared.mode is RepoMode.POOLS and prepared.spec is not None:
+        grpc_port = pools_grpc_port(prepared.spec)
+    return ServerConfig(
+        repository=prepared.repository,
+        log_path=prepared.workdir / "server.log",
+        host=host or (serving.host if serving else "127.0.0.1"),
+        grpc_port=grpc_port or (serving.grpc_port if serving else None),
+        http_port=http_port or (serving.http_port if serving else None),
+        metrics_port=metrics_port or (serving.metrics_port if serving else None),
+        tritonserver=tritonserver,
+        env=prepared.env,
+        backend_dir=prepared.workdir / "backends",
+    )
+
+
+def write_state(workdir: Path, pid: int, endpoints: Endpoints, log_path: Path,
+                shm_prefix: str) -> Path:
+    state = workdir / STATE_FILE
+    state.write_text(json.dumps({"pid": pid, "endpoints": endpoints.to_dict(),
+                                 "log": str(log_path), "shm_prefix": shm_prefix},
+                                indent=2) + "\n")
+    return state
+
+
+def read_state(workdir: Path) -> dict[str, object]:
+    state = workdir / STATE_FILE
+    try:
+        return json.loads(state.read_text())
+    except FileNotFoundError:
+        raise ServerError(f"no detached server recorded in {workdir} (no {STATE_FILE})",
+                          hint="start one with: pdtrt serve SPEC --detach --workdir DIR") from None
+
+
+def stop_detached(workdir: Path, *, grace_s: float = 20.0) -> int:
+    """SIGTERM the detached server's process group, SIGKILL after ``grace_s``; returns its pid."""
+    state = read_state(workdir)
+    pid = int(state["pid"])
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            os.kill(pid, 0)
+            time.sleep(0.2)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:  # what a killed server or stub leaves in /dev/shm
+        remove_shm_regions(str(state.get("shm_prefix", "")))
+    except ValueError:  # a state file from an older pdtrt, or edited by hand
+        pass
+    (workdir / STATE_FILE).unlink(missing_ok=True)
+    return pid

@@ -1,0 +1,302 @@
+"""Starting and stopping a real ``tritonserver`` process (the embedded one by default).
+
+The embedded server is the Triton 2.51 binary inside ``nvidia-pytriton``
+(:mod:`pdtrt.serve.embedded`). To run a repository with Python models it needs a backend
+directory ``B/python/`` holding the Python backend library, ``triton_python_backend_utils.py``
+and the stub for the running Python; its shared libraries on ``LD_LIBRARY_PATH``; and the
+project's environment first on ``PATH`` (the stub's interpreter finds packages through the
+first ``python3`` there). An explicit binary (e.g. inside an NGC container) is run as is.
+
+:class:`TritonServer` starts the process in its own session (so the Python-backend stubs go
+down with it), waits until the server and every model are ready -- or reports which model
+failed and why, from the log -- and stops it with SIGTERM, then SIGKILL after a grace period,
+and removes the shared-memory regions a killed server or stub leaves in ``/dev/shm`` (each
+server's Python backend gets its own region prefix, so only that server's go).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pdtrt.errors import ServerError
+from pdtrt.serve.embedded import EmbeddedTriton, find_embedded_triton
+
+__all__ = ["Endpoints", "ServerConfig", "TritonServer", "free_port", "prepare_backend_dir",
+           "remove_shm_regions"]
+
+_STUB_TIMEOUT_S = 300
+_START_ATTEMPTS = 3
+_LOCK_EXCEPTION = "boost::interprocess::lock_exception"
+_LOAD_FAILURE = re.compile(r"failed to load '([^']+)'[^:]*: (.*)$", re.MULTILINE)
+_SHM_DIR = Path("/dev/shm")
+_SHM_PREFIX = re.compile(r"pdtrt_[0-9a-f]{12}_")
+
+
+def _new_shm_prefix() -> str:
+    """A fresh per-server Python-backend shm prefix (matches ``_SHM_PREFIX``)."""
+    return f"pdtrt_{secrets.token_hex(6)}_"
+
+
+def remove_shm_regions(prefix: str, shm_dir: Path = _SHM_DIR) -> int:
+    """Delete the Python backend's shared-memory regions of one server (``prefix*``).
+
+    Triton removes them on a clean exit; a killed server or stub leaves them (1 MiB or more
+    each). Only pdtrt's own per-server prefixes are accepted. Returns how many were removed.
+    """
+    if not _SHM_PREFIX.fullmatch(prefix):
+        raise ValueError(f"not a pdtrt shared-memory prefix: {prefix!r}")
+    removed = 0
+    for region in shm_dir.glob(f"{prefix}*"):
+        try:
+            region.unlink()
+            removed += 1
+        except OSError:  # gone already, or not ours to remove
+            pass
+    return removed
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free now (the OS picks it); racy by nature, so bind soon after."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoints:
+    host: str
+    grpc_port: int
+    http_port: int
+    metrics_port: int
+
+    @property
+    def grpc_url(self) -> str:
+        return f"{self.host}:{self.grpc_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.metrics_port}/metrics"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"grpc": self.grpc_url, "http": self.http_url, "metrics": self.metrics_url}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    repository: Path
+    log_path: Path
+    host: str = "127.0.0.1"
+    grpc_port: int | None = None  # None: a free port
+    http_port: int | None = None
+    metrics_port: int | None = None
+    tritonserver: Path | None = None  # None: the embedded server
+    env: dict[str, str] = field(default_factory=dict)  # added to the server's environment
+    backend_dir: Path | None = None  # embedded server: where to assemble the backend dir
+    extra_args: tuple[str, ...] = ()
+
+
+def prepare_backend_dir(embedded: EmbeddedTriton, dest: Path) -> Path:
+    """Assemble ``dest/python/`` (symlinks) for the embedded server; returns ``dest``."""
+    missing = embedded.missing_parts()
+    if missing:
+        raise ServerError("the embedded Triton server is incomplete: " + "; ".join(missing),
+                          hint="reinstall it: .venv/bin/pip install --force-reinstall "
+                          "nvidia-pytriton==0.7.0")
+    python_dir = dest / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    for src in (embedded.python_backend_dir / "libtriton_python.so",
+                embedded.python_backend_dir / "triton_python_backend_utils.py",
+                embedded.python_stub):
+        link = python_dir / src.name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(src)
+    return dest
+
+
+class TritonServer:
+    """One tritonserver process. Use as a context manager, or call start()/stop()."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.shm_prefix = _new_shm_prefix()  # this server's Python-backend shm
+        self.endpoints: Endpoints | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def _command_and_env(self) -> tuple[list[str], dict[str, str]]:
+        cfg = self.config
+        env = dict(os.environ)
+        env.update(cfg.env)
+        if cfg.tritonserver is not None:
+            binary, backend_args = cfg.tritonserver, []
+        else:
+            embedded = find_embedded_triton()
+            if embedded is None:
+                raise ServerError("the embedded Triton server is not installed",
+                                  hint="install it with ./scripts/test.sh or "
+                                  "pip install 'pdtrt[server]', or pass --tritonserver PATH")
+            backend_dir = cfg.backend_dir or cfg.log_path.parent / "backends"
+            prepare_backend_dir(embedded, backend_dir)
+            binary = embedded.tritonserver
+            backend_args = [f"--backend-directory={backend_dir}"]
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                p for p in (str(embedded.library_dir), env.get("LD_LIBRARY_PATH")) if p)
+            # The stub's interpreter finds packages through the first python3 on PATH.
+            env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+        ep = self.endpoints
+        assert ep is not None
+        cmd = [
+            str(binary),
+            f"--model-repository={cfg.repository}",
+            *backend_args,
+            f"--http-address={ep.host}", f"--http-port={ep.http_port}",
+            f"--grpc-address={ep.host}", f"--grpc-port={ep.grpc_port}",
+            f"--metrics-address={ep.host}", f"--metrics-port={ep.metrics_port}",
+            "--log-verbose=0",
+            # Python-backend stubs of several servers on one host: their own shared-memory
+            # prefix each, and time to start on a loaded machine (the default 30 s ran out
+            # while a second server's stubs imported torch on 2 cores, and the server then
+            # aborted with boost::interprocess::lock_exception).
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+            f"--backend-config=python,stub-timeout-seconds={_STUB_TIMEOUT_S}",
+            *cfg.extra_args,
+        ]
+        return cmd, env
+
+    def start(self, *, timeout_s: float = 120.0) -> Endpoints:
+        """Start the server and wait until it and all its models are ready.
+
+        Raises :class:`ServerError` naming the model that failed to load (from the log), or
+        the server's exit, or the timeout. A start that the Python backend aborts with
+        ``boost::interprocess::lock_exception`` -- an intermittent Triton 2.51 fault seen here
+        when a second server starts on one host -- is retried (``_START_ATTEMPTS`` in all);
+        the failed attempt's log is kept next to the log as ``<log>.attemptN``.
+        """
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            try:
+                return self._start_once(timeout_s)
+            except ServerError:
+                if attempt == _START_ATTEMPTS or _LOCK_EXCEPTION not in self.log_text():
+                    raise
+                kept = self.config.log_path.with_name(
+                    f"{self.config.log_path.name}.attempt{attempt}")
+                self.config.log_path.replace(kept)
+                self.shm_prefix = _new_shm_prefix()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> Endpoints:
+        cfg = self.config
+        self.endpoints = Endpoints(
+            host=cfg.host,
+            grpc_port=cfg.grpc_port or free_port(cfg.host),
+            http_port=cfg.http_port or free_port(cfg.host),
+            metrics_port=cfg.metrics_port or free_port(cfg.host),
+        )
+        cmd, env = self._command_and_env()
+        cfg.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(cfg.log_path, "wb")  # noqa: SIM115 -- closed in stop()
+        try:
+            self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
+                                          env=env, stdin=subprocess.DEVNULL,
+                                          start_new_session=True)
+        except OSError as exc:
+            self.stop()
+            raise ServerError(f"cannot run {cmd[0]}: {exc.strerror}",
+                              hint="pass --tritonserver with the path of a tritonserver "
+                              "binary, or omit it to use the embedded server") from None
+        try:
+            self._wait_ready(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self.endpoints
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        assert self._proc is not None and self.endpoints is not None
+        url = f"http://{self.endpoints.http_url}/v2/health/ready"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            code = self._proc.poll()
+            if code is not None:
+                raise ServerError(self._failure_text(f"tritonserver exited with status {code}"),
+                                  hint=f"see the server log {self.config.log_path}")
+            try:
+                with urllib.request.urlopen(url, timeout=1.0) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.2)
+        raise ServerError(self._failure_text(f"tritonserver not ready after {timeout_s:.0f} s"),
+                          hint=f"see the server log {self.config.log_path}")
+
+    def log_text(self) -> str:
+        try:
+            return self.config.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _failure_text(self, what: str) -> str:
+        failures = _LOAD_FAILURE.findall(self.log_text())
+        if not failures:
+            return what
+        details = "; ".join(f"model '{name}' failed to load: {why.strip()}"
+                            for name, why in failures)
+        return f"{what}: {details}"
+
+    def stop(self, *, grace_s: float = 15.0) -> int | None:
+        """SIGTERM the server's process group, SIGKILL after ``grace_s``; returns the status."""
+        proc, self._proc = self._proc, None
+        code = None
+        if proc is not None:
+            if proc.poll() is None:
+                self._signal(proc, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    self._signal(proc, signal.SIGKILL)
+                    proc.wait()
+            # Stubs left behind by a crashed server are in the same session: end them too.
+            self._signal(proc, signal.SIGKILL)
+            code = proc.returncode
+            remove_shm_regions(self.shm_prefix)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return code
+
+    @staticmethod
+    def _signal(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def __enter__(self) -> TritonServer:
+        if self._proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,248 @@
+"""Cross-field rules of the deployment spec.
+
+Each rule is a small function returning :class:`SpecIssue` s that name the YAML path and show
+the values (and the arithmetic) involved. :func:`shape_issues` needs only the spec;
+:func:`resource_issues` also needs the model facts and the GPU catalog. Both report *every*
+violated rule, so a user fixes a spec in one round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from pdtrt.enums import DeviceKind, KVDType, Phase, Target, WeightQuant
+from pdtrt.errors import SpecIssue
+from pdtrt.facts.catalog import GPU, Catalog
+from pdtrt.facts.memory import MemoryFit, fit
+from pdtrt.facts.model import ModelFacts
+from pdtrt.spec.schema import UCX_TRANSPORTS, DeploymentSpec
+from pdtrt.suggest import did_you_mean
+
+__all__ = ["phase_fit", "resolve_gpus", "resource_issues", "shape_issues"]
+
+# max_num_tokens when a pool does not set it: TensorRT-LLM's trtllm-build default.
+DEFAULT_MAX_NUM_TOKENS = 8192
+
+Rule = Callable[[DeploymentSpec], Iterator[SpecIssue]]
+
+
+def _tokens_per_block_equal(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    p, d = spec.prefill.engine.tokens_per_block, spec.decode.engine.tokens_per_block
+    if p != d:
+        yield SpecIssue(
+            path="decode.engine.tokens_per_block",
+            message=f"prefill and decode must use the same tokens_per_block to exchange KV "
+            f"blocks: prefill {p} != decode {d}",
+        )
+
+
+def _tokens_per_block_power_of_two(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    for phase in Phase:
+        tpb = spec.pool(phase).engine.tokens_per_block
+        if tpb & (tpb - 1):
+            yield SpecIssue(path=f"{phase}.engine.tokens_per_block",
+                            message=f"tokens_per_block must be a power of two, got {tpb}")
+
+
+def _kv_dtype_equal(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    p, d = spec.kv_cache_dtype(Phase.PREFILL), spec.kv_cache_dtype(Phase.DECODE)
+    if p != d:
+        yield SpecIssue(
+            path="decode.engine.kv_cache_dtype",
+            message=f"prefill and decode must store the KV cache in the same dtype: prefill "
+            f"{p} != decode {d}",
+        )
+
+
+def _input_within_seq(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    for phase in Phase:
+        eng = spec.pool(phase).engine
+        if eng.max_input_len and eng.max_seq_len and eng.max_input_len > eng.max_seq_len:
+            yield SpecIssue(
+                path=f"{phase}.engine.max_input_len",
+                message=f"max_input_len {eng.max_input_len} > max_seq_len {eng.max_seq_len}; "
+                "a prompt cannot be longer than the whole sequence",
+            )
+
+
+def _workload_within_limits(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    wl = spec.workload
+    for phase in Phase:
+        eng = spec.pool(phase).engine
+        if eng.max_input_len and wl.isl > eng.max_input_len:
+            yield SpecIssue(
+                path=f"{phase}.engine.max_input_len",
+                message=f"workload.isl {wl.isl} > max_input_len {eng.max_input_len}: the "
+                "workload's prompts would be rejected",
+            )
+    max_seq = spec.decode.engine.max_seq_len
+    if max_seq and wl.seq_len > max_seq:
+        yield SpecIssue(
+            path="decode.engine.max_seq_len",
+            message=f"workload.isl + workload.osl = {wl.isl} + {wl.osl} = {wl.seq_len} > "
+            f"max_seq_len {max_seq}",
+        )
+
+
+def _target_support(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    if spec.target is Target.REFERENCE:
+        for phase in Phase:
+            pool = spec.pool(phase)
+            for field in ("tp", "pp"):
+                value = getattr(pool, field)
+                if value != 1:
+                    yield SpecIssue(
+                        path=f"{phase}.{field}",
+                        message=f"the reference engine runs one process per instance: "
+                        f"{field} must be 1, got {value}",
+                    )
+            if spec.weights(phase) is not WeightQuant.NONE:
+                yield SpecIssue(path="model.weights",
+                                message="the reference engine does not quantise weights: "
+                                f"{phase} weights must be none, got {spec.weights(phase)}")
+        if spec.model.path is not None and spec.model.seed:
+            yield SpecIssue(path="model.seed",
+                            message="seed only applies to the generated checkpoint; remove it "
+                            "when model.path points at a checkpoint")
+    else:
+        for phase in Phase:
+            if spec.kv_cache_dtype(phase) is KVDType.FP32:
+                yield SpecIssue(path="model.kv_cache_dtype",
+                                message=f"{spec.target} has no fp32 KV cache; use bf16, fp16, "
+                                "fp8 or int8")
+
+
+def _transports_known(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    for i, tls in enumerate(spec.kv_transfer.transports):
+        if tls not in UCX_TRANSPORTS:
+            yield SpecIssue(path=f"kv_transfer.transports.{i}",
+                            message=f"unknown UCX transport '{tls}'"
+                            f"{did_you_mean(tls, UCX_TRANSPORTS)}")
+
+
+def _ports_distinct(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    seen: dict[int, str] = {}
+    for field in ("grpc_port", "http_port", "metrics_port"):
+        port = getattr(spec.serving, field)
+        if port is None:
+            continue
+        if port in seen:
+            yield SpecIssue(path=f"serving.{field}",
+                            message=f"port {port} is already serving.{seen[port]}")
+        seen[port] = field
+
+
+def _endpoints(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    for phase in spec.endpoints:
+        if spec.target is not Target.REFERENCE:
+            yield SpecIssue(path=f"{phase}.endpoint",
+                            message=f"pools in other Triton servers are supported on the "
+                            f"reference target only, not on {spec.target}; remove the "
+                            "endpoint and serve both pools from this repository")
+
+
+SHAPE_RULES: tuple[Rule, ...] = (
+    _tokens_per_block_equal,
+    _tokens_per_block_power_of_two,
+    _kv_dtype_equal,
+    _input_within_seq,
+    _workload_within_limits,
+    _target_support,
+    _transports_known,
+    _ports_distinct,
+    _endpoints,
+)
+
+
+def shape_issues(spec: DeploymentSpec) -> list[SpecIssue]:
+    """Violations of the rules that need only the spec itself."""
+    return [issue for rule in SHAPE_RULES for issue in rule(spec)]
+
+
+def resolve_gpus(spec: DeploymentSpec, catalog: Catalog) -> tuple[dict[Phase, GPU],
+                                                                   list[SpecIssue]]:
+    """Catalog entries of both pools, and an issue for each unknown or unusable name."""
+    gpus: dict[Phase, GPU] = {}
+    issues: list[SpecIssue] = []
+    for phase in Phase:
+        name = spec.pool(phase).gpu
+        gpu = catalog.find(name)
+        if gpu is None:
+            issues.append(SpecIssue(path=f"{phase}.gpu", message=f"unknown GPU '{name}'"
+                                    f"{did_you_mean(name, catalog.keys)}; known: "
+                                    f"{', '.join(catalog.keys)}"))
+            continue
+        if spec.target.needs_gpu and gpu.kind is not DeviceKind.GPU:
+            issues.append(SpecIssue(path=f"{phase}.gpu", message=f"target {spec.target} needs "
+                                    f"an NVIDIA GPU, not '{gpu.key}'"))
+            continue
+        gpus[phase] = gpu
+    return gpus, issues
+
+
+def phase_fit(spec: DeploymentSpec, phase: Phase, model: ModelFacts, gpu: GPU,
+              *, tp: int | None = None) -> MemoryFit:
+    """Memory fit of one GPU of ``phase``'s pool (at its TP unless ``tp`` is given).
+
+    The prefill pool must hold one prompt (max_input_len, else workload.isl); the decode pool
+    one whole sequence (max_seq_len, else workload.isl + workload.osl).
+    """
+    pool = spec.pool(phase)
+    eng = pool.engine
+    if phase is Phase.PREFILL:
+        seq_len = eng.max_input_len or spec.workload.isl
+    else:
+        seq_len = eng.max_seq_len or spec.workload.seq_len
+    return fit(
+        model, gpu, tp=tp or pool.tp, pp=pool.pp, seq_len=seq_len, dtype=spec.model.dtype,
+        weights=spec.weights(phase), kv_dtype=spec.kv_cache_dtype(phase),
+        max_num_tokens=eng.max_num_tokens or DEFAULT_MAX_NUM_TOKENS,
+        tokens_per_block=eng.tokens_per_block,
+        kv_cache_fraction=eng.kv_cache_free_gpu_mem_fraction,
+    )
+
+
+def resource_issues(spec: DeploymentSpec, model: ModelFacts,
+                    gpus: dict[Phase, GPU]) -> list[SpecIssue]:
+    """Violations that need the model facts and the GPUs: TP vs heads, FP8 support, fit."""
+    issues: list[SpecIssue] = []
+    for phase, gpu in gpus.items():
+        pool = spec.pool(phase)
+        problem = model.tp_problem(pool.tp)
+        if problem:
+            issues.append(SpecIssue(path=f"{phase}.tp", message=f"{problem}; valid TP for "
+                                    f"{model.name}: {model.valid_tps()}"))
+            continue
+        if pool.tp > gpu.max_gpus_per_node:
+            issues.append(SpecIssue(path=f"{phase}.tp", message=f"TP {pool.tp} > "
+                                    f"{gpu.max_gpus_per_node} {gpu.key} GPUs per node"))
+            continue
+        if pool.pp > model.num_layers:
+            issues.append(SpecIssue(path=f"{phase}.pp", message=f"PP {pool.pp} > "
+                                    f"{model.num_layers} layers of {model.name}"))
+            continue
+        fp8_users = [what for what, uses in (
+            ("weights", spec.weights(phase) is WeightQuant.FP8),
+            ("kv_cache_dtype", spec.kv_cache_dtype(phase) is KVDType.FP8)) if uses]
+        if fp8_users and gpu.kind is DeviceKind.GPU and not gpu.has_fp8:
+            issues.append(SpecIssue(
+                path=f"{phase}.gpu", message=f"{gpu.key} (SM {gpu.compute_capability}) has no "
+                f"FP8 support, but {phase} uses fp8 {' and '.join(fp8_users)}"))
+            continue
+        mem = phase_fit(spec, phase, model, gpu)
+        if not mem.fits:
+            issues.append(SpecIssue(path=f"{phase}.tp", message=_no_fit_message(
+                spec, phase, model, gpu, mem)))
+    return issues
+
+
+def _no_fit_message(spec: DeploymentSpec, phase: Phase, model: ModelFacts, gpu: GPU,
+                    mem: MemoryFit) -> str:
+    larger = [tp for tp in model.valid_tps(gpu.max_gpus_per_node) if tp > mem.tp]
+    fitting = [tp for tp in larger if phase_fit(spec, phase, model, gpu, tp=tp).fits]
+    if fitting:
+        advice = f"the smallest TP that fits is {fitting[0]}"
+    else:
+        advice = (f"it does not fit at any TP up to {gpu.max_gpus_per_node} either; use a "
+                  "larger GPU, fp8 weights/KV, or pipeline parallelism")
+    return f"{model.name} does not fit: {mem.explain()}; {advice}"

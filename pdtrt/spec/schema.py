@@ -1,0 +1,235 @@
+"""The deployment spec (``pdtrt.yaml``): one typed, frozen object that drives every stage.
+
+This module is the *shape* of the spec: sections, types, ranges, defaults, and a description for
+every field (the JSON Schema of ``pdtrt spec schema`` is generated from it). It does no I/O.
+Rules that relate several fields, or need the model's config and the GPU catalog, live in
+:mod:`pdtrt.spec.rules`; reading a file and turning every problem into a located message lives
+in :mod:`pdtrt.spec.load`.
+
+Numbers are strict: ``tp: "2"`` is an error, not 2. Enum-valued fields take their YAML spelling
+(``target: trtllm-0.21``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from pdtrt.enums import DType, KVDType, KVTransferBackend, Phase, Target, WeightQuant
+
+__all__ = [
+    "SLO",
+    "DeploymentSpec",
+    "EngineLimits",
+    "KVTransfer",
+    "ModelSection",
+    "Pool",
+    "Router",
+    "Serving",
+    "Workload",
+]
+
+# UCX transport names accepted in kv_transfer.transports (UCX_TLS); see `ucx_info -d`.
+UCX_TRANSPORTS = (
+    "all", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem", "self", "tcp", "rc", "rc_x",
+    "rc_v", "ud", "ud_x", "dc", "dc_x", "ib", "cuda", "cuda_copy", "cuda_ipc", "gdr_copy",
+)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def _enum(desc: str):  # enum fields take their YAML spelling, so they are validated laxly
+    return Field(strict=False, description=desc)
+
+
+class ModelSection(_Section):
+    name: str = Field(
+        min_length=1,
+        description="Model name: a built-in config (`pdtrt model-info --list`) or a label "
+        "for `path`, e.g. meta-llama/Meta-Llama-3.1-8B.",
+    )
+    path: str | None = Field(
+        default=None,
+        description="Local Hugging Face checkpoint directory or config.json; relative to the "
+        "spec file. Omit to use the built-in config named by `name`.",
+    )
+    dtype: Annotated[DType, _enum("Model (activation) dtype: bf16, fp16 or fp32.")] = DType.BF16
+    weights: Annotated[
+        WeightQuant,
+        _enum("Weight quantisation of the layers' linear projections, for both pools unless a "
+              "pool overrides it: none, fp8, int8-wo, int4-wo, int4-awq."),
+    ] = WeightQuant.NONE
+    kv_cache_dtype: Annotated[
+        KVDType, _enum("KV-cache dtype: bf16, fp16, fp8, int8 (fp32 on the reference target).")
+    ] = KVDType.BF16
+    seed: int = Field(default=0, ge=0, description="Seed of the reference target's generated "
+                      "checkpoint and tokenizer.")
+
+
+class EngineLimits(_Section):
+    max_batch_size: int | None = Field(
+        default=None, ge=1, description="Requests the engine schedules at once; omit to let the "
+        "engine profile compute it.")
+    max_num_tokens: int | None = Field(
+        default=None, ge=1, description="Tokens batched into one engine step (prefill chunks + "
+        "decode tokens).")
+    max_input_len: int | None = Field(default=None, ge=1, description="Longest prompt, tokens.")
+    max_seq_len: int | None = Field(
+        default=None, ge=1, description="Longest prompt + output, tokens.")
+    tokens_per_block: int = Field(
+        default=32, ge=1, description="Tokens per paged-KV block; a power of two, equal on "
+        "prefill and decode.")
+    kv_cache_free_gpu_mem_fraction: float = Field(
+        default=0.9, gt=0, lt=1, description="Fraction of the memory left after weights and "
+        "activations given to the KV cache (TensorRT-LLM's kv_cache_free_gpu_mem_fraction).")
+    weights: Annotated[
+        WeightQuant | None, _enum("Override of model.weights for this pool.")
+    ] = None
+    kv_cache_dtype: Annotated[
+        KVDType | None, _enum("Override of model.kv_cache_dtype for this pool (must still "
+                              "equal the other pool's).")
+    ] = None
+
+
+# A pool endpoint: HOST:PORT, IPv6 hosts in brackets (the port's range is checked separately).
+ENDPOINT = re.compile(r"^(?P<host>[A-Za-z0-9._\-]+|\[[0-9A-Fa-f:]+\]):(?P<port>[0-9]{1,5})$")
+
+
+def _check_endpoint(value: str | None) -> str | None:
+    """A pool endpoint: HOST:PORT (IPv6 hosts in brackets), port 1..65535."""
+    if value is not None:
+        m = ENDPOINT.match(value)
+        if m is None:
+            raise ValueError(f"endpoint {value!r} is not a gRPC address HOST:PORT (e.g. "
+                             "10.0.0.5:8001 or [fd00::5]:8001, without a scheme)")
+        if not 1 <= int(m["port"]) <= 65535:
+            raise ValueError(f"port {m['port']} of endpoint {value!r} is not in 1..65535")
+    return value
+
+
+class Pool(_Section):
+    gpu: str = Field(min_length=1, description="GPU type from the catalog (`pdtrt gpus`), or "
+                     "`cpu` on the reference target.")
+    tp: int = Field(default=1, ge=1, description="Tensor parallelism per instance.")
+    pp: int = Field(default=1, ge=1, description="Pipeline parallelism per instance.")
+    instances: int = Field(default=1, ge=1, description="Model instances in this pool.")
+    price_per_hour_usd: float | None = Field(
+        default=None, ge=0, description="Price of one GPU-hour; overrides the catalog default.")
+    engine: EngineLimits = Field(default_factory=EngineLimits,
+                                 description="Engine limits of this pool.")
+    endpoint: Annotated[str | None, AfterValidator(_check_endpoint)] = Field(
+        default=None,
+        description="gRPC address HOST:PORT of another Triton server that serves this pool's "
+        "engine model (named `prefill` / `decode` there); this repository then has no local "
+        "model for the pool and the router calls it over gRPC. Omit to serve it here.")
+
+    @property
+    def gpus_per_instance(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.instances
+
+
+class KVTransfer(_Section):
+    backend: Annotated[KVTransferBackend, _enum("KV-cache transport: ucx.")] = (
+        KVTransferBackend.UCX
+    )
+    transports: Annotated[
+        tuple[str, ...],
+        Field(strict=False, min_length=1, description="UCX transports (UCX_TLS), e.g. "
+              "[sm, tcp] on one host, [rc, cuda_copy, cuda_ipc] with InfiniBand."),
+    ] = ("sm", "tcp")
+    net_devices: Annotated[
+        tuple[str, ...],
+        Field(strict=False, description="UCX_NET_DEVICES, e.g. [mlx5_0:1]; empty lets UCX "
+              "choose."),
+    ] = ()
+    buffer_size_bytes: int = Field(
+        default=512 * 1024 * 1024, ge=1, description="Transfer buffer per instance, bytes "
+        "(reduces KV capacity on the GPU).")
+    timeout_s: float = Field(default=30.0, gt=0, description="Seconds the prefill side keeps "
+                             "a request's KV for the decode side to pull.")
+
+
+class Router(_Section):
+    instances: int = Field(default=1, ge=1, description="Router (BLS) model instances.")
+    early_first_token: bool = Field(
+        default=True, description="Stream the prefill's first token at once instead of "
+        "waiting for the decode phase.")
+    aggregated_below_tokens: int = Field(
+        default=0, ge=0, description="Prompts shorter than this go to the aggregated path "
+        "(0 disables).")
+
+
+class Serving(_Section):
+    host: str = Field(default="127.0.0.1", min_length=1, description="Address the server "
+                      "listens on; loopback unless you mean otherwise.")
+    grpc_port: int | None = Field(default=None, ge=1, le=65535,
+                                  description="gRPC port; omit for a free port.")
+    http_port: int | None = Field(default=None, ge=1, le=65535,
+                                  description="HTTP port; omit for a free port.")
+    metrics_port: int | None = Field(default=None, ge=1, le=65535,
+                                     description="Prometheus metrics port; omit for a free port.")
+    streaming: bool = Field(default=True, description="Serve token streams (decoupled models).")
+    metrics: bool = Field(default=True, description="Publish pdtrt's metrics.")
+
+
+class SLO(_Section):
+    percentile: Literal[50, 90, 95, 99] = Field(
+        default=90, description="Percentile the latency targets apply to.")
+    ttft_ms: float | None = Field(default=None, gt=0, description="Time-to-first-token "
+                                  "target, ms.")
+    itl_ms: float | None = Field(default=None, gt=0, description="Inter-token latency target, "
+                                 "ms.")
+
+
+class Workload(_Section):
+    isl: int = Field(ge=1, description="Input (prompt) length, tokens.")
+    osl: int = Field(ge=1, description="Output length, tokens.")
+    request_rate_per_s: float | None = Field(default=None, gt=0,
+                                             description="Open-loop request rate.")
+    concurrency: int | None = Field(default=None, ge=1,
+                                    description="Closed-loop concurrent requests.")
+
+    @property
+    def seq_len(self) -> int:
+        return self.isl + self.osl
+
+
+class DeploymentSpec(_Section):
+    """pdtrt.yaml: a prefill/decode disaggregated deployment."""
+
+    version: Literal[1] = Field(default=1, description="Spec format version.")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=64,
+                      description="Deployment name (lowercase, digits, . _ -); engines go to "
+                      "engines/<name>/.")
+    target: Annotated[Target, _enum("Software stack: reference (CPU, embedded Triton) or "
+                                    "trtllm-0.21 (NGC tritonserver:25.08-trtllm-python-py3).")]
+    model: ModelSection
+    prefill: Pool
+    decode: Pool
+    kv_transfer: KVTransfer = Field(default_factory=KVTransfer)
+    router: Router = Field(default_factory=Router)
+    serving: Serving = Field(default_factory=Serving)
+    slo: SLO = Field(default_factory=SLO)
+    workload: Workload
+
+    def pool(self, phase: Phase) -> Pool:
+        return self.prefill if phase is Phase.PREFILL else self.decode
+
+    @property
+    def endpoints(self) -> dict[Phase, str]:
+        """The pools served by another Triton server: phase -> its ``HOST:PORT``."""
+        return {p: ep for p in Phase if (ep := self.pool(p).endpoint) is not None}
+
+    def weights(self, phase: Phase) -> WeightQuant:
+        return self.pool(phase).engine.weights or self.model.weights
+
+    def kv_cache_dtype(self, phase: Phase) -> KVDType:
+        return self.pool(phase).engine.kv_cache_dtype or self.model.kv_cache_dtype

@@ -1,0 +1,107 @@
+"""The planner: only SLO-meeting configurations, bounds, honest verdicts, a valid spec."""
+
+from __future__ import annotations
+
+import pytest
+
+from pdtrt.enums import ServingMode
+from pdtrt.errors import NoFeasiblePlanError
+from pdtrt.perf.factors import EfficiencyFactors
+from pdtrt.planner.search import PlanRequest, plan
+from pdtrt.planner.space import SearchBounds
+from pdtrt.planner.spec_writer import spec_text
+from pdtrt.sim.config import SloTarget
+from pdtrt.spec.load import load_deployment
+
+F = EfficiencyFactors(gemm_eff=0.5, attention_eff=0.4, bandwidth_eff=0.8,
+                      step_overhead_s=3e-4, allreduce_latency_s=1e-5)
+
+
+@pytest.fixture(scope="module")
+def llama8b():
+    from pdtrt.facts.model import load_model_facts
+
+    return load_model_facts("meta-llama/Meta-Llama-3.1-8B")
+
+
+def request(model, catalog, *, gpus=("h100-sxm", "l40s"), isl=3000, osl=500, rate=4.0,
+            ttft=1000.0, itl=30.0, **kw):
+    return PlanRequest(model=model, gpus=tuple(catalog.get(g) for g in gpus), isl=isl, osl=osl,
+                       rate_per_s=rate, slo=SloTarget(ttft_ms=ttft, itl_ms=itl), factors=F,
+                       num_requests=150, **kw)
+
+
+@pytest.fixture(scope="module")
+def seed_plan(llama8b, catalog):
+    return plan(request(llama8b, catalog, bounds=SearchBounds(max_gpus=8)))
+
+
+def test_ranked_configurations_all_meet_the_slos_in_simulation(seed_plan):
+    assert seed_plan.ranked, seed_plan.verdict
+    for c in seed_plan.ranked:
+        assert c.sim is not None and c.sim.slo_met and c.sim.num_unfinished == 0
+        assert c.sim.percentile_ms("ttft") <= 1000 and c.sim.percentile_ms("itl") <= 30
+    per_usd = [c.goodput_per_usd_hour for c in seed_plan.ranked]
+    assert per_usd == sorted(per_usd, reverse=True)
+    failed = [c for c in seed_plan.simulated if not c.meets_slo]
+    assert all(c not in seed_plan.ranked for c in failed)
+
+
+def test_bounds_are_respected(seed_plan, llama8b, catalog):
+    assert all(c.config.num_gpus <= 8 for c in seed_plan.candidates)
+    cheap = plan(request(llama8b, catalog, bounds=SearchBounds(budget_usd_per_hour=6.0)))
+    assert cheap.candidates and all(c.cost_per_hour_usd <= 6.0 for c in cheap.candidates)
+
+
+def test_both_modes_are_searched_with_reasons(seed_plan):
+    modes = {c.config.mode for c in seed_plan.candidates}
+    assert modes == {ServingMode.AGGREGATED, ServingMode.DISAGGREGATED}
+    gpu_pairs = {(c.config.prefill.gpu.key, c.config.decode.gpu.key)
+                 for c in seed_plan.candidates if c.config.decode is not None}
+    assert ("h100-sxm", "l40s") in gpu_pairs
+    chosen = seed_plan.chosen
+    assert chosen is not None
+    reasons = chosen.reasons()
+    assert any(r.startswith("bottleneck: ") for r in reasons)
+    assert any("TTFT p90" in r and "headroom" in r for r in reasons)
+
+
+def test_honest_verdict_for_short_prompts_at_low_load(llama8b, catalog):
+    p = plan(request(llama8b, catalog, gpus=("h100-sxm",), isl=200, osl=200, rate=0.5,
+                     ttft=500, itl=50, bounds=SearchBounds(max_gpus=4)))
+    assert p.verdict.startswith("do not disaggregate"), p.verdict
+    assert p.chosen is not None and p.chosen.config.mode is ServingMode.AGGREGATED
+
+
+def test_disaggregation_pays_for_long_prompts_and_a_tight_itl(llama8b, catalog):
+    p = plan(request(llama8b, catalog, gpus=("h100-sxm",), isl=6000, osl=300, rate=8.0,
+                     ttft=2000, itl=12, bounds=SearchBounds(max_gpus=8)))
+    assert p.verdict.startswith("disaggregate"), p.verdict
+    assert p.chosen is not None and p.chosen.config.mode is ServingMode.DISAGGREGATED
+
+
+def test_written_spec_validates(seed_plan, llama8b, tmp_path):
+    path = tmp_path / "pdtrt.yaml"
+    path.write_text(spec_text(seed_plan, model_name=llama8b.name))
+    dep = load_deployment(path)
+    best = seed_plan.best(ServingMode.DISAGGREGATED)
+    assert best is not None
+    assert dep.spec.prefill.gpu == best.config.prefill.gpu.key
+    assert dep.spec.decode.instances == best.config.decode_instances
+    assert dep.spec.workload.isl == 3000 and dep.spec.slo.itl_ms == 30
+    assert path.read_text().startswith("# Written by `pdtrt plan`")
+
+
+def test_no_spec_without_a_feasible_disaggregated_configuration(llama8b, catalog):
+    p = plan(request(llama8b, catalog, gpus=("l40s",), rate=4.0, itl=5.0,
+                     bounds=SearchBounds(max_gpus=4)))
+    assert p.candidates
+    assert not p.ranked and p.verdict.startswith("nothing within the bounds")
+    with pytest.raises(NoFeasiblePlanError):
+        spec_text(p, model_name=llama8b.name)
+
+
+def test_no_candidates_says_why(llama8b, catalog):
+    p = plan(request(llama8b, catalog, gpus=("a100-sxm",), bounds=SearchBounds(max_gpus=4)))
+    assert not p.candidates and not p.ranked
+    assert p.verdict.startswith("no configuration to evaluate") and "FP8" in p.verdict

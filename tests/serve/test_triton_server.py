@@ -1,0 +1,175 @@
+"""The server launcher against the real embedded Triton 2.51 (nvidia-pytriton)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pdtrt.errors import ServerError
+from pdtrt.serve.embedded import find_embedded_triton
+from pdtrt.serve.triton_server import ServerConfig, TritonServer, remove_shm_regions
+from tests.conftest import TESTS
+
+MODELS = TESTS / "triton_models"
+
+pytestmark = [
+    pytest.mark.triton,
+    pytest.mark.skipif(find_embedded_triton() is None,
+                       reason="the embedded Triton server (nvidia-pytriton) is not installed"),
+]
+
+
+def _repo(tmp: Path, *names: str) -> Path:
+    repo = tmp / "repo"
+    for name in names:
+        shutil.copytree(MODELS / name, repo / name)
+    return repo
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def test_streams_and_stops_with_its_stubs(tmp_path):
+    import tritonclient.grpc as grpcclient
+
+    server = TritonServer(ServerConfig(repository=_repo(tmp_path, "echo_stream"),
+                                       log_path=tmp_path / "server.log"))
+    with server:
+        ep = server.endpoints
+        assert ep is not None and server.running
+        pid = server._proc.pid  # noqa: SLF001 -- checking the process tree
+        assert _children(pid), "the Python-backend stub runs as a child of tritonserver"
+        results: queue.Queue = queue.Queue()
+        client = grpcclient.InferenceServerClient(ep.grpc_url)
+        try:
+            client.start_stream(callback=lambda result, error: results.put((result, error)))
+            inp = grpcclient.InferInput("IN", [3], "INT32")
+            inp.set_data_from_numpy(np.array([7, 8, 9], dtype=np.int32))
+            client.async_stream_infer("echo_stream", [inp], enable_empty_final_response=True)
+            got = []
+            while True:
+                result, error = results.get(timeout=30)
+                assert error is None
+                resp = result.get_response()
+                if resp.outputs:
+                    got.append(int(result.as_numpy("OUT")[0]))
+                if resp.parameters["triton_final_response"].bool_param:
+                    break
+        finally:
+            client.stop_stream()
+            client.close()
+        assert got == [7, 8, 9]
+    assert not server.running
+    assert not os.path.exists(f"/proc/{pid}") or _children(pid) == []
+
+
+def _regions(prefix: str) -> list[Path]:
+    return sorted(Path("/dev/shm").glob(f"{prefix}*"))
+
+
+def test_a_killed_server_leaves_no_shared_memory_behind(tmp_path):
+    server = TritonServer(ServerConfig(repository=_repo(tmp_path, "echo_stream"),
+                                       log_path=tmp_path / "server.log"))
+    server.start()
+    try:
+        assert _regions(server.shm_prefix), "the Python backend's regions use this prefix"
+        os.killpg(server._proc.pid, signal.SIGKILL)  # noqa: SLF001 -- a crash, not a stop
+        server._proc.wait(30)  # noqa: SLF001
+        assert _regions(server.shm_prefix), "a killed server leaves its regions"
+    finally:
+        server.stop()
+    assert _regions(server.shm_prefix) == []
+
+
+def test_remove_shm_regions_takes_only_pdtrt_prefixes(tmp_path):
+    prefix = "pdtrt_0123456789ab_"
+    for name in (f"{prefix}one", f"{prefix}two", "pdtrt_ffffffffffff_other", "unrelated"):
+        (tmp_path / name).write_bytes(b"x")
+    assert remove_shm_regions(prefix, tmp_path) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pdtrt_ffffffffffff_other",
+                                                          "unrelated"]
+    for bad in ("", "pdtrt_", "pdtrt_*", "../x"):
+        with pytest.raises(ValueError, match="not a pdtrt shared-memory prefix"):
+            remove_shm_regions(bad, tmp_path)
+
+
+def test_reports_the_model_that_failed(tmp_path):
+    server = TritonServer(ServerConfig(repository=_repo(tmp_path, "echo_stream", "broken"),
+                                       log_path=tmp_path / "server.log"))
+    with pytest.raises(ServerError) as info:
+        server.start(timeout_s=60)
+    assert "model 'broken' failed to load" in info.value.message
+    assert "broken on purpose" in info.value.message
+    assert not server.running
+
+
+def test_missing_binary(tmp_path):
+    server = TritonServer(ServerConfig(repository=tmp_path, log_path=tmp_path / "s.log",
+                                       tritonserver=tmp_path / "no-such-tritonserver"))
+    with pytest.raises(ServerError, match="cannot run .*no-such-tritonserver"):
+        server.start(timeout_s=5)
+
+
+FLAKY_SERVER = """#!{python}
+# A stand-in tritonserver: the first run aborts like Triton 2.51's Python backend sometimes
+# does; later runs answer the readiness probe on --http-port until killed.
+import http.server, pathlib, sys
+marker = pathlib.Path({marker!r})
+if not marker.exists():
+    marker.write_text("aborted once")
+    print("terminate called after throwing an instance of "
+          "'boost::interprocess::lock_exception'", flush=True)
+    sys.exit(134)
+port = int(next(a for a in sys.argv if a.startswith("--http-port=")).split("=")[1])
+class Ready(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Ready).serve_forever()
+"""
+
+
+def test_a_lock_exception_abort_at_start_is_retried_and_its_log_kept(tmp_path):
+    import sys
+
+    binary = tmp_path / "tritonserver"
+    binary.write_text(FLAKY_SERVER.format(python=sys.executable,
+                                          marker=str(tmp_path / "marker")))
+    binary.chmod(0o755)
+    log = tmp_path / "server.log"
+    server = TritonServer(ServerConfig(repository=tmp_path, log_path=log, tritonserver=binary))
+    try:
+        server.start(timeout_s=30)
+    finally:
+        server.stop()
+    assert "lock_exception" in (tmp_path / "server.log.attempt1").read_text()
+    assert "lock_exception" not in log.read_text()
+
+
+def test_other_start_failures_are_not_retried(tmp_path):
+    binary = tmp_path / "tritonserver"
+    binary.write_text("#!/bin/sh\necho 'error: something else' >> " + str(tmp_path / "runs")
+                      + "\nexit 1\n")
+    binary.chmod(0o755)
+    server = TritonServer(ServerConfig(repository=tmp_path, log_path=tmp_path / "s.log",
+                                       tritonserver=binary))
+    with pytest.raises(ServerError, match="exited with status 1"):
+        server.start(timeout_s=10)
+    assert (tmp_path / "runs").read_text().count("something else") == 1
