@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pdtrt.bench.arrivals import ArrivalProcess, arrival_times_s
+from pdtrt.bench.failures import Failures, all_failed_error
 from pdtrt.bench.records import RequestRecord
 from pdtrt.bench.runner import LoopKind, RunPlan, run_plan
 from pdtrt.bench.stats import SLOTargets, Summary, summarize
@@ -87,6 +88,10 @@ class RunResult:
         return run_label(self.model, self.rate_per_s, self.concurrency)
 
     @property
+    def failures(self) -> Failures:
+        return Failures.of(self.records)
+
+    @property
     def slug(self) -> str:
         load = f"rate{self.rate_per_s:g}" if self.rate_per_s is not None \
             else f"c{self.concurrency}"
@@ -94,7 +99,8 @@ class RunResult:
 
     def to_dict(self) -> dict[str, object]:
         return {"model": self.model, "rate_per_s": self.rate_per_s,
-                "concurrency": self.concurrency, "summary": self.summary.to_dict()}
+                "concurrency": self.concurrency, "summary": self.summary.to_dict(),
+                "failures": self.failures.to_dict()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +124,10 @@ class BenchReport:
         good = [r.rate_per_s for r in self.runs_of(model)
                 if r.rate_per_s is not None and r.summary.meets_slo]
         return max(good) if good else None
+
+    def error(self) -> BenchError | None:
+        """The error to exit with when every request of some run failed, else None."""
+        return all_failed_error({run.label: run.failures for run in self.runs})
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"config": self.config.to_dict(),

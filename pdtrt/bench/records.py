@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pdtrt.client.types import ErrorKind
+
 __all__ = ["CSV_FIELDS", "RequestRecord", "read_csv", "write_csv"]
 
 
@@ -28,7 +30,7 @@ class RequestRecord:
     input_tokens: int
     max_tokens: int
     error: str | None = None
-    error_kind: str | None = None  # request / timeout / cancelled / unavailable
+    error_kind: ErrorKind | None = None
 
     @property
     def ok(self) -> bool:
@@ -103,5 +105,5 @@ def read_csv(path: Path) -> list[RequestRecord]:
             send_s=float(row["send_s"]), token_times_s=tuple(json.loads(row["token_times_s"])),
             end_s=float(row["end_s"]), input_tokens=int(row["input_tokens"]),
             max_tokens=int(row["max_tokens"]), error=row["error"] or None,
-            error_kind=row["error_kind"] or None)
+            error_kind=ErrorKind(row["error_kind"]) if row["error_kind"] else None)
             for row in csv.DictReader(f)]

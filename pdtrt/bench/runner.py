@@ -100,7 +100,7 @@ def _record(planned: PlannedRequest, result: GenerateResult, *, t0_s: float, war
         token_times_s=tuple(c.time_s - t0_s for c in result.chunks),
         end_s=result.end_time_s - t0_s, input_tokens=planned.input_tokens,
         max_tokens=planned.max_tokens, error=result.error,
-        error_kind=None if result.error_kind is None else str(result.error_kind))
+        error_kind=result.error_kind)
 
 
 def _streams_needed(plan: RunPlan, warmup: list[tuple[PlannedRequest, GenerateResult, bool,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -21,15 +21,12 @@ from pdtrt.bench import (
     run_bench,
 )
 from pdtrt.bench.outputs import write_report
-from pdtrt.bench.prompts import TokenizerPrompts
+from pdtrt.bench.tokenizer_choice import choose_tokenizer
 from pdtrt.cli.bench_render import progress_bar, render_report
 from pdtrt.cli.infer import url_option
-from pdtrt.cli.render import emit_json, json_option
+from pdtrt.cli.render import EXIT_EXPECTED_ERROR, emit_json, json_option
 from pdtrt.client import LLMClient
 from pdtrt.errors import BenchError, PdtrtError
-
-if TYPE_CHECKING:
-    from pdtrt.spec.deployment import Deployment
 
 DEFAULT_REQUESTS = 50
 
@@ -51,21 +48,6 @@ def _length(text: str, what: str):
         return parse_length(text)
     except PdtrtError as exc:
         raise BenchError(f"{what}: {exc.message}") from None
-
-
-def _prompts(tokenizer_dir: Path | None, deployment: Deployment | None
-             ) -> TokenizerPrompts | None:
-    """``--tokenizer``, else the spec's own tokenizer when it is a directory here."""
-    if tokenizer_dir is not None:
-        return TokenizerPrompts.load(tokenizer_dir)
-    if deployment is None:
-        return None
-    from pdtrt.build.manifest import DEFAULT_ENGINES_ROOT, EngineLayout
-    from pdtrt.repo.plan import tokenizer_dir_of
-
-    path = Path(tokenizer_dir_of(deployment, EngineLayout(DEFAULT_ENGINES_ROOT,
-                                                          deployment.spec.name)))
-    return TokenizerPrompts.load(path) if path.is_dir() else None
 
 
 @click.command("bench")
@@ -99,8 +81,8 @@ def _prompts(tokenizer_dir: Path | None, deployment: Deployment | None
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, file_okay=False),
               help="The deployment's tokenizer (a local directory): synthetic prompts are "
               "exactly --isl of its tokens and input tokens are counted with it. Default: "
-              "the tokenizer the spec's preprocessing model loads, when --spec is given and "
-              "it exists here; else prompts are --isl words.")
+              "the spec's tokenizer (--spec), else the one the server's preprocessing model "
+              "names, when it exists here; else prompts are --isl words (said in one line).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the requests and arrival times.")
 @click.option("--stream/--no-stream", default=True, show_default=True,
@@ -164,7 +146,7 @@ def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: s
         isl=_length(isl or str(spec.workload.isl if spec else 128), "--isl"),
         osl=_length(osl or str(spec.workload.osl if spec else 32), "--osl"),
         seed=seed, dataset=load_dataset(dataset) if dataset else (),
-        tokenizer=_prompts(tokenizer_dir, deployment))
+        tokenizer=None)
     config = BenchConfig(
         models=COMPARED if compare else (model,), loop=loop,
         process=ArrivalProcess(arrival), rates_per_s=rates, concurrency=concurrency or 1,
@@ -174,10 +156,22 @@ def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: s
     out_dir = output_dir or Path(time.strftime("pdtrt-bench-%Y%m%d-%H%M%S"))
     with ExitStack() as stack:
         client = stack.enter_context(LLMClient(url))
+        # --tokenizer / the spec's tokenizer need no server: a bad path fails before any request
+        choice = choose_tokenizer(client, config.models, tokenizer_dir=tokenizer_dir,
+                                  deployment=deployment)
+        config = replace(config, workload=replace(config.workload, tokenizer=choice.prompts))
+        if choice.note and not as_json:
+            click.echo(f"note: {choice.note}", err=True)
         on_run = None if as_json else stack.enter_context(progress_bar())
         report = run_bench(client, config, on_run=on_run)
     files = write_report(report, out_dir, plots=plots)
+    error = report.error()
     if as_json:
-        emit_json({**report.to_dict(), "files": files.to_dict()})
+        emit_json({**report.to_dict(), "tokenizer": choice.to_dict(), "files": files.to_dict(),
+                   **({"error": error.to_dict()} if error else {})})
+        if error:
+            click.get_current_context().exit(EXIT_EXPECTED_ERROR)
         return
     render_report(report, files)
+    if error:
+        raise error

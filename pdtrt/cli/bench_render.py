@@ -118,6 +118,11 @@ def render_report(report: BenchReport, files: ReportFiles) -> None:
                        f"{_ms(slo.ttft_ms)} ms, TPOT <= {_ms(slo.itl_ms)} ms): {verdict}")
     else:
         out.print(_side_by_side(report))
+    for run in report.runs:
+        failures = run.failures
+        if failures.num_failed:
+            click.echo(f"{run.label}: {failures.describe()}; most common: "
+                       f"{failures.most_common_error}")
     unit = report.config.workload.length_unit
     click.echo(f"input lengths in {unit}" + (
         "; pass --tokenizer DIR to count the server's tokens" if unit == "words" else ""))

@@ -28,12 +28,10 @@ from pdtrt.cli import (
     simulate,
     spec,
 )
-from pdtrt.cli.render import JSON_META_KEY, emit_json
+from pdtrt.cli.render import EXIT_EXPECTED_ERROR, JSON_META_KEY, emit_json
 from pdtrt.envvars import PDTRT_DEBUG
 from pdtrt.errors import PdtrtError
 from pdtrt.version import __version__
-
-EXIT_EXPECTED_ERROR = 2
 
 
 class _Group(click.Group):

@@ -9,6 +9,8 @@ import click
 from rich.console import Console
 
 JSON_META_KEY = "pdtrt.json"
+# Exit status of expected errors (PdtrtError), and of a benchmark whose every request failed.
+EXIT_EXPECTED_ERROR = 2
 
 
 def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:

@@ -118,6 +118,10 @@ class GrpcTransport:
             outputs=tuple(o["name"] for o in config.get("output", [])),
             max_batch_size=int(config.get("max_batch_size", 0)),
             decoupled=bool(config.get("model_transaction_policy", {}).get("decoupled", False)),
+            parameters={k: v["string_value"] for k, v in config.get("parameters", {}).items()
+                        if "string_value" in v},
+            steps=tuple(s["model_name"] for s in
+                        config.get("ensemble_scheduling", {}).get("step", [])),
         )
 
     def start_stream(self, on_event: Callable[[StreamEvent], None]) -> None:

@@ -127,10 +127,13 @@ class TensorSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSignature:
-    """The inputs a served model declares (name -> Triton dtype) and whether it is batched."""
+    """What a served model's configuration declares: inputs (name -> Triton dtype), outputs,
+    batching, decoupling, its string parameters and -- for an ensemble -- its steps' models."""
 
     name: str
     inputs: dict[str, str] = field(default_factory=dict)
     outputs: tuple[str, ...] = ()
     max_batch_size: int = 0
     decoupled: bool = True
+    parameters: dict[str, str] = field(default_factory=dict)
+    steps: tuple[str, ...] = ()  # ensemble steps' model names, in order

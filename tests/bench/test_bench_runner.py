@@ -9,6 +9,7 @@ from pdtrt.bench import LoopKind, RunPlan, Workload, parse_length, run_plan
 from pdtrt.bench.bench import BenchConfig, run_bench
 from pdtrt.bench.stats import SLOTargets
 from pdtrt.client import LLMClient, StreamEvent
+from pdtrt.client.types import ErrorKind
 from pdtrt.errors import BenchError
 
 WORKLOAD = Workload(isl=parse_length("8"), osl=parse_length("uniform:1:6"), seed=1)
@@ -65,7 +66,7 @@ def test_errors_are_recorded_not_raised():
     with _client(hub) as client:
         records = run_plan(client, plan, clock=hub.clock)
     assert [r.error for r in records] == [None, "boom", None]
-    assert [r.error_kind for r in records] == [None, "request", None]
+    assert [r.error_kind for r in records] == [None, ErrorKind.REQUEST, None]
 
 
 def test_plan_needs_a_bound_and_users():

@@ -14,6 +14,7 @@ from pdtrt.bench import (
     read_csv,
     write_csv,
 )
+from pdtrt.client.types import ErrorKind
 from pdtrt.errors import BenchError
 
 
@@ -84,7 +85,7 @@ def test_records_csv_round_trip(tmp_path):
                       max_tokens=2),
         RequestRecord(index=-1, model="m", request_id="w", warmup=True, scheduled_s=None,
                       send_s=-1.0, token_times_s=(), end_s=-0.5, input_tokens=3, max_tokens=2,
-                      error="bad, \"quoted\"", error_kind="request"),
+                      error="bad, \"quoted\"", error_kind=ErrorKind.REQUEST),
     ]
     path = write_csv(records, tmp_path / "r.csv")
     assert read_csv(path) == records

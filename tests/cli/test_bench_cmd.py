@@ -87,3 +87,22 @@ def test_bench_errors(run, llm_server, tmp_path):
     assert result.exit_code == 2 and result.stderr.startswith("error: --isl: length")
     result = run("bench", "--url", llm_server, "--rates", "1,x", *out)
     assert result.exit_code == 2 and "comma-separated" in result.stderr
+
+
+def test_bench_without_a_tokenizer_says_lengths_are_approximate(run, llm_server, tmp_path):
+    result = run("bench", "--url", llm_server, "--requests", "2", *SMALL, "--no-plots",
+                 "--output-dir", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[0] == (
+        "note: input lengths are approximate (words, not tokens): the server names no "
+        "tokenizer_dir for ensemble; pass --tokenizer DIR with a copy of the deployment's "
+        "tokenizer")
+
+
+def test_bench_whose_every_request_times_out_exits_2(run, llm_server, tmp_path):
+    result = run("bench", "--url", llm_server, "--requests", "2", *SMALL, "--no-plots",
+                 "--timeout", "0.001", "--output-dir", str(tmp_path))
+    assert result.exit_code == 2
+    assert "error: every request of ensemble @ concurrency 1 failed; most common error " \
+           "(timeout, 2 of 2)" in result.stderr
+    assert (tmp_path / "report.json").is_file()  # the report is still written

@@ -36,3 +36,49 @@ def test_a_missing_tokenizer_is_exit_2_before_any_request(run, tmp_path):
                  "--tokenizer", str(tmp_path / "nope"))
     assert result.exit_code == 2
     assert "the tokenizer directory" in result.stderr and "does not exist" in result.stderr
+
+
+@pytest.mark.triton
+def test_bench_with_defaults_uses_the_tokenizer_the_server_names(run, reference_server,
+                                                                  reference_engines, tmp_path):
+    """No --spec, no --tokenizer: the preprocessing model's tokenizer_dir (read from the
+    server's model config) exists here, so lengths are its tokens and both paths complete."""
+    server, _prepared = reference_server
+    root, dep = reference_engines
+    result = run("bench", "--url", server.endpoints.grpc_url, "--compare", "--rate", "20",
+                 "--requests", "4", "--warmup", "0", "--osl", "4", "--no-plots",
+                 "--output-dir", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["tokenizer"] == {"origin": "server", "note": None,
+                                 "path": str(root / dep.spec.name / "tokenizer")}
+    assert [r["model"] for r in data["runs"]] == ["ensemble", "ensemble_aggregated"]
+    assert [r["summary"]["num_ok"] for r in data["runs"]] == [4, 4]
+    assert data["config"]["input_length_unit"].startswith("tokens (")
+    assert "error" not in data
+
+
+@pytest.mark.triton
+def test_bench_reports_partial_failures_and_fails_when_all_do(run, reference_server,
+                                                             tmp_path):
+    """Prompts of 200..600 tokens against max_input_len 384: some are refused, and the
+    console says how many and why; prompts of 1000 tokens: every one is, and exit 2."""
+    url = reference_server[0].endpoints.grpc_url
+    common = ("--url", url, "--warmup", "0", "--osl", "2", "--no-plots",
+              "--output-dir", str(tmp_path))
+    some = run("bench", *common, "--concurrency", "4", "--requests", "8",
+               "--isl", "uniform:200:600")
+    assert some.exit_code == 0, some.output
+    line = next(x for x in some.stdout.splitlines() if "requests failed" in x)
+    assert line.startswith("ensemble @ concurrency 4: ") and "of 8 requests failed (request " \
+        in line and "most common: " in line
+    every = run("bench", *common, "--requests", "3", "--isl", "1000")
+    assert every.exit_code == 2
+    assert "error: every request of ensemble @ concurrency 1 failed; most common error " \
+           "(request, 3 of 3): " in every.stderr
+    assert "hint: the server refused the requests" in every.stderr
+    as_json = run("bench", *common, "--requests", "2", "--isl", "1000", "--json")
+    assert as_json.exit_code == 2
+    data = json.loads(as_json.stdout)  # one JSON document: the report, with its error
+    assert data["error"]["error"] == "BenchError" and data["runs"][0]["failures"][
+        "num_failed"] == 2
