@@ -7,8 +7,10 @@ import pytest
 
 from pdtrt.bench import Workload, parse_length
 from pdtrt.bench.prompts import TokenizerPrompts
+from pdtrt.bench.tokenizer_choice import TokenizerOrigin, choose_tokenizer, served_tokenizer_dir
 from pdtrt.bench.workload import DatasetPrompt
-from pdtrt.errors import BenchError
+from pdtrt.client.types import ModelSignature
+from pdtrt.errors import BenchError, ModelNotFoundError
 
 transformers = pytest.importorskip("transformers", reason="needs transformers (pdtrt[reference])")
 
@@ -60,15 +62,47 @@ def test_bad_tokenizer_directories(tmp_path):
         TokenizerPrompts.load(tmp_path / "empty")
 
 
+class _Server:
+    """A client stand-in: what each model's config says (``check`` as LLMClient's)."""
+
+    def __init__(self, **signatures: ModelSignature) -> None:
+        self.signatures = signatures
+
+    def check(self, model: str) -> ModelSignature:
+        if model not in self.signatures:
+            raise ModelNotFoundError(f"no ready model '{model}'")
+        return self.signatures[model]
+
+
 def test_bench_defaults_to_the_specs_tokenizer_when_it_is_here(reference_engines, tmp_path,
                                                                 monkeypatch):
-    from pdtrt.cli.bench import _prompts
-
     root, dep = reference_engines
     monkeypatch.chdir(tmp_path)
-    assert _prompts(None, None) is None
-    assert _prompts(None, dep) is None  # no engines/ here: words
+    bare = _Server(ensemble=ModelSignature(name="ensemble"))
+    none = choose_tokenizer(bare, ["ensemble"])
+    assert none.prompts is None and none.origin is TokenizerOrigin.NONE
+    assert "the server names no tokenizer_dir for ensemble" in none.note
+    assert choose_tokenizer(bare, ["ensemble"], deployment=dep).prompts is None  # no engines/
     (tmp_path / "engines").symlink_to(root)  # the default engines root, relative to here
-    found = _prompts(None, dep)
-    assert found is not None and found.source == f"engines/{dep.spec.name}/tokenizer"
-    assert _prompts(root / dep.spec.name / "tokenizer", None) is not None
+    found = choose_tokenizer(bare, ["ensemble"], deployment=dep)
+    assert found.origin is TokenizerOrigin.SPEC
+    assert found.prompts.source == f"engines/{dep.spec.name}/tokenizer"
+    option = choose_tokenizer(bare, ["ensemble"], tokenizer_dir=root / dep.spec.name / "tokenizer")
+    assert option.origin is TokenizerOrigin.OPTION and option.note is None
+
+
+def test_bench_finds_the_tokenizer_an_ensemble_step_names(reference_engines):
+    root, dep = reference_engines
+    here = str(root / dep.spec.name / "tokenizer")
+    server = _Server(
+        ensemble=ModelSignature(name="ensemble", steps=("preprocessing", "router", "gone")),
+        preprocessing=ModelSignature(name="preprocessing", parameters={"tokenizer_dir": here}),
+        router=ModelSignature(name="router"),
+        remote=ModelSignature(name="remote", steps=("pre2",)),
+        pre2=ModelSignature(name="pre2", parameters={"tokenizer_dir": "/nowhere/tok"}))
+    assert served_tokenizer_dir(server, "ensemble") == here
+    chosen = choose_tokenizer(server, ["ensemble"])
+    assert chosen.origin is TokenizerOrigin.SERVER and chosen.prompts.source == here
+    elsewhere = choose_tokenizer(server, ["remote"])
+    assert elsewhere.prompts is None
+    assert "the server's tokenizer /nowhere/tok is not on this machine" in elsewhere.note
