@@ -6,17 +6,20 @@ Strings exist only at the YAML/CLI edge; everything inside pdtrt passes these en
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 
 __all__ = [
     "DType",
     "DeviceKind",
     "KVDType",
     "KVTransferBackend",
+    "LengthKind",
+    "Percentile",
     "Phase",
     "ServingBackend",
     "ServingMode",
     "Target",
+    "TritonBackend",
     "WeightQuant",
 ]
 
@@ -34,9 +37,12 @@ class Target(StrEnum):
     REFERENCE = "reference"
     TRTLLM_0_21 = "trtllm-0.21"
 
-    @property
-    def needs_gpu(self) -> bool:
-        return self is not Target.REFERENCE
+
+class TritonBackend(StrEnum):
+    """The Triton backend of a model pdtrt generates (``backend:`` in its ``config.pbtxt``)."""
+
+    PYTHON = "python"
+    TENSORRTLLM = "tensorrtllm"  # NVIDIA's TensorRT-LLM C++ backend
 
 
 class DeviceKind(StrEnum):
@@ -125,3 +131,23 @@ class LengthKind(StrEnum):
     FIXED = "fixed"
     UNIFORM = "uniform"
     NORMAL = "normal"
+
+
+class Percentile(IntEnum):
+    """A latency percentile pdtrt reports, and the share of requests an SLO asks to meet its
+    targets (``P90``: 90 %, see :mod:`pdtrt.workload.slo`)."""
+
+    P50 = 50
+    P90 = 90
+    P95 = 95
+    P99 = 99
+
+    @property
+    def share(self) -> float:
+        """The percentile as a share of requests (0.9 for ``P90``)."""
+        return self.value / 100
+
+    @property
+    def label(self) -> str:
+        """``"p90"`` (``str()`` stays ``"90"``, as for any ``IntEnum``)."""
+        return f"p{self.value}"

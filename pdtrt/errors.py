@@ -15,18 +15,35 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     │   └── NoFeasiblePlanError   ``pdtrt plan`` found no configuration to write a spec for
     ├── ServerError               a Triton server could not be started, or a model failed to load
     ├── KVTransferError           a request's KV cache could not be moved between instances
+    ├── InvalidRequestError       a served model refuses one request's input (inside Triton)
+    ├── PhaseError                a prefill / decode / aggregated phase failed a router request
     ├── BuildError                an engine build cannot be planned or did not complete
     │   ├── BuildRejected         invalid flag / setting combination for the target (before any run)
     │   ├── GPUMismatchError      the local GPU cannot build the phase's engine (compute capability)
     │   └── ToolchainError        TensorRT-LLM tools or versions missing / different from the target
     ├── IncompatibleEnginesError  engines that cannot serve together (``pdtrt engines check``)
     ├── RepoError                 a model repository cannot be generated (e.g. DIR exists)
-    │   └── RepoInvalidError      ``pdtrt repo validate`` found problems (carries every one)
-    ├── BenchError                a benchmark that cannot run as asked (bad dataset, lengths, SLOs)
+    │   ├── RepoInvalidError      ``pdtrt repo validate`` found problems (carries every one)
+    │   └── ConfigParseError      a ``config.pbtxt`` Triton's schema rejects (names the line)
+    ├── UnsupportedTargetError    a target pdtrt names but has no support module registered for
+    ├── DeployError               Kubernetes manifests cannot be generated as asked (no image,
+    │   │                         a name Kubernetes refuses, DIR exists, bad options)
+    │   └── DeployInvalidError    manifests failed ``pdtrt deploy`` validation (carries every one)
+    ├── BenchError                a benchmark that cannot run as asked (no model, no bound)
+    ├── WorkloadError             a workload that cannot be generated as described (lengths,
+    │                             arrival process, trace file, SLO) -- bench, simulate, plan
     └── ClientError               talking to a running server failed (``pdtrt infer`` / ``bench``)
         ├── ServerUnavailableError    nothing answers at the URL, or it is not ready
         ├── ModelNotFoundError        the server has no such model, or it is not ready
         └── RequestError              the server rejected or failed one request
+
+:class:`InvalidRequestError` and :class:`PhaseError` are raised inside Triton's Python backend
+(:mod:`pdtrt.runtime`): each becomes the error response of the one request it concerns, and the
+server keeps serving; a client sees that response as a :class:`RequestError`. Outside the tree on
+purpose: :class:`pdtrt.runtime.faults.InjectedFault` stands in for an *unexpected* engine failure
+(an XID, an out-of-memory), so it must not look like an expected pdtrt error to any handler;
+:class:`pdtrt.repo.render.GeneratedConfigBug` is a ``config.pbtxt`` pdtrt itself rendered wrong,
+a bug that must keep its traceback.
 """
 
 from __future__ import annotations
@@ -38,15 +55,20 @@ __all__ = [
     "BuildError",
     "BuildRejected",
     "CatalogError",
+    "ConfigParseError",
+    "DeployError",
+    "DeployInvalidError",
     "ClientError",
     "GPUMismatchError",
     "IncompatibleEnginesError",
     "InfeasibleError",
+    "InvalidRequestError",
     "KVTransferError",
     "ModelConfigError",
     "ModelNotFoundError",
     "NoFeasiblePlanError",
     "PdtrtError",
+    "PhaseError",
     "RepoError",
     "RepoInvalidError",
     "RequestError",
@@ -56,6 +78,8 @@ __all__ = [
     "SpecIssue",
     "ToolchainError",
     "UnsupportedModelError",
+    "UnsupportedTargetError",
+    "WorkloadError",
 ]
 
 
@@ -133,6 +157,16 @@ class KVTransferError(PdtrtError):
     mismatched layout, transport failure)."""
 
 
+class InvalidRequestError(PdtrtError):
+    """One request to a served pdtrt model has bad input (an empty prompt, too many tokens, an
+    unknown ``request_type``): it becomes that request's error response, nothing else."""
+
+
+class PhaseError(PdtrtError):
+    """A phase model (prefill, decode, aggregated) answered one router request with an error;
+    the router ends that request with it (``decode failed: ...``)."""
+
+
 class BuildError(PdtrtError):
     """An engine build that cannot be planned, or a step that failed (its log file is named)."""
 
@@ -178,6 +212,14 @@ class RepoInvalidError(RepoError):
         out = super().to_dict()
         out["problems"] = list(self.problems)
         return out
+class ConfigParseError(RepoError):
+    """``config.pbtxt`` text that Triton's schema rejects; the message names the line."""
+
+
+class UnsupportedTargetError(PdtrtError):
+    """A :class:`pdtrt.enums.Target` with no support module in :mod:`pdtrt.targets.registry`."""
+
+
 class NoFeasiblePlanError(InfeasibleError):
     """The planner found no disaggregated configuration meeting the SLOs: no spec to write."""
 class ClientError(PdtrtError):
@@ -197,4 +239,30 @@ class RequestError(ClientError):
 
 
 class BenchError(PdtrtError):
-    """A benchmark that cannot run as asked: a bad dataset, length distribution or bound."""
+    """A benchmark that cannot run as asked: no model, no bound, conflicting options."""
+
+
+class WorkloadError(PdtrtError):
+    """A workload description that cannot be used: a bad length distribution, arrival rate,
+    trace file or SLO (:mod:`pdtrt.workload`; the same for bench, simulate and plan)."""
+
+
+class DeployError(PdtrtError):
+    """Kubernetes manifests that cannot be generated as asked: a target without a container
+    image, a name Kubernetes would refuse, options that contradict the spec, DIR exists."""
+
+
+class DeployInvalidError(DeployError):
+    """Kubernetes objects that failed ``pdtrt deploy`` validation; ``problems`` lists every one
+    (``Kind/name: path: message``)."""
+
+    def __init__(self, problems: list[str], *, source: str, hint: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        super().__init__(f"{source}: {len(self.problems)} problem(s)\n" + "\n".join(
+            f"  {p}" for p in self.problems), hint=hint)
+
+    def to_dict(self) -> dict[str, object]:
+        out = super().to_dict()
+        out["problems"] = list(self.problems)
+        return out

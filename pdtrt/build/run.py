@@ -1,12 +1,13 @@
 """Running a :class:`BuildPlan`: preflight checks, steps, resume, cleanup, manifests.
 
-Preflight (engine targets): every phase's GPU must be present locally with the same compute
-capability (NVML, injectable; ``force`` skips this), and the TensorRT-LLM tools and version
-must be the target's (:mod:`pdtrt.targets.toolchain`). Then each step runs -- external steps as a
-subprocess whose output goes line by line to its log file and to the ``progress`` callback,
-in-process steps (reference target) as function calls. A step whose output directory carries a
-stamp with the same input hash is skipped (resume); a failed step's output directory is removed
-and the error names its log. After a phase's last step its ``pdtrt-engine.json`` is written.
+Preflight is the target's (:meth:`~pdtrt.targets.base.TargetSupport.prepare_host`; trtllm-0.21:
+every phase's GPU present locally with the same compute capability -- NVML, injectable;
+``force`` skips this -- and the TensorRT-LLM tools and version of the target,
+:mod:`pdtrt.targets.toolchain`). Then each step runs -- external steps as a subprocess whose
+output goes line by line to its log file and to the ``progress`` callback, in-process steps by
+the target. A step whose output directory carries a stamp with the same input hash is skipped
+(resume); a failed step's output directory is removed and the error names its log. After a
+phase's last step its ``pdtrt-engine.json`` is written.
 
 The library never prints: ``progress`` receives :class:`ProgressEvent` s; the CLI renders them.
 """
@@ -25,25 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from pdtrt.build.manifest import STAMP_NAME, EngineManifest, KVLayout, write_manifest
-from pdtrt.build.plan import BuildPlan, BuildStep, PhasePlan, StepKind
-from pdtrt.build.reference import (
-    checkpoint_inputs,
-    reference_versions,
-    tokenizer_inputs,
-    write_reference_checkpoint,
-    write_reference_tokenizer,
-)
-from pdtrt.enums import Phase, Target
-from pdtrt.errors import BuildError, GPUMismatchError
-from pdtrt.facts.catalog import load_catalog
-from pdtrt.facts.gpu_detect import GPUDetection, LocalGPU, detect_gpus
+from pdtrt.build.steps import BuildPlan, BuildStep, PhasePlan
+from pdtrt.enums import Phase
+from pdtrt.errors import BuildError
 from pdtrt.spec.deployment import Deployment
-from pdtrt.targets.toolchain import Toolchain, check_toolchain
+from pdtrt.targets.base import BuildHost, TargetSupport
+from pdtrt.targets.registry import target_support
+from pdtrt.targets.toolchain import Toolchain
 from pdtrt.version import __version__
 
 __all__ = ["BuildResult", "ProgressEvent", "ProgressKind", "StepResult", "StepStatus",
            "run_build"]
-
 
 
 class ProgressKind(StrEnum):
@@ -166,60 +159,17 @@ def _run_external(step: BuildStep, emit: Callable[[str], None]) -> None:
                          "finished steps are skipped")
 
 
-def _run_in_process(step: BuildStep, dep: Deployment) -> None:
-    step.log_file.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        if step.kind is StepKind.REFERENCE_TOKENIZER:
-            write_reference_tokenizer(dep, step.output_dir)
-            what = "tokenizer"
-        else:
-            write_reference_checkpoint(dep, step.output_dir)
-            what = "checkpoint"
-    except ImportError as exc:
-        raise BuildError(f"step {step.name} needs {exc.name or 'torch/transformers'}, which is "
-                         "not installed", hint="pip install 'pdtrt[reference]'") from None
-    step.log_file.write_text(f"wrote the reference {what} into {step.output_dir}\n",
-                             encoding="utf-8")
-
-
-def _matching_gpu(detection: GPUDetection, cc: str | None) -> LocalGPU | None:
-    return next((g for g in detection.gpus if g.compute_capability == cc), None)
-
-
-def _check_gpus(plan: BuildPlan, detection: GPUDetection, *, force: bool) -> None:
-    problems = []
-    for ph in plan.phases:
-        if _matching_gpu(detection, ph.gpu.compute_capability) is None:
-            seen = ", ".join(f"{g.name} (compute {g.compute_capability})"
-                             for g in detection.gpus) or (detection.problem or "no GPU")
-            problems.append(f"{ph.phase} engine is for {ph.gpu.key} (compute "
-                            f"{ph.gpu.compute_capability}), this machine has: {seen}")
-    if problems and not force:
-        hosts = ", ".join(f"--phase {ph.phase} on a {ph.gpu.key} host" for ph in plan.phases)
-        raise GPUMismatchError(
-            "TensorRT engines only load on the GPU architecture they were built on:\n  "
-            + "\n  ".join(problems),
-            hint=f"build each phase on its own GPU type ({hosts}); --force builds anyway "
-            "for the local GPU")
-
-
 def _manifest(plan: BuildPlan, ph: PhasePlan, dep: Deployment, *, hashes: dict[str, str],
-              detection: GPUDetection | None, toolchain: Toolchain | None) -> EngineManifest:
+              host: BuildHost) -> EngineManifest:
     model = dep.model
-    local = None if detection is None else (
-        _matching_gpu(detection, ph.gpu.compute_capability)
-        or (detection.gpus[0] if detection.gpus else None))
-    reference = plan.target is Target.REFERENCE
+    gpu_name, compute_capability = host.manifest_gpu(ph.gpu)
     return EngineManifest(
-        phase=ph.phase, target=plan.target, model=dep.spec.model.name,
-        gpu_name=None if reference else (local.name if local else ph.gpu.name),
-        compute_capability=None if reference else (
-            local.compute_capability if local else ph.gpu.compute_capability),
-        tp=ph.tp, pp=ph.pp, weights=ph.weights,
+        phase=ph.phase, target=plan.target, model=dep.spec.model.name, gpu_name=gpu_name,
+        compute_capability=compute_capability, tp=ph.tp, pp=ph.pp, weights=ph.weights,
         kv_layout=KVLayout(num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
                            head_dim=model.head_dim, kv_dtype=ph.kv_dtype,
                            tokens_per_block=int(ph.settings["tokens_per_block"])),
-        versions=dict(toolchain.versions) if toolchain else reference_versions(),
+        versions=dict(host.versions),
         build_settings={"profile": ph.settings.profile, "settings": ph.settings.to_dict(),
                         "notes": list(ph.notes),
                         "steps": {s.name: list(s.argv) for s in ph.steps}},
@@ -227,23 +177,10 @@ def _manifest(plan: BuildPlan, ph: PhasePlan, dep: Deployment, *, hashes: dict[s
     )
 
 
-def _check_model_dir(model_dir: Path | None) -> None:
-    if model_dir is None or not (model_dir / "config.json").is_file():
-        raise BuildError(f"no Hugging Face checkpoint at {model_dir} (config.json missing)",
-                         hint="download the model there or set model.path")
-    if not any(any(model_dir.glob(g)) for g in ("*.safetensors", "*.bin")):
-        raise BuildError(f"{model_dir} has a config.json but no weights (*.safetensors, *.bin)",
-                         hint="download the whole checkpoint, not only its config")
-
-
-def _execute(step: BuildStep, dep: Deployment, notify: Callable[..., None]) -> StepResult:
+def _execute(step: BuildStep, dep: Deployment, support: TargetSupport,
+             notify: Callable[..., None]) -> StepResult:
     """Run one step unless its stamp says its outputs are current; clean up on failure."""
-    extra: dict[str, str] = {}
-    if step.kind is StepKind.REFERENCE_TOKENIZER:
-        extra = tokenizer_inputs(dep)
-    elif step.kind is StepKind.REFERENCE_CHECKPOINT:
-        extra = checkpoint_inputs(dep)
-    digest = _input_hash(step, extra)
+    digest = _input_hash(step, support.step_inputs(step, dep))
     if _stamp_matches(step, digest):
         notify(ProgressKind.SKIP)
         return StepResult(name=step.name, status=StepStatus.SKIPPED, seconds=0.0,
@@ -252,8 +189,8 @@ def _execute(step: BuildStep, dep: Deployment, notify: Callable[..., None]) -> S
     _remove(step.output_dir)  # stale or partial outputs of an earlier run
     started = time.monotonic()
     try:
-        if step.kind.in_process:
-            _run_in_process(step, dep)
+        if step.in_process:
+            support.run_in_process(step, dep)
         else:
             _run_external(step, lambda line: notify(ProgressKind.LINE, line))
         if not step.output_dir.is_dir():
@@ -273,25 +210,21 @@ def run_build(plan: BuildPlan, dep: Deployment, *, force: bool = False, nvml: An
               progress: Callable[[ProgressEvent], None] | None = None) -> BuildResult:
     """Run ``plan``; raises :class:`GPUMismatchError`, :class:`ToolchainError`, BuildError."""
     notify = progress or (lambda _event: None)
-    detection = None
-    if plan.target is not Target.REFERENCE:
-        detection = detect_gpus(load_catalog(), nvml)
-        _check_gpus(plan, detection, force=force)
-        toolchain = toolchain or check_toolchain(plan)
-        _check_model_dir(plan.model_dir)
+    support = target_support(plan.target)
+    host = support.prepare_host(plan, force=force, nvml=nvml, toolchain=toolchain)
     results: list[StepResult] = []
     hashes: dict[str, str] = {}
     manifests: dict[Phase, Path] = {}
     total = len(plan.steps)
     for index, step in enumerate(plan.steps, start=1):
-        result = _execute(step, dep, lambda kind, line="", s=step, i=index: notify(
+        result = _execute(step, dep, support, lambda kind, line="", s=step, i=index: notify(
             ProgressEvent(step=s.name, index=i, total=total, kind=kind, line=line)))
         results.append(result)
         hashes[step.name] = result.input_hash
         finished = next((ph for ph in plan.phases if ph.steps and ph.steps[-1] is step), None)
         if finished is not None:  # a phase is complete: its manifest, before the next phase
             manifests[finished.phase] = write_manifest(finished.engine_dir, _manifest(
-                plan, finished, dep, detection=detection, toolchain=toolchain,
-                hashes={s.name: hashes[s.name] for s in plan.steps
-                        if s.phase in (finished.phase, None)}))
+                plan, finished, dep, host=host, hashes={
+                    s.name: hashes[s.name] for s in plan.steps
+                    if s.phase in (finished.phase, None)}))
     return BuildResult(steps=tuple(results), manifests=manifests)

@@ -21,7 +21,7 @@ from pdtrt.errors import InfeasibleError
 from pdtrt.facts.memory import fit
 from pdtrt.spec.deployment import Deployment
 
-__all__ = ["EngineSettings", "Setting", "SettingSource", "resolve_settings"]
+__all__ = ["SWITCHES", "EngineSettings", "Setting", "SettingSource", "resolve_settings"]
 
 # Engine limits the spec may set (``<pool>.engine.<name>``), in the order they are shown.
 LIMITS = ("max_batch_size", "max_num_tokens", "max_input_len", "max_seq_len", "tokens_per_block")
@@ -71,8 +71,8 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def _batch_from_kv_capacity(dep: Deployment, phase: Phase, *, seq_len: int, max_num_tokens: int,
-                  tokens_per_block: int, cap: int) -> Setting:
+def _batch_from_kv_capacity(dep: Deployment, phase: Phase, *, seq_len: int,
+                            max_num_tokens: int, tokens_per_block: int, cap: int) -> Setting:
     spec = dep.spec
     pool = spec.pool(phase)
     mem = fit(dep.model, dep.gpus[phase], tp=pool.tp, pp=pool.pp, seq_len=seq_len,
@@ -100,10 +100,11 @@ def _batch_from_kv_capacity(dep: Deployment, phase: Phase, *, seq_len: int, max_
 
 
 def resolve_settings(dep: Deployment, phase: Phase, profile: EngineProfile, *,
-                     switches: bool = True) -> EngineSettings:
+                     switches: tuple[str, ...] = SWITCHES) -> EngineSettings:
     """Choose every build setting of ``phase``: spec > profile > computed.
 
-    ``switches=False`` leaves out TensorRT-LLM's plugin/feature switches (reference target).
+    ``switches``: the profile's plugin/feature switches the target's builds take (the
+    target's ``build_switches``; none on the reference target), in the order shown.
 
     Raises :class:`InfeasibleError` when a computed batch size would be 0.
     """
@@ -147,13 +148,13 @@ def resolve_settings(dep: Deployment, phase: Phase, profile: EngineProfile, *,
         phase, batch=batch, max_input_len=int(values["max_input_len"].value), tpb=tpb))
     values["max_beam_width"] = Setting(value=1, source=SettingSource.COMPUTED,
                                        why="disaggregated serving needs beam width 1")
-    for name in SWITCHES if switches else ():
+    for name in switches:
         value = getattr(prof, name)
         if isinstance(value, bool):  # TensorRT-LLM's own spelling, as in the argv
             value = "enable" if value else "disable"
         values[name] = Setting(value=value, source=SettingSource.PROFILE, why=profile.name)
     ordered = {name: values[name] for name in (*LIMITS[:4], "max_beam_width", LIMITS[4],
-                                               *(SWITCHES if switches else ()))}
+                                               *switches)}
     return EngineSettings(phase=phase, profile=profile.name, values=ordered)
 
 

@@ -9,8 +9,9 @@ import click
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pdtrt.build.manifest import DEFAULT_ENGINES_ROOT
-from pdtrt.build.plan import BuildPlan, plan_build
+from pdtrt.build.plan import plan_build
 from pdtrt.build.run import BuildResult, ProgressEvent, ProgressKind, StepStatus, run_build
+from pdtrt.build.steps import BuildPlan
 from pdtrt.cli.render import console, emit_json, json_option
 from pdtrt.enums import Phase
 from pdtrt.spec.load import load_deployment

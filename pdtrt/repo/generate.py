@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdtrt.build.manifest import DEFAULT_ENGINES_ROOT
-from pdtrt.repo.plan import RepoMode, RepoPlan, plan_repo
+from pdtrt.repo.models import RepoMode, RepoPlan
+from pdtrt.repo.plan import plan_repo
 from pdtrt.repo.render import render_repo
 from pdtrt.repo.write import check_writable, write_tree
 from pdtrt.spec.deployment import Deployment

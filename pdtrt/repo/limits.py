@@ -7,9 +7,10 @@ and ``max_seq_len`` out. The repository needs numbers, so each is taken from, in
 2. the engine manifest's build settings (``pdtrt-engine.json`` of the phase's engine directory,
    when it exists: the engine was built with those limits, so the server must use them);
 3. a deterministic fallback: ``max_input_len`` = ``workload.isl``; ``max_seq_len`` =
-   ``max_input_len + workload.osl``; ``max_num_tokens`` = 8192 (trtllm-build's default);
-   ``max_batch_size`` = the sequences of ``max_seq_len`` tokens whose KV fits the pool's GPU
-   (pdtrt's memory estimate), at most 2048 (trtllm-build's default).
+   ``max_input_len + workload.osl``; ``max_num_tokens`` = the target's default
+   (:class:`EngineDefaults`; 8192 on every target so far, trtllm-build's); ``max_batch_size`` =
+   the sequences of ``max_seq_len`` tokens whose KV fits the pool's GPU (pdtrt's memory
+   estimate), at most the target's default (2048 so far, trtllm-build's).
 
 ``tokens_per_block`` always comes from the spec (it has a default there).
 """
@@ -23,11 +24,21 @@ from pathlib import Path
 from pdtrt.build.manifest import MANIFEST_NAME, EngineManifest, read_manifest
 from pdtrt.enums import Phase
 from pdtrt.spec.deployment import Deployment
-from pdtrt.spec.rules import DEFAULT_MAX_NUM_TOKENS
 
-__all__ = ["LimitSource", "PhaseLimits", "manifest_if_present", "resolve_limits"]
+__all__ = ["TRTLLM_BUILD_DEFAULTS", "EngineDefaults", "LimitSource", "PhaseLimits",
+           "manifest_if_present", "resolve_limits"]
 
-MAX_BATCH_SIZE_CAP = 2048  # trtllm-build's default --max_batch_size
+
+@dataclass(frozen=True, kw_only=True)
+class EngineDefaults:
+    """A target's engine limits when neither the spec nor a manifest states them."""
+
+    max_num_tokens: int  # batched input tokens per engine step
+    max_batch_size: int  # the cap of the batch size computed from the KV capacity
+
+
+# trtllm-build's defaults of --max_num_tokens and --max_batch_size
+TRTLLM_BUILD_DEFAULTS = EngineDefaults(max_num_tokens=8192, max_batch_size=2048)
 
 
 class LimitSource(StrEnum):
@@ -72,7 +83,8 @@ def _built(manifest: EngineManifest | None, name: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def resolve_limits(dep: Deployment, phase: Phase, manifest: EngineManifest | None) -> PhaseLimits:
+def resolve_limits(dep: Deployment, phase: Phase, manifest: EngineManifest | None, *,
+                   defaults: EngineDefaults) -> PhaseLimits:
     """The limits of ``phase``'s engine (see the module docstring for the order)."""
     eng = dep.spec.pool(phase).engine
     sources: dict[str, LimitSource] = {}
@@ -88,10 +100,10 @@ def resolve_limits(dep: Deployment, phase: Phase, manifest: EngineManifest | Non
 
     max_input_len = pick("max_input_len", dep.spec.workload.isl)
     max_seq_len = pick("max_seq_len", max_input_len + dep.spec.workload.osl)
-    max_num_tokens = pick("max_num_tokens", DEFAULT_MAX_NUM_TOKENS)
+    max_num_tokens = pick("max_num_tokens", defaults.max_num_tokens)
     mem = dep.fits[phase]
     seqs_that_fit = mem.kv_blocks // max(-(-max_seq_len // mem.tokens_per_block), 1)
-    max_batch_size = pick("max_batch_size", min(max(seqs_that_fit, 1), MAX_BATCH_SIZE_CAP))
+    max_batch_size = pick("max_batch_size", min(max(seqs_that_fit, 1), defaults.max_batch_size))
     return PhaseLimits(
         max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
         max_input_len=max_input_len, max_seq_len=max_seq_len,

@@ -10,14 +10,14 @@ from __future__ import annotations
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-__all__ = ["ConfigParseError", "ModelConfig", "parse_config", "quote"]
+from pdtrt.errors import ConfigParseError
+
+__all__ = ["EnsembleStep", "ModelConfig", "ModelTensor", "data_type_name", "parse_config",
+           "quote"]
 
 ModelConfig = model_config_pb2.ModelConfig
-
-
-class ConfigParseError(ValueError):
-    """``config.pbtxt`` text that Triton's schema rejects; the message names the line."""
-
+EnsembleStep = model_config_pb2.ModelEnsembling.Step
+ModelTensor = model_config_pb2.ModelInput | model_config_pb2.ModelOutput
 
 def parse_config(text: str) -> model_config_pb2.ModelConfig:
     """Parse ``config.pbtxt`` text; raises :class:`ConfigParseError`."""

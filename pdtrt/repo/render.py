@@ -3,23 +3,25 @@
 The templates in ``model_repo_templates/`` get values that are already strings -- quoted
 protobuf literals, ``"true"``/``"false"``, dims text, and lists for optional blocks -- so they
 need no logic. Every rendered ``config.pbtxt`` is parsed back with ``model_config_pb2`` and its
-name checked; a failure is a bug in pdtrt (:class:`GeneratedConfigBug`, not a user error).
-The result is a mapping of relative paths to text, identical for identical inputs.
+name checked; a failure is a bug in pdtrt (:class:`GeneratedConfigBug`, not a user error). The
+target's root files (:attr:`RepoPlan.root_files`: trtllm-0.21's ``pdtrt.env`` and ``launch.sh``)
+are rendered from the templates and values the target chose. The result is a mapping of
+relative paths to text, identical for identical inputs.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
-from pdtrt.engine_io import ModelIO, TensorSpec
-from pdtrt.repo.pbtxt import ConfigParseError, parse_config, quote
-from pdtrt.repo.plan import EnsemblePlan, ModelPlan, RepoPlan
+from pdtrt.engine_io import ModelIO, ModelName, TensorSpec
+from pdtrt.errors import ConfigParseError
+from pdtrt.repo.models import EnsemblePlan, ModelPlan, RepoPlan
+from pdtrt.repo.pbtxt import parse_config, quote
 from pdtrt.spec.deployment import Deployment
 from pdtrt.version import __version__
 
@@ -31,20 +33,24 @@ REPO_MANIFEST_NAME = "pdtrt-repo.json"
 REPO_MANIFEST_VERSION = 1
 
 _COMMENTS = {
-    "ensemble": "Text in, text out (NVIDIA's ensemble I/O): preprocessing -> router -> "
-                "postprocessing.",
-    "ensemble_aggregated": "Text in, text out: preprocessing -> aggregated -> postprocessing "
-                           "(the aggregated baseline).",
-    "preprocessing": "Tokenizer: text_input -> input ids (NVIDIA's preprocessing I/O).",
-    "router": "pdtrt's disaggregated router: prefill (context_only) -> decode "
-              "(generation_only), streaming.",
-    "prefill": "Engine model for context-only requests (the prefill pool).",
-    "decode": "Engine model for generation-only requests (the decode pool).",
-    "aggregated": "Engine model doing both phases (context_and_generation): the baseline.",
-    "postprocessing": "Detokenizer: output ids -> text_output (NVIDIA's postprocessing I/O).",
+    ModelName.ENSEMBLE: "Text in, text out (NVIDIA's ensemble I/O): preprocessing -> router -> "
+                        "postprocessing.",
+    ModelName.ENSEMBLE_AGGREGATED: "Text in, text out: preprocessing -> aggregated -> "
+                                   "postprocessing (the aggregated baseline).",
+    ModelName.PREPROCESSING: "Tokenizer: text_input -> input ids (NVIDIA's preprocessing I/O).",
+    ModelName.ROUTER: "pdtrt's disaggregated router: prefill (context_only) -> decode "
+                      "(generation_only), streaming.",
+    ModelName.PREFILL: "Engine model for context-only requests (the prefill pool).",
+    ModelName.DECODE: "Engine model for generation-only requests (the decode pool).",
+    ModelName.AGGREGATED: "Engine model doing both phases (context_and_generation): the "
+                          "baseline.",
+    ModelName.POSTPROCESSING: "Detokenizer: output ids -> text_output (NVIDIA's postprocessing "
+                              "I/O).",
 }
 
 
+# Not a PdtrtError on purpose: the CLI prints those as an expected failure without a traceback,
+# and a config pdtrt rendered wrong is a bug in pdtrt, whose traceback must reach the report.
 class GeneratedConfigBug(RuntimeError):
     """pdtrt rendered a ``config.pbtxt`` that Triton's schema rejects: a bug in pdtrt."""
 
@@ -143,8 +149,7 @@ def repo_manifest(dep: Deployment, plan: RepoPlan) -> dict[str, object]:
         "spec": dep.spec.model_dump(mode="json"),
     }
     if plan.launch is not None:
-        data["launch"] = {"image": plan.launch.image, "mpi_world_size": plan.launch.world_size,
-                          "env": dict(plan.launch.env)}
+        data["launch"] = plan.launch.to_manifest()
     return data
 
 
@@ -164,18 +169,10 @@ def render_repo(dep: Deployment, plan: RepoPlan) -> RenderedRepo:
         files[f"{e.name}/config.pbtxt"] = _checked(
             e.name, env.get_template("ensemble.pbtxt.j2").render(**_ensemble_view(e)))
         dirs.append(f"{e.name}/1")
-    executables: list[str] = []
-    if plan.launch is not None:
-        launch = plan.launch
-        common = {"pdtrt_version": __version__, "name": dep.spec.name}
-        files["pdtrt.env"] = env.get_template("pdtrt.env.j2").render(env=launch.env, **common)
-        last = len(launch.rank_commands) - 1
-        files["launch.sh"] = env.get_template("launch.sh.j2").render(
-            target=str(plan.target), image=launch.image, world_size=launch.world_size,
-            last_rank=last, mounts=[shlex.quote(p) for p in launch.mounts],
-            rank_commands=[(c, "" if i == last else " : \\")
-                           for i, c in enumerate(launch.rank_commands)], **common)
-        executables.append("launch.sh")
+    for f in plan.root_files:
+        files[f.path] = env.get_template(f.template).render(pdtrt_version=__version__,
+                                                            **f.values)
+    executables = [f.path for f in plan.root_files if f.executable]
     files[REPO_MANIFEST_NAME] = json.dumps(repo_manifest(dep, plan), indent=2,
                                            sort_keys=True) + "\n"
     return RenderedRepo(files=dict(sorted(files.items())), dirs=tuple(sorted(dirs)),

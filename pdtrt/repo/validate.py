@@ -21,12 +21,20 @@ from pathlib import Path
 
 from pdtrt.build.manifest import EngineManifest, compatibility_problems
 from pdtrt.engine_io import Param, Role
-from pdtrt.enums import Phase, Target
-from pdtrt.errors import PdtrtError
+from pdtrt.enums import Phase, Target, TritonBackend
+from pdtrt.errors import ConfigParseError, PdtrtError
 from pdtrt.repo.limits import manifest_if_present
-from pdtrt.repo.pbtxt import ConfigParseError, ModelConfig, parse_config
+from pdtrt.repo.pbtxt import ModelConfig, parse_config
 from pdtrt.repo.render import REPO_MANIFEST_NAME
-from pdtrt.repo.wiring import ensemble_problems, parameter, router_problems
+from pdtrt.repo.wiring import (
+    CONTEXT_MODEL_NAME,
+    GENERATION_MODEL_NAME,
+    ensemble_problems,
+    parameter,
+    router_problems,
+)
+from pdtrt.targets.registry import REGISTRY
+from pdtrt.targets.trtllm_0_21 import GPT_MODEL_PATH
 
 __all__ = ["ValidationReport", "validate_repo"]
 
@@ -84,7 +92,7 @@ def _model_problems(name: str, d: Path, cfg: ModelConfig) -> list[str]:
     versions = [v for v in d.iterdir() if v.is_dir() and v.name.isdigit()]
     if not versions:
         problems.append(f"{name}: no version directory (e.g. {name}/1/)")
-    if cfg.backend == "python":
+    if cfg.backend == TritonBackend.PYTHON:
         problems += [f"{name}: {name}/{v.name}/model.py is missing" for v in versions
                      if not (v / "model.py").is_file()]
     scalars = [f"'{i.name}'" for i in cfg.input if i.HasField("reshape") and not i.reshape.shape]
@@ -106,9 +114,10 @@ def _model_problems(name: str, d: Path, cfg: ModelConfig) -> list[str]:
 def _engines(configs: dict[str, ModelConfig]) -> list[_Engine]:
     phase_of: dict[str, Phase] = {}
     for cfg in configs.values():
-        for key, phase in ((Param.PREFILL_MODEL, Phase.PREFILL), ("context_model_name",
-                           Phase.PREFILL), (Param.DECODE_MODEL, Phase.DECODE),
-                           ("generation_model_name", Phase.DECODE)):
+        for key, phase in ((Param.PREFILL_MODEL, Phase.PREFILL),
+                           (CONTEXT_MODEL_NAME, Phase.PREFILL),
+                           (Param.DECODE_MODEL, Phase.DECODE),
+                           (GENERATION_MODEL_NAME, Phase.DECODE)):
             if parameter(cfg, key):
                 phase_of[str(parameter(cfg, key))] = phase
     engines = []
@@ -117,9 +126,9 @@ def _engines(configs: dict[str, ModelConfig]) -> list[_Engine]:
         if role in _ENGINE_ROLES and parameter(cfg, Param.ENGINE_DIR):
             engines.append(_Engine(model=name, phase=_ENGINE_ROLES[Role(role)],
                                    path=Path(str(parameter(cfg, Param.ENGINE_DIR)))))
-        elif cfg.backend == "tensorrtllm" and parameter(cfg, "gpt_model_path"):
+        elif cfg.backend == TritonBackend.TENSORRTLLM and parameter(cfg, GPT_MODEL_PATH):
             engines.append(_Engine(model=name, phase=phase_of.get(name),
-                                   path=Path(str(parameter(cfg, "gpt_model_path")))))
+                                   path=Path(str(parameter(cfg, GPT_MODEL_PATH)))))
     return engines
 
 
@@ -156,7 +165,7 @@ def _engine_findings(engines: list[_Engine], target: Target | None, configs: dic
                             f"{manifest.kv_layout.tokens_per_block}")
     for name, cfg in configs.items():
         pairs = ((Param.PREFILL_MODEL, Param.DECODE_MODEL),
-                 ("context_model_name", "generation_model_name"))
+                 (CONTEXT_MODEL_NAME, GENERATION_MODEL_NAME))
         for pk, dk in pairs:
             p, d = manifests.get(str(parameter(cfg, pk))), manifests.get(str(parameter(cfg, dk)))
             if p is not None and d is not None:
@@ -180,11 +189,12 @@ def _target(root: Path, configs: dict[str, ModelConfig], problems: list[str]) ->
             return Target(json.loads(manifest.read_text(encoding="utf-8"))["target"])
         except (ValueError, KeyError, TypeError) as exc:
             problems.append(f"{REPO_MANIFEST_NAME}: unreadable or without a valid target: {exc}")
-    if any(c.backend == "tensorrtllm" for c in configs.values()):
-        return Target.TRTLLM_0_21
-    if any(parameter(c, Param.ROLE) in _ENGINE_ROLES for c in configs.values()):
-        return Target.REFERENCE
-    return None
+    # Without pdtrt-repo.json: the first target whose engine backend an engine model uses,
+    # a Python backend last (it says less: any pdtrt engine model may be one).
+    backends = {c.backend for c in configs.values() if c.backend == TritonBackend.TENSORRTLLM
+                or parameter(c, Param.ROLE) in _ENGINE_ROLES}
+    supports = sorted(REGISTRY, key=lambda s: s.engine_backend is TritonBackend.PYTHON)
+    return next((s.target for s in supports if s.engine_backend in backends), None)
 
 
 def validate_repo(root: Path, *, require_engines: bool = False) -> ValidationReport:

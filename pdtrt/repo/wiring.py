@@ -13,16 +13,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pdtrt.engine_io import Param, Role
-from pdtrt.repo.pbtxt import ModelConfig, data_type_name
+from pdtrt.repo.pbtxt import EnsembleStep, ModelConfig, ModelTensor, data_type_name
 from pdtrt.spec.schema import ENDPOINT
 from pdtrt.suggest import did_you_mean
 
-__all__ = ["ENGINE_REFERENCE_PARAMS", "dims_compatible", "ensemble_problems", "parameter",
-           "router_problems"]
+__all__ = ["CONTEXT_MODEL_NAME", "ENGINE_REFERENCE_PARAMS", "GENERATION_MODEL_NAME",
+           "dims_compatible", "ensemble_problems", "parameter", "router_problems"]
 
+# NVIDIA's disaggregated BLS: the parameters naming its prefill and decode models
+CONTEXT_MODEL_NAME = "context_model_name"
+GENERATION_MODEL_NAME = "generation_model_name"
 # parameters that name other models: pdtrt's router, and NVIDIA's disaggregated BLS
 ENGINE_REFERENCE_PARAMS = (Param.PREFILL_MODEL, Param.DECODE_MODEL, Param.AGGREGATED_MODEL,
-                           "context_model_name", "generation_model_name")
+                           CONTEXT_MODEL_NAME, GENERATION_MODEL_NAME)
 
 
 def parameter(config: ModelConfig, key: str) -> str | None:
@@ -32,6 +35,9 @@ def parameter(config: ModelConfig, key: str) -> str | None:
 
 def dims_compatible(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return len(a) == len(b) and all(x == y or -1 in (x, y) for x, y in zip(a, b, strict=True))
+
+
+_ENSEMBLE_INPUT = "ensemble input"  # the source of a tensor that no step produced
 
 
 @dataclass(frozen=True)
@@ -53,12 +59,25 @@ def ensemble_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelCon
                       broken: frozenset[str] = frozenset()) -> list[str]:
     """Wiring problems of the ensemble ``name``. Steps on ``broken`` models (whose config did
     not parse: already reported) are skipped, and so are the checks they would mislead."""
-    problems: list[str] = []
-    complete = True
-    tensors = {i.name: _Tensor(i.data_type, tuple(i.dims), "ensemble input") for i in cfg.input}
     steps = list(cfg.ensemble_scheduling.step)
-    if not steps:
-        problems.append(f"{name}: ensemble has no ensemble_scheduling steps")
+    problems = [f"{name}: ensemble has no ensemble_scheduling steps"] if not steps else []
+    tensors, complete = _tensors(name, cfg, steps, models, broken, problems)
+    for n, step in enumerate(steps, 1):
+        model = models.get(step.model_name)
+        if model is not None:
+            problems += _step_problems(name, cfg, n, step, model, tensors, complete)
+    if complete:
+        problems += _output_problems(name, cfg, tensors)
+    return problems
+
+
+def _tensors(name: str, cfg: ModelConfig, steps: list[EnsembleStep],
+             models: Mapping[str, ModelConfig], broken: frozenset[str],
+             problems: list[str]) -> tuple[dict[str, _Tensor], bool]:
+    """The ensemble's tensors (its inputs, then each step's mapped outputs), and whether every
+    step's model is known (else a missing tensor may be that step's: not reported)."""
+    complete = True
+    tensors = {i.name: _Tensor(i.data_type, tuple(i.dims), _ENSEMBLE_INPUT) for i in cfg.input}
     for n, step in enumerate(steps, 1):
         model = models.get(step.model_name)
         if step.model_name in broken:
@@ -81,47 +100,61 @@ def ensemble_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelCon
             else:
                 tensors[value] = _Tensor(out.data_type, tuple(out.dims),
                                          f"{step.model_name}.{key}")
-    for n, step in enumerate(steps, 1):
-        model = models.get(step.model_name)
-        if model is None:
+    return tensors, complete
+
+
+def _step_problems(name: str, cfg: ModelConfig, n: int, step: EnsembleStep,
+                   model: ModelConfig, tensors: dict[str, _Tensor],
+                   complete: bool) -> list[str]:
+    """Step ``n``'s inputs: each fed with its dtype and dims, the required ones mapped; and its
+    model's batch size at least the ensemble's."""
+    problems = []
+    where = f"{name}: step {n} ({step.model_name})"
+    inputs = {i.name: i for i in model.input}
+    for key, value in sorted(step.input_map.items()):
+        inp = inputs.get(key)
+        if inp is None:
+            problems.append(f"{where} maps input '{key}', which {step.model_name} does not "
+                            f"have{did_you_mean(key, inputs)}")
             continue
-        where = f"{name}: step {n} ({step.model_name})"
-        inputs = {i.name: i for i in model.input}
-        for key, value in sorted(step.input_map.items()):
-            inp = inputs.get(key)
-            if inp is None:
-                problems.append(f"{where} maps input '{key}', which {step.model_name} does not "
-                                f"have{did_you_mean(key, inputs)}")
-                continue
-            src = tensors.get(value)
-            if src is None and not complete:
-                continue
-            if src is None:
-                problems.append(f"{where} input '{key}' reads '{value}', which is neither an "
-                                f"ensemble input nor a step output{did_you_mean(value, tensors)}")
-            elif src.dtype != inp.data_type:
-                problems.append(f"{where} input '{key}' is {data_type_name(inp.data_type)} but "
-                                f"'{value}' ({src.source}) is {data_type_name(src.dtype)}")
-            elif not dims_compatible(src.dims, tuple(inp.dims)):
-                problems.append(f"{where} input '{key}' has dims {_dims(inp.dims)} but "
-                                f"'{value}' ({src.source}) has dims {_dims(src.dims)}")
-        for inp in model.input:
-            if not inp.optional and inp.name not in step.input_map:
-                problems.append(f"{where}: required input '{inp.name}' is not mapped")
-        if cfg.max_batch_size > model.max_batch_size:
-            problems.append(f"{name}: max_batch_size {cfg.max_batch_size} exceeds step "
-                            f"{step.model_name}'s {model.max_batch_size}")
-    for out in cfg.output if complete else ():
-        src = tensors.get(out.name)
-        if src is None or src.source == "ensemble input":
-            problems.append(f"{name}: output '{out.name}' is not produced by any step")
-        elif src.dtype != out.data_type:
-            problems.append(f"{name}: output '{out.name}' is {data_type_name(out.data_type)} but "
-                            f"{src.source} is {data_type_name(src.dtype)}")
-        elif not dims_compatible(src.dims, tuple(out.dims)):
-            problems.append(f"{name}: output '{out.name}' has dims {_dims(out.dims)} but "
-                            f"{src.source} has dims {_dims(src.dims)}")
+        src = tensors.get(value)
+        if src is None and not complete:
+            continue
+        if src is None:
+            problems.append(f"{where} input '{key}' reads '{value}', which is neither an "
+                            f"ensemble input nor a step output{did_you_mean(value, tensors)}")
+        else:
+            problems += _mismatch(f"{where} input '{key}'", inp, f"'{value}' ({src.source})", src)
+    for inp in model.input:
+        if not inp.optional and inp.name not in step.input_map:
+            problems.append(f"{where}: required input '{inp.name}' is not mapped")
+    if cfg.max_batch_size > model.max_batch_size:
+        problems.append(f"{name}: max_batch_size {cfg.max_batch_size} exceeds step "
+                        f"{step.model_name}'s {model.max_batch_size}")
     return problems
+
+
+def _output_problems(name: str, cfg: ModelConfig, tensors: dict[str, _Tensor]) -> list[str]:
+    """Every ensemble output produced by a step, with its dtype and dims."""
+    problems = []
+    for out in cfg.output:
+        src = tensors.get(out.name)
+        if src is None or src.source == _ENSEMBLE_INPUT:
+            problems.append(f"{name}: output '{out.name}' is not produced by any step")
+        else:
+            problems += _mismatch(f"{name}: output '{out.name}'", out, src.source, src)
+    return problems
+
+
+def _mismatch(what: str, tensor: ModelTensor, src_name: str, src: _Tensor) -> list[str]:
+    """Whether ``src`` can feed ``tensor`` (``what``): the same dtype, compatible dims."""
+    if src.dtype != tensor.data_type:
+        return [f"{what} is {data_type_name(tensor.data_type)} but {src_name} is "
+                f"{data_type_name(src.dtype)}"]
+    if not dims_compatible(src.dims, tuple(tensor.dims)):
+        return [f"{what} has dims {_dims(tensor.dims)} but {src_name} has dims "
+                f"{_dims(src.dims)}"]
+    return []
 
 
 def router_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelConfig],

@@ -23,12 +23,13 @@ from typing import Any
 from pdtrt.build.manifest import MANIFEST_NAME, EngineLayout
 from pdtrt.build.plan import plan_build
 from pdtrt.build.run import run_build
-from pdtrt.enums import Phase, Target
+from pdtrt.enums import Phase
 from pdtrt.errors import ServerError
 from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.serve.triton_server import Endpoints, ServerConfig, remove_shm_regions
 from pdtrt.spec.load import load_deployment
 from pdtrt.spec.schema import DeploymentSpec
+from pdtrt.targets.registry import target_support
 
 __all__ = ["Prepared", "kv_environment", "pools_grpc_port", "pools_warnings", "prepare",
            "read_state", "server_config", "stop_detached", "write_state"]
@@ -87,7 +88,7 @@ def prepare(path: Path, *, workdir: Path, engines_root: Path,
     missing = [p for p in Phase if not (layout.phase_dir(p) / MANIFEST_NAME).is_file()]
     built: tuple[str, ...] = ()
     if missing:
-        if dep.spec.target is not Target.REFERENCE:
+        if target_support(dep.spec.target).needs_gpu:  # built on their own GPUs, not here
             raise ServerError(
                 f"no engines for {', '.join(map(str, missing))} under {layout.deployment_dir}",
                 hint=f"build them on their GPUs first: pdtrt build {path} --engines-dir "

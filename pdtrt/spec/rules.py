@@ -3,25 +3,24 @@
 Each rule is a small function returning :class:`SpecIssue` s that name the YAML path and show
 the values (and the arithmetic) involved. :func:`shape_issues` needs only the spec;
 :func:`resource_issues` also needs the model facts and the GPU catalog. Both report *every*
-violated rule, so a user fixes a spec in one round.
+violated rule, so a user fixes a spec in one round. A target's own rules (and whether it needs
+a GPU or can use remote pools) are the target's to say (:mod:`pdtrt.targets`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from pdtrt.enums import DeviceKind, KVDType, Phase, Target, WeightQuant
+from pdtrt.enums import DeviceKind, KVDType, Phase, WeightQuant
 from pdtrt.errors import SpecIssue
 from pdtrt.facts.catalog import GPU, Catalog
 from pdtrt.facts.memory import MemoryFit, fit
 from pdtrt.facts.model import ModelFacts
 from pdtrt.spec.schema import UCX_TRANSPORTS, DeploymentSpec
 from pdtrt.suggest import did_you_mean
+from pdtrt.targets.registry import REGISTRY, target_support
 
 __all__ = ["phase_fit", "resolve_gpus", "resource_issues", "shape_issues"]
-
-# max_num_tokens when a pool does not set it: TensorRT-LLM's trtllm-build default.
-DEFAULT_MAX_NUM_TOKENS = 8192
 
 Rule = Callable[[DeploymentSpec], Iterator[SpecIssue]]
 
@@ -84,32 +83,8 @@ def _workload_within_limits(spec: DeploymentSpec) -> Iterator[SpecIssue]:
         )
 
 
-def _target_support(spec: DeploymentSpec) -> Iterator[SpecIssue]:
-    if spec.target is Target.REFERENCE:
-        for phase in Phase:
-            pool = spec.pool(phase)
-            for field in ("tp", "pp"):
-                value = getattr(pool, field)
-                if value != 1:
-                    yield SpecIssue(
-                        path=f"{phase}.{field}",
-                        message=f"the reference engine runs one process per instance: "
-                        f"{field} must be 1, got {value}",
-                    )
-            if spec.weights(phase) is not WeightQuant.NONE:
-                yield SpecIssue(path="model.weights",
-                                message="the reference engine does not quantise weights: "
-                                f"{phase} weights must be none, got {spec.weights(phase)}")
-        if spec.model.path is not None and spec.model.seed:
-            yield SpecIssue(path="model.seed",
-                            message="seed only applies to the generated checkpoint; remove it "
-                            "when model.path points at a checkpoint")
-    else:
-        for phase in Phase:
-            if spec.kv_cache_dtype(phase) is KVDType.FP32:
-                yield SpecIssue(path="model.kv_cache_dtype",
-                                message=f"{spec.target} has no fp32 KV cache; use bf16, fp16, "
-                                "fp8 or int8")
+def _target_rules(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    yield from target_support(spec.target).spec_issues(spec)
 
 
 def _transports_known(spec: DeploymentSpec) -> Iterator[SpecIssue]:
@@ -133,12 +108,15 @@ def _ports_distinct(spec: DeploymentSpec) -> Iterator[SpecIssue]:
 
 
 def _endpoints(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    if target_support(spec.target).supports_remote_pools:
+        return
+    able = [str(s.target) for s in REGISTRY if s.supports_remote_pools]
     for phase in spec.endpoints:
-        if spec.target is not Target.REFERENCE:
-            yield SpecIssue(path=f"{phase}.endpoint",
-                            message=f"pools in other Triton servers are supported on the "
-                            f"reference target only, not on {spec.target}; remove the "
-                            "endpoint and serve both pools from this repository")
+        yield SpecIssue(path=f"{phase}.endpoint",
+                        message=f"pools in other Triton servers are supported on the "
+                        f"{' and '.join(able)} target{'s' if len(able) > 1 else ''} only, not on "
+                        f"{spec.target}; remove the endpoint and serve both pools from this "
+                        "repository")
 
 
 SHAPE_RULES: tuple[Rule, ...] = (
@@ -147,7 +125,7 @@ SHAPE_RULES: tuple[Rule, ...] = (
     _kv_dtype_equal,
     _input_within_seq,
     _workload_within_limits,
-    _target_support,
+    _target_rules,
     _transports_known,
     _ports_distinct,
     _endpoints,
@@ -172,7 +150,7 @@ def resolve_gpus(spec: DeploymentSpec, catalog: Catalog) -> tuple[dict[Phase, GP
                                     f"{did_you_mean(name, catalog.keys)}; known: "
                                     f"{', '.join(catalog.keys)}"))
             continue
-        if spec.target.needs_gpu and gpu.kind is not DeviceKind.GPU:
+        if target_support(spec.target).needs_gpu and gpu.kind is not DeviceKind.GPU:
             issues.append(SpecIssue(path=f"{phase}.gpu", message=f"target {spec.target} needs "
                                     f"an NVIDIA GPU, not '{gpu.key}'"))
             continue
@@ -196,7 +174,8 @@ def phase_fit(spec: DeploymentSpec, phase: Phase, model: ModelFacts, gpu: GPU,
     return fit(
         model, gpu, tp=tp or pool.tp, pp=pool.pp, seq_len=seq_len, dtype=spec.model.dtype,
         weights=spec.weights(phase), kv_dtype=spec.kv_cache_dtype(phase),
-        max_num_tokens=eng.max_num_tokens or DEFAULT_MAX_NUM_TOKENS,
+        max_num_tokens=eng.max_num_tokens
+        or target_support(spec.target).engine_defaults.max_num_tokens,
         tokens_per_block=eng.tokens_per_block,
         kv_cache_fraction=eng.kv_cache_free_gpu_mem_fraction,
     )

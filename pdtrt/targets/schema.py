@@ -110,9 +110,10 @@ def _check(spec: FlagSpec, value: object) -> str | None:
 
 @cache
 def load_target_schema(target: Target) -> TargetSchema:
-    """The schema of ``target`` (an engine-era target; ``reference`` has none)."""
-    if not target.needs_gpu:
-        raise BuildError(f"target {target} has no TensorRT-LLM flag schema")
+    """The schema of ``target`` (an engine-era target; ``reference`` has none).
+
+    Raises :class:`BuildError` when ``pdtrt/data/targets/<target>.yaml`` is missing.
+    """
     file = resources.files("pdtrt").joinpath(f"data/targets/{target}.yaml")
     try:
         return TargetSchema.model_validate(yaml.safe_load(file.read_text(encoding="utf-8")))

@@ -14,14 +14,11 @@ import shutil
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from pdtrt.build.steps import BuildPlan
 from pdtrt.envvars import CUDA_VERSION
 from pdtrt.errors import ToolchainError
 from pdtrt.targets.schema import load_target_schema
-
-if TYPE_CHECKING:
-    from pdtrt.build.plan import BuildPlan
 
 __all__ = ["Toolchain", "check_toolchain", "dist_version"]
 

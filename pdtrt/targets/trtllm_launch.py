@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pdtrt import envvars
 from pdtrt.errors import RepoError
 from pdtrt.spec.schema import DeploymentSpec
+from pdtrt.targets.launch import LaunchPlan, RankPlan
 
-__all__ = ["EnginePlacement", "LaunchPlan", "RankPlan", "plan_launch", "transfer_buffer_size"]
+__all__ = ["EnginePlacement", "plan_launch", "transfer_buffer_size"]
 
 TRITON_DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 _SHELL_SAFE = re.compile(r"^[A-Za-z0-9_.,:/=+@-]*$")
@@ -36,34 +37,6 @@ class EnginePlacement:
     tp: int
     pp: int
     instances: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class RankPlan:
-    model: str
-    participant_ids: tuple[tuple[int, ...], ...]  # per instance: its MPI ranks
-    gpu_device_ids: tuple[tuple[int, ...], ...]  # per instance: its local GPU ordinals
-
-    @property
-    def participant_ids_param(self) -> str:
-        return ";".join(",".join(str(r) for r in inst) for inst in self.participant_ids)
-
-    @property
-    def gpu_device_ids_param(self) -> str:
-        return ";".join(",".join(str(g) for g in inst) for inst in self.gpu_device_ids)
-
-
-@dataclass(frozen=True, kw_only=True)
-class LaunchPlan:
-    world_size: int  # 1 orchestrator + sum of tp * pp * instances over the engine models
-    ranks: tuple[RankPlan, ...]
-    env: tuple[tuple[str, str], ...]  # written to pdtrt.env, in this order
-    image: str
-    mounts: tuple[str, ...]  # host paths mounted at the same path in the container
-    rank_commands: tuple[str, ...]  # the command of each MPI rank, rank 0 first
-
-    def rank_plan(self, model: str) -> RankPlan:
-        return next(r for r in self.ranks if r.model == model)
 
 
 def transfer_buffer_size(num_bytes: int) -> str:

@@ -156,6 +156,19 @@ def test_pristine_repository_has_no_problems(repo):
     assert report.target is Target.REFERENCE
 
 
+@pytest.mark.parametrize(("example", "target"), [("reference-cpu", Target.REFERENCE),
+                                                 ("llama3-8b-h100-l40s", Target.TRTLLM_0_21)])
+def test_target_is_inferred_from_the_engine_models_without_a_repo_manifest(tmp_path, example,
+                                                                          target):
+    dep = load_deployment(EXAMPLES / f"{example}.yaml")
+    generate_repo(dep, tmp_path / "repo", mode=RepoMode.BOTH, engines_root=tmp_path / "e")
+    (tmp_path / "repo" / "pdtrt-repo.json").unlink()
+    assert validate_repo(tmp_path / "repo").target is target
+    for model in ("prefill", "decode", "aggregated"):
+        shutil.rmtree(tmp_path / "repo" / model)
+    assert validate_repo(tmp_path / "repo").target is None  # no engine model: no evidence
+
+
 @pytest.mark.parametrize("defect", sorted(DEFECTS))
 def test_validate_reports_seeded_defect(repo, defect):
     mutate, want = DEFECTS[defect]

@@ -1,0 +1,126 @@
+"""The repository plan as data: every model's config as typed values, and the root files.
+
+:class:`ModelPlan` is one backend model (what its ``config.pbtxt`` says), :class:`EnsemblePlan`
+one ensemble, :class:`RepoPlan` the whole repository. :class:`EngineUse` is one engine model
+before its target has said what it looks like (which model, which phase's engine and pool, its
+limits). :class:`TemplateFile` is a root file a target adds (trtllm-0.21: ``pdtrt.env``,
+``launch.sh``) with the values its template formats. Making a plan is :mod:`pdtrt.repo.plan`;
+rendering it is :mod:`pdtrt.repo.render`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from pdtrt.engine_io import ModelIO, ModelName, Role, StepMap
+from pdtrt.enums import Phase, Target, TritonBackend
+from pdtrt.repo.limits import PhaseLimits
+from pdtrt.targets.launch import LaunchPlan
+
+__all__ = ["SHIM_MODULES", "EngineUse", "EnsemblePlan", "ModelPlan", "RepoMode", "RepoPlan",
+           "TemplateFile", "param_flag", "param_number", "python_model"]
+
+SHIM_MODULES = {
+    Role.PREFILL: "pdtrt.runtime.engine_model",
+    Role.DECODE: "pdtrt.runtime.engine_model",
+    Role.AGGREGATED: "pdtrt.runtime.engine_model",
+    Role.ROUTER: "pdtrt.runtime.router_model",
+    Role.PREPROCESSING: "pdtrt.runtime.preprocessing_model",
+    Role.POSTPROCESSING: "pdtrt.runtime.postprocessing_model",
+}
+
+
+class RepoMode(StrEnum):
+    DISAGGREGATED = "disaggregated"
+    AGGREGATED = "aggregated"
+    BOTH = "both"
+    # only the engine models of the pools that have an `endpoint`: the server another
+    # server's router calls (no ensembles, router or tokenizer models)
+    POOLS = "pools"
+
+    @property
+    def has_disaggregated(self) -> bool:
+        return self in (RepoMode.DISAGGREGATED, RepoMode.BOTH)
+
+    @property
+    def has_aggregated(self) -> bool:
+        return self in (RepoMode.AGGREGATED, RepoMode.BOTH)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineUse:
+    """An engine model of the repository, and the phase whose engine and pool it uses."""
+
+    model: ModelName
+    role: Role
+    phase: Phase
+    engine_dir: Path
+    limits: PhaseLimits
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelPlan:
+    name: ModelName
+    role: Role
+    backend: TritonBackend
+    max_batch_size: int
+    decoupled: bool
+    io: ModelIO
+    instance_count: int
+    parameters: tuple[tuple[str, str], ...]
+    dynamic_batching: bool  # NVIDIA's engine-model queue (preferred batch = max_batch_size)
+    shim_module: str | None  # the pdtrt module a Python model's 1/model.py imports
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnsemblePlan:
+    name: ModelName
+    max_batch_size: int
+    io: ModelIO
+    steps: tuple[tuple[ModelName, StepMap], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TemplateFile:
+    """A root file of the repository: ``template`` (in ``model_repo_templates/``) formatting
+    ``values`` that are already computed (the template has no logic)."""
+
+    path: str
+    template: str
+    values: Mapping[str, object]
+    executable: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepoPlan:
+    target: Target
+    mode: RepoMode
+    models: tuple[ModelPlan, ...]
+    ensembles: tuple[EnsemblePlan, ...]
+    engine_dirs: dict[ModelName, Path]
+    tokenizer_dir: str
+    limits: dict[Phase, PhaseLimits]
+    launch: LaunchPlan | None
+    remote: dict[ModelName, str] = field(default_factory=dict)  # engine model -> HOST:PORT
+    root_files: tuple[TemplateFile, ...] = ()  # the target's launch artifacts
+
+
+def param_flag(value: bool) -> str:
+    """A boolean as a model parameter's text."""
+    return "true" if value else "false"
+
+
+def param_number(value: float) -> str:
+    """A number as a model parameter's text (``30``, ``0.85``)."""
+    return f"{value:g}"
+
+
+def python_model(name: ModelName, role: Role, *, batch: int, decoupled: bool, io: ModelIO,
+                 count: int, params: tuple[tuple[str, str], ...]) -> ModelPlan:
+    """A pdtrt Python model: its ``1/model.py`` imports :data:`SHIM_MODULES` ``[role]``."""
+    return ModelPlan(name=name, role=role, backend=TritonBackend.PYTHON, max_batch_size=batch,
+                     decoupled=decoupled, io=io, instance_count=count, parameters=params,
+                     dynamic_batching=False, shim_module=SHIM_MODULES[role])

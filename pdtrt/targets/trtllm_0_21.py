@@ -1,0 +1,187 @@
+"""Target ``trtllm-0.21``: NVIDIA's ``tensorrtllm`` C++ backend in the NGC 25.08 container.
+
+Engines are built per phase by ``convert_checkpoint.py``/``quantize.py`` + ``trtllm-build``
+(:mod:`pdtrt.targets.trtllm_build`) after TensorRT-LLM's own build rules
+(:mod:`pdtrt.targets.trtllm_rules`), every flag checked by the version's schema
+(``pdtrt/data/targets/trtllm-0.21.yaml``, :mod:`pdtrt.targets.schema`), on the phase's GPU type
+with the exact toolchain (:mod:`pdtrt.targets.toolchain`). The engine model is NVIDIA's
+``tensorrt_llm`` model in orchestrator mode, one MPI world for the whole repository
+(:mod:`pdtrt.targets.trtllm_launch`), started by the generated ``launch.sh`` with ``pdtrt.env``.
+
+The fixed ``tensorrt_llm`` parameters below are the values pdtrt chooses for TensorRT-LLM 0.21's
+Triton backend (parameter names from NVIDIA's ``inflight_batcher_llm/tensorrt_llm/config.pbtxt``;
+``recv_poll_period_ms`` is read by the backend but absent from NVIDIA's template).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pdtrt.build.manifest import EngineLayout
+from pdtrt.build.settings import SWITCHES, EngineSettings
+from pdtrt.build.steps import BuildPlan, BuildStep
+from pdtrt.engine_io import TRTLLM_0_21_ENGINE_IO
+from pdtrt.enums import KVDType, Phase, Target, TritonBackend
+from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES
+from pdtrt.errors import BuildError, SpecIssue
+from pdtrt.facts.catalog import load_catalog
+from pdtrt.facts.gpu_detect import detect_gpus
+from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
+from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, param_number
+from pdtrt.spec.deployment import Deployment
+from pdtrt.spec.schema import DeploymentSpec
+from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild, TargetSupport
+from pdtrt.targets.launch import LaunchPlan
+from pdtrt.targets.schema import TargetSchema, load_target_schema
+from pdtrt.targets.toolchain import Toolchain, check_toolchain
+from pdtrt.targets.trtllm_build import check_gpus, check_model_dir, engine_steps, model_dir
+from pdtrt.targets.trtllm_launch import EnginePlacement, plan_launch
+from pdtrt.targets.trtllm_rules import apply_rules
+
+__all__ = ["ENGINE_FIXED_PARAMETERS", "GPT_MODEL_PATH", "Trtllm021Target"]
+
+GPT_MODEL_PATH = "gpt_model_path"  # the engine directory parameter of the tensorrtllm backend
+
+ENGINE_FIXED_PARAMETERS = (
+    ("max_beam_width", "1"),  # disaggregation needs beam width 1
+    ("FORCE_CPU_ONLY_INPUT_TENSORS", "no"),
+    ("gpt_model_type", "inflight_fused_batching"),  # disaggregation needs in-flight batching
+    ("batch_scheduler_policy", "guaranteed_no_evict"),
+    # Explicit, because the backend defaults it to true when unset, and a KV block evicted from
+    # the reuse tree before its asynchronous send finished hangs the transfer (TRT-LLM #12542).
+    ("enable_kv_cache_reuse", "false"),
+    ("enable_chunked_context", "false"),
+    ("exclude_input_in_output", "true"),
+    ("normalize_log_probs", "true"),
+    ("cancellation_check_period_ms", "100"),
+    ("stats_check_period_ms", "100"),
+    ("request_stats_max_iterations", "0"),
+    # Unset, the orchestrator busy-polls its workers (tensorrtllm_backend #653: high CPU).
+    ("recv_poll_period_ms", "1"),
+)
+# rendered before the per-deployment parameters, as in NVIDIA's template
+_LEADING_FIXED = ("max_beam_width", "FORCE_CPU_ONLY_INPUT_TENSORS", "gpt_model_type")
+EXECUTOR_WORKER_PATH = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
+
+
+class Trtllm021Target(TargetSupport):
+    target = Target.TRTLLM_0_21
+    needs_gpu = True
+    supports_remote_pools = False
+    engine_defaults = TRTLLM_BUILD_DEFAULTS
+    build_switches = SWITCHES
+    engine_io = TRTLLM_0_21_ENGINE_IO
+    engine_backend = TritonBackend.TENSORRTLLM
+    engine_error_output = ""  # NVIDIA's model has no in-band error output
+
+    @property
+    def schema(self) -> TargetSchema:
+        """The version's build-tool schema and pins (``pdtrt/data/targets/trtllm-0.21.yaml``)."""
+        return load_target_schema(self.target)
+
+    @property
+    def container_image(self) -> str:
+        return self.schema.container
+
+    # --- spec ------------------------------------------------------------------------------
+    def spec_issues(self, spec: DeploymentSpec) -> Iterator[SpecIssue]:
+        for phase in Phase:
+            if spec.kv_cache_dtype(phase) is KVDType.FP32:
+                yield SpecIssue(path="model.kv_cache_dtype",
+                                message=f"{self.target} has no fp32 KV cache; use bf16, fp16, "
+                                "fp8 or int8")
+
+    # --- build -----------------------------------------------------------------------------
+    def build_source(self, ctx: BuildContext) -> BuildSource:
+        path, note = model_dir(ctx.dep)
+        return BuildSource(model_dir=path, notes=(note,) if note else (), steps=())
+
+    def plan_phase(self, ctx: BuildContext, phase: Phase, settings: EngineSettings) -> PhaseBuild:
+        dep, schema = ctx.dep, self.schema
+        outcome = apply_rules(settings, model=dep.model, gpu=dep.gpus[phase],
+                              weights=dep.spec.weights(phase),
+                              kv_dtype=dep.spec.kv_cache_dtype(phase), rules=schema.rules)
+        examples = (ctx.examples_dir or os.environ.get(PDTRT_TRTLLM_EXAMPLES)
+                    or schema.examples_dir)
+        steps = engine_steps(schema, ctx, phase, outcome.settings, examples=examples,
+                             checkpoint=model_dir(dep)[0])
+        return PhaseBuild(settings=outcome.settings, notes=outcome.notes, steps=steps)
+
+    def prepare_host(self, plan: BuildPlan, *, force: bool, nvml: Any,
+                     toolchain: Toolchain | None) -> BuildHost:
+        detection = detect_gpus(load_catalog(), nvml)
+        check_gpus(plan, detection, force=force)
+        toolchain = toolchain or check_toolchain(plan)
+        check_model_dir(plan.model_dir)
+        return BuildHost(detection=detection, versions=dict(toolchain.versions))
+
+    def run_in_process(self, step: BuildStep, dep: Deployment) -> None:
+        raise BuildError(f"BUG in pdtrt: step {step.name} has no command, and {self.target} "
+                         "has no in-process steps")
+
+    def step_inputs(self, step: BuildStep, dep: Deployment) -> dict[str, str]:
+        return {}  # the argv and the input directories say everything
+
+    # --- repository ------------------------------------------------------------------------
+    def engine_decoupled(self, spec: DeploymentSpec) -> bool:
+        return spec.serving.streaming
+
+    def tokenizer_dir(self, dep: Deployment, layout: EngineLayout) -> str:
+        """The HF checkpoint's directory (``model.path``), else the model's Hub name."""
+        if dep.spec.model.path is None:
+            return dep.spec.model.name
+        path = Path(os.path.abspath(dep.source.parent / dep.spec.model.path))
+        return str(path.parent if path.suffix == ".json" else path)
+
+    def plan_launch(self, dep: Deployment, engines: Sequence[EngineUse], *,
+                    layout: EngineLayout, tokenizer_dir: str) -> LaunchPlan:
+        spec = dep.spec
+        placements = [EnginePlacement(model=e.model, gpu=dep.gpus[e.phase].key,
+                                      tp=spec.pool(e.phase).tp, pp=spec.pool(e.phase).pp,
+                                      instances=spec.pool(e.phase).instances) for e in engines]
+        mounts = [str(layout.deployment_dir)]
+        if spec.model.path is not None:
+            mounts.append(tokenizer_dir)
+        return plan_launch(spec, placements, image=self.container_image, mounts=mounts)
+
+    def engine_model(self, dep: Deployment, engine: EngineUse, *,
+                     launch: LaunchPlan | None) -> ModelPlan:
+        assert launch is not None, "plan_launch gives every trtllm-0.21 repository a launch plan"
+        pool = dep.spec.pool(engine.phase)
+        ranks = launch.rank_plan(engine.model)
+        fixed = dict(ENGINE_FIXED_PARAMETERS)
+        leading = tuple((k, fixed.pop(k)) for k in _LEADING_FIXED)
+        parameters = (
+            *leading,
+            (GPT_MODEL_PATH, str(engine.engine_dir)),
+            ("max_tokens_in_paged_kv_cache", str(engine.limits.kv_tokens)),
+            ("kv_cache_free_gpu_mem_fraction",
+             param_number(pool.engine.kv_cache_free_gpu_mem_fraction)),
+            *fixed.items(),
+            ("gpu_device_ids", ranks.gpu_device_ids_param),
+            ("participant_ids", ranks.participant_ids_param),
+            ("executor_worker_path", EXECUTOR_WORKER_PATH),
+        )
+        return ModelPlan(
+            name=engine.model, role=engine.role, backend=self.engine_backend,
+            max_batch_size=engine.limits.max_batch_size,
+            decoupled=self.engine_decoupled(dep.spec), io=self.engine_io,
+            instance_count=pool.instances, parameters=parameters, dynamic_batching=True,
+            shim_module=None)
+
+    def launch_files(self, dep: Deployment, launch: LaunchPlan) -> tuple[TemplateFile, ...]:
+        last = len(launch.rank_commands) - 1
+        return (
+            TemplateFile(path="pdtrt.env", template="pdtrt.env.j2",
+                         values={"name": dep.spec.name, "env": launch.env}),
+            TemplateFile(path="launch.sh", template="launch.sh.j2", executable=True, values={
+                "name": dep.spec.name, "target": str(self.target), "image": launch.image,
+                "world_size": launch.world_size, "last_rank": last,
+                "mounts": [shlex.quote(p) for p in launch.mounts],
+                "rank_commands": [(c, "" if i == last else " : \\")
+                                  for i, c in enumerate(launch.rank_commands)]}),
+        )
