@@ -27,8 +27,9 @@ from pdtrt.perf.estimate import Load, estimate  # noqa: E402
 from pdtrt.perf.factors import load_factors  # noqa: E402
 from pdtrt.planner.search import PlanRequest, plan  # noqa: E402
 from pdtrt.planner.space import SearchBounds  # noqa: E402
-from pdtrt.sim import ArrivalKind, LengthDist, SimConfig, SloTarget, Workload, simulate  # noqa: E402
+from pdtrt.sim import SimConfig, Workload, simulate  # noqa: E402
 from pdtrt.spec.load import load_deployment  # noqa: E402
+from pdtrt.workload import SLO, LengthDist  # noqa: E402
 
 SEED_SPEC = ROOT / "docs" / "examples" / "llama3-8b-h100-l40s.yaml"
 
@@ -64,10 +65,9 @@ def main() -> int:
                            ("disaggregated 1x H100 + 2x L40S", dis)):
         for rate in (2.0, 8.0):
             cfg = SimConfig(serving=serving, factors_prefill=f, factors_decode=f,
-                            workload=Workload(arrivals=ArrivalKind.POISSON, rate_per_s=rate,
-                                              isl=LengthDist(mean=3000),
-                                              osl=LengthDist(mean=500)),
-                            num_requests=1000, slo=SloTarget(ttft_ms=1000, itl_ms=30))
+                            workload=Workload(rate_per_s=rate, isl=LengthDist.fixed(3000),
+                                              osl=LengthDist.fixed(500)),
+                            num_requests=1000, slo=SLO(ttft_ms=1000, itl_ms=30))
             t, res = best_of(args.repeat, lambda cfg=cfg: simulate(cfg))
             rows.append((f"simulate {label}, 1000 req at {rate:g} req/s",
                          f"{res.num_events / t:,.0f} events/s, {1000 / t:,.0f} req/s",
@@ -76,7 +76,7 @@ def main() -> int:
     model, cat = load_model_facts("meta-llama/Meta-Llama-3.1-8B"), load_catalog()
     for rate, max_gpus in ((2.0, 8), (4.0, 16), (8.0, 32)):
         req = PlanRequest(model=model, gpus=(cat.get("h100-sxm"), cat.get("l40s")), isl=3000,
-                          osl=500, rate_per_s=rate, slo=SloTarget(ttft_ms=1000, itl_ms=30),
+                          osl=500, rate_per_s=rate, slo=SLO(ttft_ms=1000, itl_ms=30),
                           factors=f, bounds=SearchBounds(max_gpus=max_gpus))
         t, p = best_of(args.repeat, lambda req=req: plan(req))
         rows.append((f"plan seed scenario, {rate:g} req/s, <= {max_gpus} GPUs",

@@ -5,8 +5,9 @@ aggregated vs H100 prefill + L40S decode, simulated at several loads.
     .venv/bin/python scripts/seed_scenario.py [--num-requests 600]
 
 Prints markdown tables: per load the simulated percentiles of each configuration, and per
-configuration the highest Poisson rate whose simulated p90 TTFT <= 1000 ms and p90 ITL
-<= 30 ms (the spec's SLO), with its cost. Uses the built-in calibrated factors (trtllm).
+configuration the highest Poisson rate at which 90 % of simulated requests have TTFT <= 1000 ms
+and TPOT <= 30 ms (the spec's SLO, judged by pdtrt.workload.evaluate_slo), with its cost.
+Uses the built-in calibrated factors (trtllm).
 """
 
 from __future__ import annotations
@@ -22,24 +23,17 @@ sys.path.insert(0, str(ROOT))
 from pdtrt.enums import WeightQuant  # noqa: E402
 from pdtrt.perf.configs import aggregated_baseline, serving_from_deployment  # noqa: E402
 from pdtrt.perf.factors import load_factors  # noqa: E402
-from pdtrt.sim import (  # noqa: E402
-    ArrivalKind,
-    LengthDist,
-    SimConfig,
-    SloTarget,
-    Workload,
-    simulate,  # noqa: E402
-)
+from pdtrt.sim import SimConfig, Workload, simulate  # noqa: E402
 from pdtrt.spec.load import load_deployment  # noqa: E402
+from pdtrt.workload import SLO, LengthDist  # noqa: E402
 
-SLO = SloTarget(percentile=90, ttft_ms=1000, itl_ms=30)
+SPEC_SLO = SLO(ttft_ms=1000, itl_ms=30)
 
 
 def run(serving, rate, n, f):
-    w = Workload(arrivals=ArrivalKind.POISSON, rate_per_s=rate, isl=LengthDist(mean=3000),
-                 osl=LengthDist(mean=500))
+    w = Workload(rate_per_s=rate, isl=LengthDist.fixed(3000), osl=LengthDist.fixed(500))
     return simulate(SimConfig(serving=serving, factors_prefill=f, factors_decode=f,
-                              workload=w, num_requests=n, slo=SLO))
+                              workload=w, num_requests=n, slo=SPEC_SLO))
 
 
 def capacity(serving, n, f, hi=64.0):
@@ -73,13 +67,13 @@ def main() -> int:
     for rate in (1.0, 2.0, 4.0, 8.0):
         for name, cfg in configs.items():
             r = run(cfg, rate, args.num_requests, f)
-            t, i = r.ttft, r.itl
+            t, i = r.ttft_ms, r.itl_ms
             usd = "-" if r.usd_per_mtok is None else f"{r.usd_per_mtok:.3f}"
             note = "" if r.num_unfinished == 0 else f" ({r.num_unfinished} unfinished)"
             print(f"| {rate:g} req/s | {name}{note} | {cfg.cost_per_hour_usd():.2f} | "
-                  f"{t.p50 * 1e3:.0f} / {t.p90 * 1e3:.0f} / {t.p99 * 1e3:.0f} | "
-                  f"{i.p50 * 1e3:.1f} / {i.p90 * 1e3:.1f} / {i.p99 * 1e3:.1f} | "
-                  f"{r.tpot.mean * 1e3:.1f} | {usd} |", flush=True)
+                  f"{t.p50:.0f} / {t.p90:.0f} / {t.p99:.0f} | "
+                  f"{i.p50:.1f} / {i.p90:.1f} / {i.p99:.1f} | "
+                  f"{r.tpot_ms.mean:.1f} | {usd} |", flush=True)
     print()
     print("| configuration | $/h | max rate at SLO (req/s) | req/s per $/h |")
     print("|---|---|---|---|")

@@ -1,17 +1,17 @@
-"""The LLM load generator behind ``pdtrt bench``: workloads, arrival processes, open/closed
-loop runs over :class:`pdtrt.client.LLMClient`, per-request records, statistics (TTFT, ITL,
-TPOT, E2E, throughput, goodput, $/Mtok), reports and plots."""
+"""The LLM load generator behind ``pdtrt bench``: open/closed loop runs over
+:class:`pdtrt.client.LLMClient`, per-request records, statistics (TTFT, ITL, TPOT, E2E,
+throughput, goodput, $/Mtok), reports and plots. What a workload is -- lengths, arrivals,
+traces, SLOs -- is :mod:`pdtrt.workload`, shared with the simulator and the planner; the names
+a benchmark is configured with are re-exported here."""
 
-from pdtrt.bench.arrivals import ArrivalProcess, arrival_times_s
 from pdtrt.bench.bench import COMPARED, BenchConfig, BenchReport, RunResult, run_bench
-from pdtrt.bench.lengths import LengthDist, LengthKind, parse_length
 from pdtrt.bench.records import RequestRecord, read_csv, write_csv
-from pdtrt.bench.runner import LoopKind, RunPlan, run_plan
-from pdtrt.bench.stats import Dist, SLOTargets, Summary, summarize
-from pdtrt.bench.workload import DatasetPrompt, PlannedRequest, Workload, load_dataset
+from pdtrt.bench.runner import RunPlan, run_plan
+from pdtrt.bench.stats import Summary, summarize
+from pdtrt.bench.workload import PlannedRequest, Workload
+from pdtrt.workload import SLO, ArrivalProcess, LoopKind, parse_length, read_trace
 
-__all__ = ["COMPARED", "ArrivalProcess", "BenchConfig", "BenchReport", "DatasetPrompt", "Dist",
-           "LengthDist", "LengthKind", "LoopKind", "PlannedRequest", "RequestRecord",
-           "RunPlan", "RunResult", "SLOTargets", "Summary", "Workload", "arrival_times_s",
-           "load_dataset", "parse_length", "read_csv", "run_bench", "run_plan", "summarize",
+__all__ = ["COMPARED", "SLO", "ArrivalProcess", "BenchConfig", "BenchReport", "LoopKind",
+           "PlannedRequest", "RequestRecord", "RunPlan", "RunResult", "Summary", "Workload",
+           "parse_length", "read_csv", "read_trace", "run_bench", "run_plan", "summarize",
            "write_csv"]

@@ -12,21 +12,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from pdtrt.bench.arrivals import ArrivalProcess, arrival_times_s
 from pdtrt.bench.failures import Failures, all_failed_error
 from pdtrt.bench.records import RequestRecord
-from pdtrt.bench.runner import LoopKind, RunPlan, run_plan
-from pdtrt.bench.stats import SLOTargets, Summary, summarize
+from pdtrt.bench.runner import RunPlan, run_plan
+from pdtrt.bench.stats import Summary, summarize
 from pdtrt.bench.workload import Workload
 from pdtrt.client import LLMClient
 from pdtrt.errors import BenchError
+from pdtrt.workload.arrivals import ArrivalProcess, LoopKind, arrival_rng, arrival_times_s
+from pdtrt.workload.slo import SLO
 
 __all__ = ["COMPARED", "BenchConfig", "BenchReport", "RunResult", "run_bench", "run_label"]
 
 COMPARED = ("ensemble", "ensemble_aggregated")
-_ARRIVAL_STREAM = 1  # second seed word of the arrival generator (requests use their index)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,7 +40,7 @@ class BenchConfig:
     timeout_s: float = 60.0
     stream: bool = True
     workload: Workload
-    slo: SLOTargets = field(default_factory=SLOTargets)
+    slo: SLO = field(default_factory=SLO)
     cost_per_hour_usd: float | None = None
 
     def __post_init__(self) -> None:
@@ -64,8 +62,7 @@ class BenchConfig:
             "isl": str(self.workload.isl), "osl": str(self.workload.osl),
             "input_length_unit": self.workload.length_unit,
             "dataset_prompts": len(self.workload.dataset), "seed": self.workload.seed,
-            "slo": {"percentile": self.slo.percentile, "ttft_ms": self.slo.ttft_ms,
-                    "itl_ms": self.slo.itl_ms},
+            "slo": self.slo.to_dict(),
             "cost_per_hour_usd": self.cost_per_hour_usd,
         }
 
@@ -152,8 +149,7 @@ def run_bench(client: LLMClient, config: BenchConfig, *,
     for rate in loads:
         arrivals: tuple[float, ...] = ()
         if rate is not None:
-            rng = np.random.default_rng([config.workload.seed, _ARRIVAL_STREAM])
-            arrivals = arrival_times_s(config.process, rate, rng,
+            arrivals = arrival_times_s(config.process, rate, arrival_rng(config.workload.seed),
                                        num_requests=config.num_requests,
                                        duration_s=config.duration_s)
         for model in config.models:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from pdtrt.bench.bench import BenchReport, RunResult
+from pdtrt.enums import Percentile
 
 __all__ = ["write_plots"]
 
@@ -100,9 +101,9 @@ def write_plots(report: BenchReport, out_dir: Path) -> list[Path]:
             rates = [r.rate_per_s for r in runs]
             ax_tp.plot(rates, [r.summary.output_tok_per_s for r in runs], "o-", label=model)
             for metric, style in (("ttft_ms", "o-"), ("tpot_ms", "s--")):
-                for pct in (50, slo.percentile):
+                for pct in (Percentile.P50, slo.percentile):
                     ax_lat.plot(rates, [getattr(r.summary, metric).at(pct) for r in runs],
-                                style, label=f"{model} {metric[:-3].upper()} p{pct}")
+                                style, label=f"{model} {metric[:-3].upper()} {pct.label}")
         ax_tp.set_xlabel("offered request rate (requests/s)")
         ax_tp.set_ylabel("output-token throughput (tokens/s)")
         ax_tp.set_title("Throughput vs rate")

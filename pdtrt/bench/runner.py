@@ -20,21 +20,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 
 from pdtrt.bench.records import RequestRecord
 from pdtrt.bench.workload import PlannedRequest, Workload
 from pdtrt.client import GenerateRequest, GenerateResult, LLMClient
 from pdtrt.errors import BenchError
+from pdtrt.workload.arrivals import LoopKind
 
-__all__ = ["LoopKind", "RunPlan", "run_plan"]
+__all__ = ["RunPlan", "run_plan"]
 
 WARMUP_INDEX_BASE = 1_000_000_000  # warm-up requests are drawn apart from the measured ones
-
-
-class LoopKind(StrEnum):
-    OPEN = "open"
-    CLOSED = "closed"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,13 +11,13 @@ import click
 
 from pdtrt.bench import (
     COMPARED,
+    SLO,
     ArrivalProcess,
     BenchConfig,
     LoopKind,
-    SLOTargets,
     Workload,
-    load_dataset,
     parse_length,
+    read_trace,
     run_bench,
 )
 from pdtrt.bench.outputs import write_report
@@ -77,7 +77,8 @@ def _length(text: str, what: str):
 @click.option("--osl", default=None, metavar="DIST",
               help="Output length (max_tokens), same forms (default: workload.osl, else 32).")
 @click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False),
-              help='JSONL prompts, one {"prompt": ..., "max_tokens": ...} per line.')
+              help='A trace: JSONL, one {"prompt": ..., "max_tokens": ...} (or "isl", '
+              '"osl") per line, cycled; sent on this command\'s schedule.')
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, file_okay=False),
               help="The deployment's tokenizer (a local directory): synthetic prompts are "
               "exactly --isl of its tokens and input tokens are counted with it. Default: "
@@ -138,14 +139,14 @@ def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: s
     loop = LoopKind.OPEN if rates else LoopKind.CLOSED
     if num_requests is None and duration_s is None:
         num_requests = DEFAULT_REQUESTS
-    slo = SLOTargets(
+    slo = SLO(
         percentile=int(slo_percentile or (spec.slo.percentile if spec else 90)),
         ttft_ms=slo_ttft_ms if slo_ttft_ms is not None else (spec.slo.ttft_ms if spec else None),
         itl_ms=slo_itl_ms if slo_itl_ms is not None else (spec.slo.itl_ms if spec else None))
     workload = Workload(
         isl=_length(isl or str(spec.workload.isl if spec else 128), "--isl"),
         osl=_length(osl or str(spec.workload.osl if spec else 32), "--osl"),
-        seed=seed, dataset=load_dataset(dataset) if dataset else (),
+        seed=seed, dataset=read_trace(dataset) if dataset else (),
         tokenizer=None)
     config = BenchConfig(
         models=COMPARED if compare else (model,), loop=loop,

@@ -1,6 +1,7 @@
 """PNG plots of simulations and plans (matplotlib, headless Agg backend).
 
-Only the CLI calls this module; the library's results carry the data, these functions draw it.
+Only the CLI calls this module, and only for an explicit ``--plot FILE``; the library's results
+carry the data, these functions draw it.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pdtrt.enums import ServingMode
+
 if TYPE_CHECKING:
     from pdtrt.planner.search import PlanCandidate
     from pdtrt.sim.metrics import SimResult
 
 __all__ = ["plot_pareto", "plot_simulation"]
 
-_COLOURS = {"aggregated": "tab:red", "disaggregated": "tab:blue"}
+_COLOURS = {ServingMode.AGGREGATED: "tab:red", ServingMode.DISAGGREGATED: "tab:blue"}
 
 
 def _pyplot():
@@ -37,20 +40,21 @@ def _cdf(ax, values_ms: np.ndarray, label: str, colour: str) -> None:
 
 
 def plot_simulation(results: Sequence[SimResult], path: Path, *, title: str) -> Path:
-    """TTFT and ITL distributions, and ITL over time (head-of-line blocking shows as spikes)."""
+    """TTFT and per-request TPOT distributions (what the SLO judges, with its targets), and
+    every inter-token gap over time (head-of-line blocking shows as spikes)."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     for res in results:
         colour = _COLOURS.get(res.mode, "tab:gray")
         _cdf(axes[0], res.ttft_s * 1e3, res.label, colour)
-        _cdf(axes[1], res.itl_s * 1e3, res.label, colour)
+        _cdf(axes[1], res.tpot_s * 1e3, res.label, colour)
         step = max(1, res.itl_s.size // 20000)
         t0 = res.itl_time_s[0] if res.itl_time_s.size else 0.0
         axes[2].scatter(res.itl_time_s[::step] - t0, res.itl_s[::step] * 1e3, s=2,
                         color=colour, alpha=0.4, label=res.label)
-    for ax, name in ((axes[0], "TTFT (ms)"), (axes[1], "inter-token latency (ms)")):
+    for ax, name in ((axes[0], "TTFT (ms)"), (axes[1], "TPOT per request (ms)")):
         ax.set_xlabel(name)
-        ax.set_ylabel("share of requests" if ax is axes[0] else "share of tokens")
+        ax.set_ylabel("share of requests")
         ax.set_xscale("log")
         ax.grid(alpha=0.3)
     slo = results[0].slo if results else None
@@ -88,7 +92,7 @@ def plot_pareto(candidates: Sequence[PlanCandidate], path: Path, *, title: str,
         return c.meets_slo if c.sim is not None else c.screen_ok
 
     for mode, colour in _COLOURS.items():
-        mine = [(c, x, y) for c, x, y in pts if str(c.config.mode) == mode]
+        mine = [(c, x, y) for c, x, y in pts if c.config.mode is mode]
         for kind, sel, marker, size in (
                 ("passes", [p for p in mine if viable(p[0])], "o", 30),
                 ("fails screen", [p for p in mine if not viable(p[0]) and p[0].sim is None],

@@ -9,15 +9,32 @@ from rich.table import Table
 
 from pdtrt.cli.render import console, emit_json, json_option
 from pdtrt.enums import ServingBackend, ServingMode
+from pdtrt.errors import WorkloadError
 from pdtrt.sim.from_spec import SimOverrides, sim_configs
 from pdtrt.sim.metrics import SimResult
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
 from pdtrt.sim.simulator import simulate
-from pdtrt.sim.workload import ArrivalKind, LengthKind
+from pdtrt.sim.workload import Workload
 from pdtrt.spec.load import load_deployment
+from pdtrt.workload.arrivals import ArrivalProcess
+from pdtrt.workload.lengths import LengthDist, parse_length
 
 _MODES = {"both": (ServingMode.AGGREGATED, ServingMode.DISAGGREGATED),
           "aggregated": (ServingMode.AGGREGATED,), "disaggregated": (ServingMode.DISAGGREGATED,)}
+
+
+class _Length(click.ParamType):
+    """``N``, ``uniform:LOW:HIGH`` or ``normal:MEAN:STD`` (as ``pdtrt bench``)."""
+
+    name = "DIST"
+
+    def convert(self, value, param, ctx) -> LengthDist:
+        if isinstance(value, LengthDist):
+            return value
+        try:
+            return parse_length(value)
+        except WorkloadError as exc:
+            self.fail(exc.message, param, ctx)
 
 
 def _fmt(v: float | None, unit: str = "") -> str:
@@ -37,8 +54,9 @@ def _rows(res: SimResult) -> dict[str, str]:
         "TPOT mean / p90": f"{_fmt(p['mean'])} / {_fmt(p['p90'])} ms",
         "E2E p50 / p90": f"{_fmt(e['p50'])} / {_fmt(e['p90'])} ms",
         "throughput": f"{d['output_tok_per_s']:,.0f} tok/s, {d['req_per_s']:.2f} req/s",
-        f"SLO p{slo['percentile']} met": "yes" if slo["met"] else "no",
-        "SLO attainment": f"{slo['attainment']:.1%}",
+        f"SLO attainment (need {slo['percentile']}%)": f"{slo['attainment']:.1%}",
+        "SLO met": "yes" if slo["met"] else ("no (backlog growing)" if slo["backlog_growing"]
+                                              else "no"),
         "goodput": f"{d['goodput_req_per_s']:.2f} req/s",
         "utilisation": ", ".join(f"{k} {v:.0%}" for k, v in d["utilisation"].items()),
         "GPUs, $/h": f"{d['num_gpus']}, ${d['cost_per_hour_usd']:.2f}",
@@ -47,27 +65,33 @@ def _rows(res: SimResult) -> dict[str, str]:
     }
 
 
+def _lengths(w: Workload) -> str:
+    if w.trace:
+        return f"lengths from a trace of {len(w.trace)}"
+    return f"ISL {w.isl}, OSL {w.osl}"
+
+
 @click.command("simulate")
 @click.argument("spec_file", type=click.Path(path_type=Path))
 @click.option("--mode", type=click.Choice(list(_MODES)), default="both", show_default=True,
               help="Which deployments to simulate.")
 @click.option("--rate", type=click.FloatRange(min=0, min_open=True),
-              help="Requests per second (overrides the spec's workload).")
-@click.option("--concurrency", type=click.IntRange(min=1), help="Closed-loop clients.")
-@click.option("--arrivals", type=click.Choice([a.value for a in ArrivalKind]),
-              help="Arrival process; default poisson with a rate, closed with a concurrency.")
-@click.option("--trace", type=click.Path(path_type=Path, exists=True),
-              help="CSV trace (arrival_s,isl,osl) to replay.")
-@click.option("--isl", type=click.IntRange(min=1), help="Mean prompt tokens.")
-@click.option("--osl", type=click.IntRange(min=1), help="Mean output tokens.")
-@click.option("--length-dist", type=click.Choice([k.value for k in LengthKind]),
-              default="fixed", show_default=True, help="Prompt/output length distribution.")
-@click.option("--length-spread", type=click.FloatRange(min=0, max=0.99), default=0.0,
-              show_default=True, help="Uniform: relative half-width; normal: CV.")
+              help="Open loop: requests per second (overrides the spec's workload).")
+@click.option("--concurrency", type=click.IntRange(min=1), help="Closed loop: clients.")
+@click.option("--arrival", type=click.Choice([p.value for p in ArrivalProcess]),
+              default=ArrivalProcess.POISSON.value, show_default=True,
+              help="Open-loop arrival process (first request at t = 0, as pdtrt bench).")
+@click.option("--trace", type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="JSONL (or CSV) trace: replayed at its arrival_s without --rate / "
+              "--concurrency; otherwise its lengths, cycled.")
+@click.option("--isl", type=_Length(), help="Prompt tokens: N, uniform:LOW:HIGH or "
+              "normal:MEAN:STD (default: the spec's workload.isl).")
+@click.option("--osl", type=_Length(), help="Output tokens, same forms (default: the spec's "
+              "workload.osl).")
 @click.option("--num-requests", type=click.IntRange(min=1), default=500, show_default=True,
-              help="Requests to simulate (with --trace: its first N).")
+              help="Requests to simulate (replaying a trace: at most its first N).")
 @click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of the arrival and length draws.")
+              help="Seed of the arrival and length draws (the same draws as pdtrt bench).")
 @click.option("--agg-instances", type=click.IntRange(min=1),
               help="Aggregated baseline instances (default: as many GPUs as the spec).")
 @click.option("--prefill-instances", type=click.IntRange(min=1), help="Override the spec.")
@@ -80,54 +104,47 @@ def _rows(res: SimResult) -> dict[str, str]:
               default="trtllm", show_default=True, help="Whose calibrated factors to use.")
 @click.option("--factors", "factors_file", type=click.Path(path_type=Path, exists=True),
               help="A factors file written by scripts/calibrate.py.")
-@click.option("--plot", "plot_path", type=click.Path(path_type=Path),
-              help="PNG to write (default: <spec name>-simulate.png).")
-@click.option("--no-plot", is_flag=True, help="Write no plot.")
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write a PNG of the TTFT/ITL distributions and ITL over time here.")
 @json_option
 def simulate_cmd(spec_file: Path, mode: str, rate: float | None, concurrency: int | None,
-                 arrivals: str | None, trace: Path | None, isl: int | None, osl: int | None,
-                 length_dist: str, length_spread: float, num_requests: int, seed: int,
+                 arrival: str, trace: Path | None, isl: LengthDist | None,
+                 osl: LengthDist | None, num_requests: int, seed: int,
                  agg_instances: int | None, prefill_instances: int | None,
                  decode_instances: int | None, batch_policy: str, routing: str, backend: str,
-                 factors_file: Path | None, plot_path: Path | None, no_plot: bool,
-                 as_json: bool) -> None:
+                 factors_file: Path | None, plot_path: Path | None, as_json: bool) -> None:
     """Simulate SPEC_FILE's deployment and its aggregated baseline (discrete events).
 
     Arrivals, length distributions, continuous batching with max_batch_size /
     max_num_tokens, chunked prefill, prefill queueing, KV-transfer queueing on the link and
-    decode batching -> TTFT / ITL / E2E percentiles, SLO attainment, goodput, utilisation,
-    cost per million tokens, and a PNG plot. Deterministic for a --seed.
+    decode batching -> TTFT / ITL / E2E percentiles, SLO attainment, goodput (the
+    definitions of pdtrt bench), utilisation, cost per million tokens; a PNG with --plot.
+    Deterministic for a --seed.
     """
     if rate is not None and concurrency is not None:
         raise click.UsageError("give at most one of --rate and --concurrency")
     dep = load_deployment(spec_file)
     overrides = SimOverrides(
         modes=_MODES[mode], rate_per_s=rate, concurrency=concurrency,
-        arrivals=ArrivalKind(arrivals) if arrivals else None, trace=trace, isl=isl, osl=osl,
-        length_kind=LengthKind(length_dist), length_spread=length_spread,
+        process=ArrivalProcess(arrival), trace=trace, isl=isl, osl=osl,
         num_requests=num_requests, seed=seed, agg_instances=agg_instances,
         prefill_instances=prefill_instances, decode_instances=decode_instances,
         batch_policy=BatchPolicy(batch_policy), routing=RoutingPolicy(routing),
         backend=ServingBackend(backend), factors_file=factors_file)
     configs = sim_configs(dep, overrides)
     results = [simulate(c) for c in configs]
-    written = None
-    if not no_plot:
+    if plot_path is not None:
         from pdtrt.cli.plots import plot_simulation
 
-        written = plot_simulation(results, plot_path or Path(f"{dep.spec.name}-simulate.png"),
-                                  title=f"{dep.spec.name}: {results[0].to_dict()['label']} vs "
-                                  f"{results[-1].label}" if len(results) > 1
-                                  else f"{dep.spec.name}: {results[0].label}")
+        labels = " vs ".join(r.label for r in results)
+        plot_simulation(results, plot_path, title=f"{dep.spec.name}: {labels}")
     if as_json:
         emit_json({"spec": str(spec_file), "results": [r.to_dict() for r in results],
-                   "plot": str(written) if written else None})
+                   "plot": str(plot_path) if plot_path else None})
         return
     wl = configs[0].workload
-    load = f"{wl.rate_per_s:g} req/s {wl.arrivals}" if wl.rate_per_s else (
-        f"{wl.concurrency} clients" if wl.concurrency else f"trace of {len(wl.trace)}")
-    click.echo(f"{dep.spec.name}: ISL {wl.isl.mean}, OSL {wl.osl.mean} ({wl.isl.kind}), "
-               f"{load}, {num_requests} requests, seed {seed}")
+    click.echo(f"{dep.spec.name}: {_lengths(wl)}, {wl.describe()}, "
+               f"{results[0].num_requests} requests, seed {seed}")
     table = Table(show_header=True)
     table.add_column("metric")
     rows = [_rows(r) for r in results]
@@ -136,5 +153,5 @@ def simulate_cmd(spec_file: Path, mode: str, rate: float | None, concurrency: in
     for key in rows[0]:
         table.add_row(key, *(r[key] for r in rows))
     console().print(table)
-    if written:
-        click.echo(f"wrote {written}")
+    if plot_path is not None:
+        click.echo(f"wrote {plot_path}")

@@ -9,6 +9,7 @@ there to build and measure; with none, it refuses (:class:`NoFeasiblePlanError`)
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import yaml
 
@@ -16,8 +17,10 @@ from pdtrt.enums import ServingMode, WeightQuant
 from pdtrt.errors import NoFeasiblePlanError
 from pdtrt.perf.hardware import Instance
 from pdtrt.planner.search import Plan, PlanCandidate
+from pdtrt.spec.load import load_deployment
+from pdtrt.yamlio import write_atomic
 
-__all__ = ["NoFeasiblePlanError", "spec_candidate", "spec_text"]
+__all__ = ["NoFeasiblePlanError", "spec_candidate", "spec_text", "write_spec"]
 
 
 def spec_candidate(p: Plan) -> PlanCandidate:
@@ -65,8 +68,7 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
         "kv_transfer": {"backend": "ucx",
                         "transports": ["sm", "cuda_ipc", "cuda_copy"] if same_node
                         else ["rc", "cuda_copy", "tcp"]},
-        "slo": {"percentile": req.slo.percentile, "ttft_ms": req.slo.ttft_ms,
-                "itl_ms": req.slo.itl_ms},
+        "slo": req.slo.to_dict(),
         "workload": {"isl": req.isl, "osl": req.osl, "request_rate_per_s": req.rate_per_s},
     }
     chosen = p.chosen
@@ -81,3 +83,15 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
                       "which this disaggregated spec format does not describe)")
     header += [f"#   {r}" for r in cand.reasons()]
     return "\n".join(header) + "\n" + yaml.safe_dump(spec, sort_keys=False)
+
+
+def write_spec(p: Plan, path: Path) -> PlanCandidate:
+    """Write :func:`spec_text` to ``path`` (atomically) and check that it validates as a spec
+    with the request's catalog; returns the candidate it describes. Raises
+    NoFeasiblePlanError (no disaggregated candidate) or SpecError (a bug: it must validate)."""
+    req = p.request
+    text = spec_text(p, model_name=req.model.name,
+                     model_path=str(req.model_path) if req.model_path else None)
+    write_atomic(path, text)
+    load_deployment(path, catalog=req.catalog)
+    return spec_candidate(p)

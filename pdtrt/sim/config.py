@@ -1,4 +1,8 @@
-"""One simulation run: a serving configuration, factors, workload, policies and a seed."""
+"""One simulation run: a serving configuration, factors, workload, policies, SLO and a seed.
+
+The SLO is :class:`pdtrt.workload.SLO`, judged by :func:`pdtrt.workload.evaluate_slo` -- the
+same definition ``pdtrt bench`` applies to measured runs.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +14,9 @@ from pdtrt.perf.estimate import ServingConfig
 from pdtrt.perf.factors import EfficiencyFactors
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
 from pdtrt.sim.workload import Workload
+from pdtrt.workload.slo import SLO
 
-__all__ = ["SimConfig", "SloTarget"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class SloTarget:
-    """Latency targets at a percentile; None means no target on that metric."""
-
-    percentile: int = 90
-    ttft_ms: float | None = None
-    itl_ms: float | None = None
+__all__ = ["SimConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,23 +29,32 @@ class SimConfig:
     seed: int = 0
     batch_policy: BatchPolicy = BatchPolicy.CHUNKED
     routing: RoutingPolicy = RoutingPolicy.LEAST_LOADED
-    slo: SloTarget = SloTarget()
+    slo: SLO = SLO()
     warmup_share: float = 0.1
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
             raise InfeasibleError(f"num_requests must be >= 1, got {self.num_requests}")
-        seq = self.workload.isl.max + self.workload.osl.max
-        for role, inst, need in self._pools(seq):
+        for role, inst, need in self._pools():
             if inst.memory(need).max_concurrent_seqs < 1:
                 raise InfeasibleError(
                     f"{role} instance {inst.label()} cannot hold one sequence of {need} tokens: "
                     f"{inst.memory(need).explain()}",
                     hint="use a larger TP, fp8 weights / KV cache, or a GPU with more memory")
 
-    def _pools(self, seq: int):
+    @property
+    def max_isl(self) -> int:
+        """The longest prompt of this run's workload (KV caches are sized for it)."""
+        return self.workload.mix(self.seed).max_isl
+
+    @property
+    def max_seq_len(self) -> int:
+        mix = self.workload.mix(self.seed)
+        return mix.max_isl + mix.max_osl
+
+    def _pools(self):
         s = self.serving
         if s.mode is ServingMode.AGGREGATED:
-            return [("aggregated", s.prefill, seq)]
+            return [("aggregated", s.prefill, self.max_seq_len)]
         assert s.decode is not None
-        return [("prefill", s.prefill, self.workload.isl.max), ("decode", s.decode, seq)]
+        return [("prefill", s.prefill, self.max_isl), ("decode", s.decode, self.max_seq_len)]

@@ -1,22 +1,32 @@
 """Simulation runs from a deployment spec: the spec's disaggregated deployment and its
-aggregated baseline, with the spec's workload and SLO unless overridden."""
+aggregated baseline, with the spec's workload and SLO unless overridden.
+
+The spec's ``workload.isl`` / ``osl`` are fixed lengths (the ``N`` form of
+:func:`pdtrt.workload.parse_length`); ``--isl`` / ``--osl`` may be any form. A trace given
+without ``--rate`` / ``--concurrency`` is replayed at its own times when its entries carry
+``arrival_s``; otherwise it supplies lengths and the load comes from the flags or the spec.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pdtrt.enums import ServingBackend, ServingMode
+from pdtrt.enums import Percentile, ServingBackend, ServingMode
 from pdtrt.errors import PdtrtError
 from pdtrt.perf.configs import aggregated_baseline, serving_from_deployment
 from pdtrt.perf.estimate import ServingConfig
 from pdtrt.perf.factors import load_factors
-from pdtrt.sim.config import SimConfig, SloTarget
+from pdtrt.sim.config import SimConfig
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
-from pdtrt.sim.workload import ArrivalKind, LengthDist, LengthKind, Workload, read_trace
+from pdtrt.sim.workload import Workload
 from pdtrt.spec.deployment import Deployment
+from pdtrt.workload.arrivals import ArrivalProcess, LoopKind
+from pdtrt.workload.lengths import LengthDist
+from pdtrt.workload.slo import SLO
+from pdtrt.workload.trace import read_trace
 
-__all__ = ["SimOverrides", "sim_configs"]
+__all__ = ["SimOverrides", "sim_configs", "spec_slo"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,12 +36,10 @@ class SimOverrides:
     modes: tuple[ServingMode, ...] = (ServingMode.AGGREGATED, ServingMode.DISAGGREGATED)
     rate_per_s: float | None = None
     concurrency: int | None = None
-    arrivals: ArrivalKind | None = None
+    process: ArrivalProcess = ArrivalProcess.POISSON
     trace: Path | None = None
-    isl: int | None = None
-    osl: int | None = None
-    length_kind: LengthKind = LengthKind.FIXED
-    length_spread: float = 0.0
+    isl: LengthDist | None = None
+    osl: LengthDist | None = None
     num_requests: int = 500
     seed: int = 0
     agg_instances: int | None = None
@@ -45,29 +53,32 @@ class SimOverrides:
 
 def _workload(dep: Deployment, o: SimOverrides) -> Workload:
     wl = dep.spec.workload
+    trace = read_trace(o.trace) if o.trace else ()
+    isl = o.isl or LengthDist.fixed(wl.isl)
+    osl = o.osl or LengthDist.fixed(wl.osl)
+    if trace and trace[0].arrival_s is not None and o.rate_per_s is None \
+            and o.concurrency is None:
+        return Workload(isl=isl, osl=osl, trace=trace)  # replayed at its own times
     rate = o.rate_per_s if o.rate_per_s is not None else (
         None if o.concurrency is not None else wl.request_rate_per_s)
     conc = o.concurrency if o.concurrency is not None else (
         None if o.rate_per_s is not None else wl.concurrency)
-    arrivals = o.arrivals or (ArrivalKind.TRACE if o.trace else
-                              ArrivalKind.POISSON if rate else ArrivalKind.CLOSED)
-    if arrivals is ArrivalKind.TRACE and o.trace is None:
-        raise PdtrtError("--arrivals trace needs --trace FILE")
-    if arrivals is not ArrivalKind.TRACE and rate is None and conc is None:
+    if rate is None and conc is None:
         raise PdtrtError("the spec's workload has neither request_rate_per_s nor concurrency",
                          hint="pass --rate R or --concurrency C")
-    return Workload(
-        arrivals=arrivals, rate_per_s=rate, concurrency=conc,
-        isl=LengthDist(kind=o.length_kind, mean=o.isl or wl.isl, spread=o.length_spread),
-        osl=LengthDist(kind=o.length_kind, mean=o.osl or wl.osl, spread=o.length_spread),
-        trace=read_trace(o.trace) if o.trace else ())
+    return Workload(isl=isl, osl=osl, loop=LoopKind.OPEN if rate else LoopKind.CLOSED,
+                    process=o.process, rate_per_s=rate, concurrency=conc, trace=trace)
+
+
+def spec_slo(dep: Deployment) -> SLO:
+    """The spec's ``slo`` section as the shared SLO type."""
+    s = dep.spec.slo
+    return SLO(percentile=Percentile(s.percentile), ttft_ms=s.ttft_ms, itl_ms=s.itl_ms)
 
 
 def sim_configs(dep: Deployment, o: SimOverrides) -> list[SimConfig]:
     """One :class:`SimConfig` per requested mode, in ``o.modes`` order."""
     f = load_factors(o.backend, o.factors_file)
-    slo = SloTarget(percentile=dep.spec.slo.percentile, ttft_ms=dep.spec.slo.ttft_ms,
-                    itl_ms=dep.spec.slo.itl_ms)
     workload = _workload(dep, o)
     out = []
     for mode in o.modes:
@@ -81,5 +92,6 @@ def sim_configs(dep: Deployment, o: SimOverrides) -> list[SimConfig]:
                               decode_instances=o.decode_instances or serving.decode_instances)
         out.append(SimConfig(serving=serving, factors_prefill=f, factors_decode=f,
                              workload=workload, num_requests=o.num_requests, seed=o.seed,
-                             batch_policy=o.batch_policy, routing=o.routing, slo=slo))
+                             batch_policy=o.batch_policy, routing=o.routing,
+                             slo=spec_slo(dep)))
     return out

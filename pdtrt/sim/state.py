@@ -1,14 +1,15 @@
-"""The state of one simulation run: clock, replicas, links, routers, records, RNG.
+"""The state of one simulation run: clock, replicas, links, routers, records, wanted schedules.
 
 Everything a run mutates lives here (and in the entities it holds), created fresh per run, so
-two runs in one process are independent and identical for one seed.
+two runs in one process are independent and identical for one seed. State records what is
+*wanted* -- a replica that should look for work (:meth:`SimState.want_schedule`) -- and never
+creates events: only the event loop (:mod:`pdtrt.sim.simulator`) turns wants into events, so
+this module does not import ``pdtrt.sim.events`` (vidur's layering).
 """
 
 from __future__ import annotations
 
 from collections import deque
-
-import numpy as np
 
 from pdtrt.enums import ServingMode
 from pdtrt.perf.link import kv_transfer_s
@@ -21,13 +22,12 @@ __all__ = ["SimState"]
 
 
 class SimState:
-    def __init__(self, config: SimConfig, rng: np.random.Generator) -> None:
+    def __init__(self, config: SimConfig) -> None:
         self.config = config
-        self.rng = rng
         self.now_s = 0.0
         self.num_events = 0
         s = config.serving
-        seq = config.workload.isl.max + config.workload.osl.max
+        seq = config.max_seq_len
         self.replicas: dict[ReplicaRole, list[Replica]] = {}
         if s.mode is ServingMode.AGGREGATED:
             kv = s.prefill.memory(seq).kv_blocks
@@ -36,7 +36,7 @@ class SimState:
                 for i in range(s.prefill_instances)]
         else:
             assert s.decode is not None
-            kv_p = s.prefill.memory(config.workload.isl.max).kv_blocks
+            kv_p = s.prefill.memory(config.max_isl).kv_blocks
             kv_d = s.decode.memory(seq).kv_blocks
             self.replicas[ReplicaRole.PREFILL] = [
                 Replica(index=i, role=ReplicaRole.PREFILL, instance=s.prefill, kv_blocks=kv_p)
@@ -50,7 +50,8 @@ class SimState:
         self.route_decode = ROUTERS[RoutingPolicy.LEAST_LOADED]()
         self.requests: list[Request] = []
         self.closed_loop_backlog: deque[RequestSpec] = deque()
-        self.scheduled: set[tuple[ReplicaRole, int]] = set()
+        self.schedule_pending: set[tuple[ReplicaRole, int]] = set()  # an event exists
+        self.schedule_wanted: list[tuple[ReplicaRole, int]] = []  # the loop creates it
         self.itl_time_s: list[float] = []
         self.itl_s: list[float] = []
 
@@ -73,12 +74,28 @@ class SimState:
         return kv_transfer_s(s.link, req.isl, s.prefill.model.kv_bytes_per_token(
             s.prefill.kv_dtype))
 
-    def arrival(self, spec: RequestSpec, sent_s: float):
-        """The arrival event of a request the client sends at ``sent_s``."""
-        from pdtrt.sim.events.request_arrival import RequestArrival
+    @property
+    def request_overhead_s(self) -> float:
+        """Time from a client's send to the engines (counts in TTFT, occupies no GPU)."""
+        return self.config.factors_prefill.request_overhead_s
 
-        delay = self.config.factors_prefill.request_overhead_s
-        return RequestArrival(time_s=sent_s + delay, sent_s=sent_s, spec=spec)
+    def want_schedule(self, role: ReplicaRole, index: int) -> None:
+        """Ask for a schedule of a replica now, unless one is pending or it is busy stepping.
+        Decode replicas are woken while busy too: they admit KV hand-offs between steps."""
+        key = (role, index)
+        busy = self.replica(role, index).busy and role is not ReplicaRole.DECODE
+        if key in self.schedule_pending or busy:
+            return
+        self.schedule_pending.add(key)
+        self.schedule_wanted.append(key)
+
+    def take_wanted_schedules(self) -> list[tuple[ReplicaRole, int]]:
+        """The schedules asked for since the last call, in the order they were asked for."""
+        wanted, self.schedule_wanted = self.schedule_wanted, []
+        return wanted
+
+    def schedule_done(self, role: ReplicaRole, index: int) -> None:
+        self.schedule_pending.discard((role, index))
 
     def record_itl(self, itl_s: float) -> None:
         self.itl_time_s.append(self.now_s)

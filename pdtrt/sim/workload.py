@@ -1,59 +1,31 @@
-"""Simulated workloads: arrival processes and prompt/output length distributions.
+"""What a simulation run receives: which requests arrive, and when.
 
-Arrivals: Poisson (exponential gaps, rate ``r``), constant (gaps ``1/r``), a trace file (CSV
-with ``arrival_s,isl,osl``), or closed loop (``concurrency`` clients that all start at t = 0
-and send their next request when the last one ends). Lengths: fixed, uniform within
-``mean * (1 +- spread)``, or normal with coefficient of variation ``spread`` (clipped to >= 1
-token, and to ``mean * (1 + 4 spread)``). All randomness comes from the injected
-:class:`numpy.random.Generator`.
+A simulated workload is the shared vocabulary of :mod:`pdtrt.workload` -- length
+distributions, a trace, open or closed loop, the arrival process -- put together for one run:
+
+- open loop at ``rate_per_s``: arrival times from :func:`pdtrt.workload.arrival_times_s`
+  (first request at t = 0), request ``i``'s lengths from :class:`pdtrt.workload.RequestMix`
+  (a trace, when given, supplies lengths only, cycled);
+- open loop without a rate, with a trace whose entries carry ``arrival_s``: the trace's first
+  ``num_requests`` entries replayed at their own times;
+- closed loop: ``concurrency`` clients that all start at t = 0 and send their next request
+  when their last one ends (the simulator re-times those arrivals).
+
+For a seed, request ``i`` has the lengths ``pdtrt bench`` sends as request ``i`` and the
+arrival schedule is bench's. This module produces request specs; it does not simulate them.
 """
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
-from enum import StrEnum
-from pathlib import Path
 
-import numpy as np
+from pdtrt.errors import WorkloadError
+from pdtrt.workload.arrivals import ArrivalProcess, LoopKind, arrival_rng, arrival_times_s
+from pdtrt.workload.lengths import LengthDist
+from pdtrt.workload.requests import RequestMix
+from pdtrt.workload.trace import TraceEntry
 
-from pdtrt.enums import LengthKind
-from pdtrt.errors import PdtrtError
-
-__all__ = ["ArrivalKind", "LengthDist", "LengthKind", "RequestSpec", "Workload",
-           "generate_requests", "read_trace"]
-
-
-class ArrivalKind(StrEnum):
-    POISSON = "poisson"
-    CONSTANT = "constant"
-    TRACE = "trace"
-    CLOSED = "closed"
-
-
-@dataclass(frozen=True, kw_only=True)
-class LengthDist:
-    kind: LengthKind = LengthKind.FIXED
-    mean: int
-    spread: float = 0.0
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        if self.kind is LengthKind.FIXED or self.spread == 0:
-            return np.full(n, self.mean, dtype=np.int64)
-        if self.kind is LengthKind.UNIFORM:
-            lo, hi = self.mean * (1 - self.spread), self.mean * (1 + self.spread)
-            values = rng.uniform(lo, hi, n)
-        else:
-            values = rng.normal(self.mean, self.mean * self.spread, n)
-        # clipped to [1, max] so a rare tail draw cannot outgrow the KV sized for `max`
-        return np.clip(np.rint(values), 1, self.max).astype(np.int64)
-
-    @property
-    def max(self) -> int:
-        if self.kind is LengthKind.FIXED or self.spread == 0:
-            return self.mean
-        k = 1.0 if self.kind is LengthKind.UNIFORM else 4.0
-        return int(np.ceil(self.mean * (1 + k * self.spread)))
+__all__ = ["RequestSpec", "Workload", "generate_requests"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,60 +37,58 @@ class RequestSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class Workload:
-    arrivals: ArrivalKind
     isl: LengthDist
     osl: LengthDist
-    rate_per_s: float | None = None
-    concurrency: int | None = None
-    trace: tuple[RequestSpec, ...] = ()
+    loop: LoopKind = LoopKind.OPEN
+    process: ArrivalProcess = ArrivalProcess.POISSON
+    rate_per_s: float | None = None  # open loop; None with a timed trace: replay its times
+    concurrency: int | None = None  # closed loop
+    trace: tuple[TraceEntry, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.arrivals in (ArrivalKind.POISSON, ArrivalKind.CONSTANT) and not self.rate_per_s:
-            raise PdtrtError(f"{self.arrivals} arrivals need a request rate",
-                             hint="pass --rate R (requests per second)")
-        if self.arrivals is ArrivalKind.CLOSED and not self.concurrency:
-            raise PdtrtError("closed-loop arrivals need a concurrency",
-                             hint="pass --concurrency C")
-        if self.arrivals is ArrivalKind.TRACE and not self.trace:
-            raise PdtrtError("trace arrivals need a non-empty trace file",
-                             hint="pass --trace FILE (CSV: arrival_s,isl,osl)")
+        if self.loop is LoopKind.CLOSED and not self.concurrency:
+            raise WorkloadError("closed-loop arrivals need a concurrency",
+                                hint="pass --concurrency C")
+        if self.loop is LoopKind.OPEN and not self.rate_per_s and not self.replays_trace:
+            if self.trace:
+                raise WorkloadError("the trace has no arrival_s to replay and no request rate "
+                                    "is given", hint="add arrival_s to every entry, or pass "
+                                    "--rate R or --concurrency C")
+            raise WorkloadError(f"{self.process} arrivals need a request rate",
+                                hint="pass --rate R (requests per second)")
+
+    @property
+    def replays_trace(self) -> bool:
+        """Open loop at the trace's own times (no rate given, every entry timed)."""
+        return (self.loop is LoopKind.OPEN and not self.rate_per_s and bool(self.trace)
+                and self.trace[0].arrival_s is not None)
+
+    def mix(self, seed: int) -> RequestMix:
+        return RequestMix(isl=self.isl, osl=self.osl, seed=seed, trace=self.trace)
+
+    def describe(self) -> str:
+        """``"2 req/s poisson"``, ``"8 clients"`` or ``"trace of 300"``."""
+        if self.replays_trace:
+            return f"trace of {len(self.trace)}"
+        if self.loop is LoopKind.CLOSED:
+            return f"{self.concurrency} clients"
+        return f"{self.rate_per_s:g} req/s {self.process}"
 
 
-def generate_requests(w: Workload, rng: np.random.Generator, num_requests: int
-                      ) -> list[RequestSpec]:
-    """The requests of one run, in arrival order (closed loop: arrival 0, re-timed later)."""
-    if w.arrivals is ArrivalKind.TRACE:
-        return sorted(w.trace[:num_requests] if num_requests else w.trace,
-                      key=lambda r: r.arrival_s)
-    isl, osl = w.isl.sample(rng, num_requests), w.osl.sample(rng, num_requests)
-    if w.arrivals is ArrivalKind.POISSON:
-        assert w.rate_per_s is not None
-        times = np.cumsum(rng.exponential(1.0 / w.rate_per_s, num_requests))
-    elif w.arrivals is ArrivalKind.CONSTANT:
-        assert w.rate_per_s is not None
-        times = np.arange(1, num_requests + 1) / w.rate_per_s
+def generate_requests(w: Workload, seed: int, num_requests: int) -> list[RequestSpec]:
+    """The requests of one run, in arrival order (closed loop: all at 0, re-timed later)."""
+    mix = w.mix(seed)
+    if w.replays_trace:
+        draws = [mix.draw(i) for i in range(min(num_requests, len(w.trace)))]
+        times = [d.arrival_s or 0.0 for d in draws]
     else:
-        times = np.zeros(num_requests)
-    return [RequestSpec(arrival_s=float(t), isl=int(i), osl=int(o))
-            for t, i, o in zip(times, isl, osl, strict=True)]
-
-
-def read_trace(path: Path) -> tuple[RequestSpec, ...]:
-    """A trace CSV with a header naming ``arrival_s``, ``isl`` and ``osl``."""
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise PdtrtError(f"cannot read trace {path}: {exc.strerror}") from None
-    out = []
-    for i, row in enumerate(rows, start=2):
-        try:
-            spec = RequestSpec(arrival_s=float(row["arrival_s"]), isl=int(row["isl"]),
-                               osl=int(row["osl"]))
-        except (KeyError, ValueError, TypeError):
-            raise PdtrtError(f"{path}:{i}: a trace row needs numeric arrival_s, isl, osl",
-                             hint="header: arrival_s,isl,osl") from None
-        if spec.isl < 1 or spec.osl < 1 or spec.arrival_s < 0:
-            raise PdtrtError(f"{path}:{i}: isl and osl must be >= 1 and arrival_s >= 0")
-        out.append(spec)
-    return tuple(out)
+        draws = [mix.draw(i) for i in range(num_requests)]
+        if w.loop is LoopKind.CLOSED:
+            times = [0.0] * num_requests
+        else:
+            assert w.rate_per_s is not None
+            times = list(arrival_times_s(w.process, w.rate_per_s, arrival_rng(seed),
+                                         num_requests=num_requests))
+    specs = [RequestSpec(arrival_s=t, isl=d.isl, osl=d.osl)
+             for t, d in zip(times, draws, strict=True)]
+    return sorted(specs, key=lambda r: r.arrival_s)

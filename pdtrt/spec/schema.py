@@ -182,11 +182,12 @@ class Serving(_Section):
 
 class SLO(_Section):
     percentile: Literal[50, 90, 95, 99] = Field(
-        default=90, description="Percentile the latency targets apply to.")
+        default=90, description="Share of requests, as a percentile, that must meet both "
+        "targets (pdtrt.workload.slo: the same for bench, simulate and plan).")
     ttft_ms: float | None = Field(default=None, gt=0, description="Time-to-first-token "
                                   "target, ms.")
     itl_ms: float | None = Field(default=None, gt=0, description="Inter-token latency target, "
-                                 "ms.")
+                                 "ms, per request: its TPOT (mean inter-token time).")
 
 
 class Workload(_Section):

@@ -8,9 +8,9 @@ import pytest
 from pdtrt.bench import Workload, parse_length
 from pdtrt.bench.prompts import TokenizerPrompts
 from pdtrt.bench.tokenizer_choice import TokenizerOrigin, choose_tokenizer, served_tokenizer_dir
-from pdtrt.bench.workload import DatasetPrompt
 from pdtrt.client.types import ModelSignature
 from pdtrt.errors import BenchError, ModelNotFoundError
+from pdtrt.workload.trace import TraceEntry
 
 transformers = pytest.importorskip("transformers", reason="needs transformers (pdtrt[reference])")
 
@@ -50,7 +50,7 @@ def test_workload_with_a_tokenizer_counts_tokens_reproducibly(prompts):
 def test_dataset_prompts_are_counted_with_the_tokenizer(prompts):
     text = "The quick brown fox jumps over the lazy dog"
     w = Workload(isl=parse_length("1"), osl=parse_length("4"), tokenizer=prompts,
-                 dataset=(DatasetPrompt(prompt=text),))
+                 dataset=(TraceEntry(prompt=text),))
     assert w.request(0).input_tokens == len(prompts.tokenizer.encode(text)) != len(text.split())
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from fake_transport import FakeHub, words_script
 
-from pdtrt.bench import LoopKind, RunPlan, Workload, parse_length, run_plan
+from pdtrt.bench import SLO, LoopKind, RunPlan, Workload, parse_length, run_plan
 from pdtrt.bench.bench import BenchConfig, run_bench
-from pdtrt.bench.stats import SLOTargets
 from pdtrt.client import LLMClient, StreamEvent
 from pdtrt.client.types import ErrorKind
 from pdtrt.errors import BenchError
@@ -83,7 +82,7 @@ def test_compare_and_sweep_share_requests_and_schedule():
     hub = FakeHub(words_script(delay_s=0.01), models={"a": dict(FakeHub().models["ensemble"]),
                                                       "b": dict(FakeHub().models["ensemble"])})
     config = BenchConfig(models=("a", "b"), rates_per_s=(1.0, 2.0), num_requests=5,
-                         workload=WORKLOAD, slo=SLOTargets(ttft_ms=1000, itl_ms=1000))
+                         workload=WORKLOAD, slo=SLO(ttft_ms=1000, itl_ms=1000))
     with _client(hub) as client:
         report = run_bench(client, config, clock=hub.clock, sleep=hub.clock.advance)
     assert [r.label for r in report.runs] == ["a @ rate 1/s", "b @ rate 1/s", "a @ rate 2/s",

@@ -1,11 +1,10 @@
-"""Statistics on synthetic records: percentiles, ITL vs TPOT, goodput, windows, cost."""
+"""Statistics on synthetic records: ITL vs TPOT, goodput, windows, cost."""
 
 from __future__ import annotations
 
 import pytest
 
-from pdtrt.bench import RequestRecord, SLOTargets, summarize
-from pdtrt.bench.stats import Dist
+from pdtrt.bench import SLO, RequestRecord, summarize
 
 
 def rec(index, send_s, token_times_s, *, end_s=None, error=None, warmup=False, max_tokens=None,
@@ -16,14 +15,6 @@ def rec(index, send_s, token_times_s, *, end_s=None, error=None, warmup=False, m
                          end_s=end_s if end_s is not None else (token_times_s or [send_s])[-1],
                          input_tokens=10, max_tokens=max_tokens or len(token_times_s),
                          error=error)
-
-
-def test_percentiles_interpolate_linearly():
-    d = Dist.of_seconds([0.001 * x for x in range(1, 101)])  # 1..100 ms
-    assert (d.count, d.min, d.max) == (100, 1.0, 100.0)
-    assert d.mean == pytest.approx(50.5) and d.p50 == pytest.approx(50.5)
-    assert d.p90 == pytest.approx(90.1) and d.p99 == pytest.approx(99.01)
-    assert Dist.of_seconds([]).p50 is None
 
 
 def test_itl_pools_gaps_tpot_is_per_request():
@@ -65,13 +56,22 @@ def test_goodput_uses_ttft_and_per_request_tpot():
     slow_first = rec(1, 0.0, [0.30, 0.31])  # TTFT 300
     slow_tokens = rec(2, 0.0, [0.05, 0.15])  # TPOT 100
     failed = rec(3, 0.0, [0.05], error="x")
-    slo = SLOTargets(percentile=50, ttft_ms=100, itl_ms=20)
+    slo = SLO(percentile=50, ttft_ms=100, itl_ms=20)
     s = summarize([fast, slow_first, slow_tokens, failed], slo=slo)
     assert s.num_good == 1 and s.slo_attainment == pytest.approx(0.25)
     assert s.goodput_req_per_s == pytest.approx(1 / 0.31) and s.meets_slo is False
     s = summarize([fast, fast, slow_first], slo=slo)
     assert s.slo_attainment == pytest.approx(2 / 3) and s.meets_slo is True
-    assert summarize([fast], slo=SLOTargets()).meets_slo is None
+    assert summarize([fast], slo=SLO()).meets_slo is None
+    assert summarize([], slo=slo).meets_slo is None and summarize([], slo=slo).num_good == 0
+
+
+def test_a_run_whose_ttft_keeps_growing_does_not_meet_the_slos():
+    # every request within a generous TTFT, but each waits longer than the one before
+    growing = [rec(i, i * 0.1, [i * 0.1 + 0.05 + 0.05 * i, i * 0.1 + 0.06 + 0.05 * i])
+               for i in range(30)]
+    s = summarize(growing, slo=SLO(ttft_ms=60_000, itl_ms=1000))
+    assert s.slo_attainment == 1.0 and s.backlog_growing and s.meets_slo is False
 
 
 def test_cost_per_million_output_tokens():

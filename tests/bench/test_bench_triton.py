@@ -9,7 +9,7 @@ import time
 import pytest
 from fake_llm_server import needs_triton, start_fake_llm_server
 
-from pdtrt.bench import BenchConfig, LoopKind, SLOTargets, Workload, parse_length, run_bench
+from pdtrt.bench import SLO, BenchConfig, LoopKind, Workload, parse_length, run_bench
 from pdtrt.bench.outputs import write_report
 from pdtrt.bench.records import read_csv
 from pdtrt.client import GenerateRequest, LLMClient
@@ -32,7 +32,7 @@ def _accounted(run, num_requests):
 
 def test_closed_loop_run_and_report_files(llm_server, tmp_path):
     config = BenchConfig(loop=LoopKind.CLOSED, concurrency=4, num_requests=12, num_warmup=2,
-                         workload=WORKLOAD, slo=SLOTargets(ttft_ms=5000, itl_ms=5000))
+                         workload=WORKLOAD, slo=SLO(ttft_ms=5000, itl_ms=5000))
     with LLMClient(llm_server) as client:
         report = run_bench(client, config)
         assert client.num_open_streams <= 4

@@ -1,49 +1,12 @@
-"""Length distributions, seeded per-request workloads, JSONL datasets, records CSV."""
+"""Bench's requests: seeded per index, the same lengths as the simulator's, traces cycled;
+records CSV. (Length syntax, trace files and arrivals: tests/workload.)"""
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
-from pdtrt.bench import (
-    LengthKind,
-    RequestRecord,
-    Workload,
-    load_dataset,
-    parse_length,
-    read_csv,
-    write_csv,
-)
+from pdtrt.bench import RequestRecord, Workload, parse_length, read_csv, read_trace, write_csv
 from pdtrt.client.types import ErrorKind
-from pdtrt.errors import BenchError
-
-
-@pytest.mark.parametrize(("text", "kind", "mean"), [
-    ("128", LengthKind.FIXED, 128), ("fixed:7", LengthKind.FIXED, 7),
-    ("uniform:10:20", LengthKind.UNIFORM, 15), ("normal:64:8", LengthKind.NORMAL, 64),
-])
-def test_parse_length(text, kind, mean):
-    dist = parse_length(text)
-    assert dist.kind is kind and dist.mean == mean
-
-
-@pytest.mark.parametrize(("text", "match"), [
-    ("0", ">= 1 token"), ("uniform:20:10", "LOW <= HIGH"), ("normal:0:1", "MEAN >= 1"),
-    ("gamma:1:2", "is not N"), ("uniform:3", "is not N"), ("abc", "is not N"),
-])
-def test_bad_lengths(text, match):
-    with pytest.raises(BenchError, match=match):
-        parse_length(text)
-
-
-def test_samples_follow_the_distribution():
-    rng = np.random.default_rng(0)
-    uniform = [parse_length("uniform:10:20").sample(rng) for _ in range(5000)]
-    assert min(uniform) == 10 and max(uniform) == 20
-    normal = [parse_length("normal:100:10").sample(rng) for _ in range(5000)]
-    assert np.mean(normal) == pytest.approx(100, abs=1) and np.std(normal) == pytest.approx(
-        10, rel=0.05)
-    assert min(parse_length("normal:2:50").sample(rng) for _ in range(200)) == 1  # the floor
+from pdtrt.sim.workload import Workload as SimWorkload
+from pdtrt.sim.workload import generate_requests
 
 
 def test_request_i_is_seeded_per_index():
@@ -54,28 +17,23 @@ def test_request_i_is_seeded_per_index():
     assert len(a.prompt.split()) == a.input_tokens and 5 <= a.input_tokens <= 50
 
 
+def test_bench_sends_the_lengths_the_simulator_simulates():
+    isl, osl = parse_length("uniform:5:500"), parse_length("normal:40:10")
+    bench = Workload(isl=isl, osl=osl, seed=11)
+    sim = generate_requests(SimWorkload(isl=isl, osl=osl, rate_per_s=1.0), 11, 20)
+    assert [(r.input_tokens, r.max_tokens) for r in map(bench.request, range(20))] == [
+        (s.isl, s.osl) for s in sim]
+
+
 def test_dataset_cycles_and_keeps_its_max_tokens(tmp_path):
     path = tmp_path / "p.jsonl"
-    path.write_text('{"prompt": "a b c", "max_tokens": 5}\n\n{"prompt": "d"}\n')
-    w = Workload(isl=parse_length("1"), osl=parse_length("9"), dataset=load_dataset(path))
+    path.write_text('{"prompt": "a b c", "max_tokens": 5}\n\n{"prompt": "d"}\n'
+                    '{"isl": 4, "osl": 2}\n')
+    w = Workload(isl=parse_length("1"), osl=parse_length("9"), dataset=read_trace(path))
     got = [(w.request(i).prompt, w.request(i).max_tokens, w.request(i).input_tokens)
-           for i in range(3)]
-    assert got == [("a b c", 5, 3), ("d", 9, 1), ("a b c", 5, 3)]
-
-
-@pytest.mark.parametrize(("text", "match"), [
-    ("not json\n", r"p.jsonl:1: not JSON"),
-    ('{"prompt": "ok"}\n{"text": "x"}\n', r"p.jsonl:2: needs a non-empty string 'prompt'"),
-    ('{"prompt": "x", "max_tokens": 0}\n', "'max_tokens' must be an integer >= 1"),
-    ("\n", "has no prompts"),
-], ids=["not-json", "no-prompt", "bad-max-tokens", "empty"])
-def test_bad_datasets(tmp_path, text, match):
-    path = tmp_path / "p.jsonl"
-    path.write_text(text)
-    with pytest.raises(BenchError, match=match):
-        load_dataset(path)
-    with pytest.raises(BenchError, match="cannot read"):
-        load_dataset(tmp_path / "missing.jsonl")
+           for i in range(4)]
+    assert got[:2] == [("a b c", 5, 3), ("d", 9, 1)] and got[3] == got[0]
+    assert got[2][1:] == (2, 4) and len(got[2][0].split()) == 4  # synthesised from isl
 
 
 def test_records_csv_round_trip(tmp_path):

@@ -1,4 +1,4 @@
-"""pdtrt simulate and pdtrt plan: side-by-side output, JSON, plots, the written spec."""
+"""pdtrt simulate and pdtrt plan: side-by-side output, JSON, plots only when asked, the spec."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pdtrt.spec.load import load_deployment
 SEED = str(EXAMPLES / "llama3-8b-h100-l40s.yaml")
 M8B = "meta-llama/Meta-Llama-3.1-8B"
 FAST = ("--num-requests", "60")
+DIST_KEYS = {"count", "mean", "p50", "p90", "p95", "p99", "min", "max"}
 
 
 def test_simulate_side_by_side_with_plot(run, tmp_path):
@@ -18,38 +19,53 @@ def test_simulate_side_by_side_with_plot(run, tmp_path):
     result = run("simulate", SEED, *FAST, "--plot", str(png))
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0] == ("llama3-8b-h100-l40s: ISL 3000, OSL 500 (fixed), 2 req/s poisson, "
+    assert lines[0] == ("llama3-8b-h100-l40s: ISL 3000, OSL 500, 2 req/s poisson, "
                         "60 requests, seed 0")
     header = next(line for line in lines if "metric" in line)
     assert "agg 3x h100-sxm TP1" in header and "disagg 1x h100-sxm TP1 + 2x l40s TP1" in header
-    for row in ("TTFT p90 / p99", "ITL p50 / p90", "SLO attainment", "$ per M output tok"):
+    for row in ("TTFT p90 / p99", "ITL p50 / p90", "SLO attainment (need 90%)", "SLO met",
+                "$ per M output tok"):
         assert any(row in line for line in lines), row
     assert lines[-1] == f"wrote {png}"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_simulate_json_deterministic_and_overrides(run, tmp_path):
-    args = ("simulate", SEED, *FAST, "--mode", "disaggregated", "--rate", "3", "--arrivals",
-            "constant", "--isl", "2000", "--osl", "200", "--length-dist", "uniform",
-            "--length-spread", "0.3", "--seed", "5", "--prefill-instances", "2",
-            "--decode-instances", "3", "--routing", "round-robin", "--backend", "trtllm",
-            "--no-plot", "--json")
+def test_simulate_and_plan_write_no_plot_unless_asked(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("simulate", SEED, *FAST, "--mode", "aggregated")
+    assert result.exit_code == 0, result.output
+    assert not result.stdout.splitlines()[-1].startswith("wrote")
+    result = run(*PLAN, "--max-gpus", "2")
+    assert result.exit_code == 0, result.output
+    assert "wrote" not in result.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no PNG, nothing else either
+
+
+def test_simulate_json_deterministic_and_overrides(run):
+    args = ("simulate", SEED, *FAST, "--mode", "disaggregated", "--rate", "3", "--arrival",
+            "constant", "--isl", "uniform:1400:2600", "--osl", "normal:200:40", "--seed", "5",
+            "--prefill-instances", "2", "--decode-instances", "3", "--routing", "round-robin",
+            "--backend", "trtllm", "--json")
     a, b = run(*args), run(*args)
     assert a.exit_code == 0, a.output
     da = json.loads(a.stdout)
     assert da == json.loads(b.stdout)
     (res,) = da["results"]
     assert res["label"] == "disagg 2x h100-sxm TP1 + 3x l40s TP1" and res["seed"] == 5
+    assert res["mode"] == "disaggregated"
     assert da["plot"] is None and res["num_unfinished"] == 0
     for key in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"):
-        assert set(res[key]) == {"mean", "p50", "p90", "p99"}
+        assert set(res[key]) == DIST_KEYS and res[key]["count"] > 0
     assert set(res["utilisation"]) == {"prefill", "decode", "kv_link"}
+    assert set(res["slo"]) >= {"percentile", "ttft_ms", "itl_ms", "attainment", "met",
+                               "num_good", "backlog_growing", "goodput_req_per_s"}
+    other = run(*args[:-1], "--seed", "6", "--json")
+    assert json.loads(other.stdout)["results"][0]["ttft_ms"] != res["ttft_ms"]
 
 
 def test_simulate_closed_loop_trace_and_policies(run, tmp_path):
     result = run("simulate", SEED, *FAST, "--mode", "aggregated", "--concurrency", "8",
-                 "--agg-instances", "1", "--batch-policy", "whole-prompt", "--no-plot",
-                 "--json")
+                 "--agg-instances", "1", "--batch-policy", "whole-prompt", "--json")
     assert result.exit_code == 0, result.output
     (res,) = json.loads(result.stdout)["results"]
     assert res["label"] == "agg 1x h100-sxm TP1" and res["num_unfinished"] == 0
@@ -58,18 +74,29 @@ def test_simulate_closed_loop_trace_and_policies(run, tmp_path):
     factors = tmp_path / "f.yaml"
     factors.write_text("backends:\n  trtllm:\n    factors: {gemm_eff: 0.5, attention_eff: 0.5, "
                        "bandwidth_eff: 0.8, step_overhead_s: 0.0003, allreduce_latency_s: 0}\n")
-    result = run("simulate", SEED, "--trace", str(trace), "--factors", str(factors),
-                 "--no-plot", "--json")
+    result = run("simulate", SEED, "--trace", str(trace), "--factors", str(factors), "--json")
     assert result.exit_code == 0, result.output
     results = json.loads(result.stdout)["results"]
     assert [r["num_requests"] for r in results] == [3, 3]
+    # a JSONL trace with a rate: its lengths, cycled, on the generator's schedule
+    jsonl = tmp_path / "trace.jsonl"
+    jsonl.write_text('{"isl": 1000, "osl": 20}\n{"prompt": "a b c", "max_tokens": 5}\n')
+    result = run("simulate", SEED, "--trace", str(jsonl), "--rate", "1", "--num-requests",
+                 "10", "--mode", "aggregated")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == ("llama3-8b-h100-l40s: lengths from a trace of 2, "
+                                             "1 req/s poisson, 10 requests, seed 0")
 
 
 def test_simulate_errors(run, tmp_path):
     result = run("simulate", SEED, "--rate", "1", "--concurrency", "2")
     assert result.exit_code == 2 and "at most one of --rate and --concurrency" in result.stderr
-    result = run("simulate", SEED, "--arrivals", "trace", "--no-plot")
-    assert result.exit_code == 2 and "--arrivals trace needs --trace FILE" in result.stderr
+    result = run("simulate", SEED, "--isl", "uniform:9:3")
+    assert result.exit_code == 2 and "need 1 <= LOW <= HIGH" in result.stderr
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"isl": 3, "arival_s": 1}\n')
+    result = run("simulate", SEED, "--trace", str(bad))
+    assert result.exit_code == 2 and "t.jsonl:1: unknown field 'arival_s'" in result.stderr
     result = run("simulate", str(tmp_path / "missing.yaml"))
     assert result.exit_code == 2 and "no such file" in result.stderr
 
@@ -85,8 +112,8 @@ def test_plan_writes_a_valid_spec_table_and_pareto(run, tmp_path):
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert out.splitlines()[0] == (f"{M8B}: ISL 3000, OSL 500, 2 req/s, SLO p90 TTFT 1000 ms / "
-                                   "ITL 30 ms; GPUs h100-sxm, l40s")
-    assert "verdict: " in out and f"wrote {png}" in out
+                                   "TPOT 30 ms; GPUs h100-sxm, l40s")
+    assert "verdict: " in out and f"wrote {png}" in out and f"wrote {spec} (disagg " in out
     dep = load_deployment(spec)  # what `pdtrt spec validate` accepts
     assert dep.spec.target.value == "trtllm-0.21" and dep.spec.workload.osl == 500
     assert png.read_bytes()[:4] == b"\x89PNG"
@@ -97,15 +124,17 @@ def test_plan_json(run, tmp_path):
     prices.write_text("h100-sxm: 2.5\nl40s: 1.0\n")
     result = run(*PLAN, "--budget", "12", "--prices", str(prices), "--weights", "bf16",
                  "--kv-dtype", "fp8", "--backend", "trtllm", "--seed", "1", "--same-node",
-                 "--no-plot", "--json")
+                 "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["num_candidates"] >= data["num_screened"] >= data["num_simulated"] > 0
-    assert data["plot"] is None and data["spec"] is None
+    assert data["plot"] is None and data["spec"] is None and data["spec_config"] is None
+    assert data["slo"] == {"percentile": 90, "ttft_ms": 1000.0, "itl_ms": 30.0}
+    assert data["ranked"]
     for c in data["ranked"]:
-        assert c["meets_slo"] and c["cost_per_hour_usd"] <= 12
-        assert c["ttft_p90_ms"] <= 1000 and c["itl_p90_ms"] <= 30
-    assert data["chosen"] == (data["ranked"][0] if data["ranked"] else None)
+        assert c["meets_slo"] and c["cost_per_hour_usd"] <= 12 and c["slo_attainment"] >= 0.9
+        assert c["ttft_ms_at_slo"] <= 1000 and c["tpot_ms_at_slo"] <= 30
+    assert data["chosen"] == data["ranked"][0]
 
 
 def test_plan_errors(run):

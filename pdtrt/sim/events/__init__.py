@@ -1,4 +1,7 @@
-"""The simulator's events, one type per module. Each ``handle(state)`` returns new events.
+"""The simulator's events, one type per module. Each ``handle(state)`` returns the events it
+causes; a replica that should look for work is recorded on the state
+(:meth:`~pdtrt.sim.state.SimState.want_schedule`) and the event loop creates its
+:class:`ReplicaSchedule` -- the state never creates events.
 
 Events at the same time run in :class:`~pdtrt.sim.events.base.EventOrder` (a step end frees
 KV blocks before an arrival asks for them; scheduling runs last, so every request that arrived

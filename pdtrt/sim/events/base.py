@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 if TYPE_CHECKING:
     from pdtrt.sim.state import SimState
 
-__all__ = ["Event", "EventOrder", "wake"]
+__all__ = ["Event", "EventOrder"]
 
 
 class EventOrder(IntEnum):
@@ -21,21 +21,11 @@ class EventOrder(IntEnum):
 
 
 class Event(Protocol):
+    """A handler changes the state and returns the events it causes directly; a replica that
+    should look for work is recorded with :meth:`SimState.want_schedule` instead, and the
+    event loop creates its :class:`ReplicaSchedule`."""
+
     time_s: float
     order: ClassVar[EventOrder]
 
     def handle(self, state: SimState) -> list[Event]: ...
-
-
-def wake(state: SimState, role, index: int) -> list[Event]:
-    """A schedule event for a replica, unless one is pending or it is busy stepping. Decode
-    replicas are woken while busy too: they admit KV hand-offs between steps' ends."""
-    from pdtrt.sim.entities import ReplicaRole
-    from pdtrt.sim.events.replica_schedule import ReplicaSchedule
-
-    key = (role, index)
-    busy = state.replica(role, index).busy and role is not ReplicaRole.DECODE
-    if key in state.scheduled or busy:
-        return []
-    state.scheduled.add(key)
-    return [ReplicaSchedule(time_s=state.now_s, role=role, index=index)]

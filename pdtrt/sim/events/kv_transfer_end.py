@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from pdtrt.sim.entities import Link, ReplicaRole, Request
-from pdtrt.sim.events.base import Event, EventOrder, wake
+from pdtrt.sim.events.base import Event, EventOrder
 
 if TYPE_CHECKING:
     from pdtrt.sim.state import SimState
@@ -46,5 +46,6 @@ class KVTransferEnd:
         prefill.used_blocks -= prefill.prefill_blocks_for(req)
         decode = state.replica(ReplicaRole.DECODE, req.decode_replica)
         decode.decoding.append(req)
-        return (wake(state, ReplicaRole.PREFILL, prefill.index)
-                + wake(state, ReplicaRole.DECODE, decode.index) + start_transfer(state, link))
+        state.want_schedule(ReplicaRole.PREFILL, prefill.index)
+        state.want_schedule(ReplicaRole.DECODE, decode.index)
+        return start_transfer(state, link)

@@ -26,7 +26,7 @@ class ReplicaSchedule:
     index: int
 
     def handle(self, state: SimState) -> list[Event]:
-        state.scheduled.discard((self.role, self.index))
+        state.schedule_done(self.role, self.index)
         replica = state.replica(self.role, self.index)
         events: list[Event] = []
         if self.role is ReplicaRole.DECODE:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from pdtrt.sim.events.base import Event, EventOrder, wake
+from pdtrt.sim.events.base import Event, EventOrder
 from pdtrt.sim.workload import RequestSpec
 
 if TYPE_CHECKING:
@@ -26,9 +26,15 @@ class RequestArrival:
     sent_s: float
     spec: RequestSpec
 
+    @classmethod
+    def sent(cls, spec: RequestSpec, sent_s: float, state: SimState) -> RequestArrival:
+        """The arrival of a request the client sends at ``sent_s``."""
+        return cls(time_s=sent_s + state.request_overhead_s, sent_s=sent_s, spec=spec)
+
     def handle(self, state: SimState) -> list[Event]:
         req = state.new_request(self.spec, sent_s=self.sent_s)
         replica = state.route_entry(state.replicas[state.entry_role])
         req.prefill_replica = replica.index
         replica.waiting.append(req)
-        return wake(state, replica.role, replica.index)
+        state.want_schedule(replica.role, replica.index)
+        return []

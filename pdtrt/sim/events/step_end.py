@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from pdtrt.sim.entities import ReplicaRole, Request
-from pdtrt.sim.events.base import Event, EventOrder, wake
+from pdtrt.sim.events.base import Event, EventOrder
+from pdtrt.sim.events.request_arrival import RequestArrival
 from pdtrt.sim.scheduling import Batch
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ __all__ = ["StepEnd"]
 def _finish(state: SimState, req: Request) -> list[Event]:
     req.done_s = state.now_s
     if state.closed_loop_backlog:  # closed loop: this client sends its next request now
-        return [state.arrival(state.closed_loop_backlog.popleft(), state.now_s)]
+        return [RequestArrival.sent(state.closed_loop_backlog.popleft(), state.now_s, state)]
     return []
 
 
@@ -64,11 +65,12 @@ class StepEnd:
                 decode = state.route_decode(state.replicas[ReplicaRole.DECODE])
                 req.decode_replica = decode.index
                 decode.waiting.append(req)
-                events += wake(state, ReplicaRole.DECODE, decode.index)
+                state.want_schedule(ReplicaRole.DECODE, decode.index)
             else:
                 replica.decoding.append(req)
         for req in finished:
             replica.decoding.remove(req)
             replica.used_blocks -= replica.blocks_for(req)
             events += _finish(state, req)
-        return events + wake(state, self.role, self.index)
+        state.want_schedule(self.role, self.index)
+        return events

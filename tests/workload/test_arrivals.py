@@ -1,4 +1,4 @@
-"""Arrival processes: seeded, the rate honoured, gaps not clipped, bounds."""
+"""The one arrival generator: seeded, first arrival at 0, the rate honoured, gaps unclipped."""
 
 from __future__ import annotations
 
@@ -7,33 +7,30 @@ import math
 import numpy as np
 import pytest
 
-from pdtrt.bench import ArrivalProcess, arrival_times_s
-from pdtrt.errors import BenchError
+from pdtrt.errors import WorkloadError
+from pdtrt.workload import ArrivalProcess, arrival_rng, arrival_times_s
 
 
-def _gaps(times):
-    return np.diff(np.asarray(times))
-
-
-def test_same_seed_same_schedule_other_seed_differs():
-    a = arrival_times_s(ArrivalProcess.POISSON, 5.0, np.random.default_rng(1), num_requests=50)
-    b = arrival_times_s(ArrivalProcess.POISSON, 5.0, np.random.default_rng(1), num_requests=50)
-    c = arrival_times_s(ArrivalProcess.POISSON, 5.0, np.random.default_rng(2), num_requests=50)
-    assert a == b and a != c and a[0] == 0.0 and len(a) == 50
+def test_same_seed_same_schedule_other_seed_differs_first_at_zero():
+    a = arrival_times_s(ArrivalProcess.POISSON, 5.0, arrival_rng(1), num_requests=50)
+    b = arrival_times_s(ArrivalProcess.POISSON, 5.0, arrival_rng(1), num_requests=50)
+    c = arrival_times_s(ArrivalProcess.POISSON, 5.0, arrival_rng(2), num_requests=50)
+    assert a == b and a != c and len(a) == 50
+    assert a[0] == c[0] == 0.0 and a[1] > 0  # the documented convention
 
 
 @pytest.mark.parametrize("rate", [0.5, 4.0, 200.0])
 def test_poisson_rate_is_honoured(rate):
     times = arrival_times_s(ArrivalProcess.POISSON, rate, np.random.default_rng(7),
                             num_requests=20_001)
-    measured = (len(times) - 1) / times[-1]
+    measured = (len(times) - 1) / times[-1]  # n arrivals span n - 1 gaps
     assert measured == pytest.approx(rate, rel=0.03)
 
 
 def test_poisson_gaps_are_exponential_not_clipped():
     rate = 10.0
-    gaps = _gaps(arrival_times_s(ArrivalProcess.POISSON, rate, np.random.default_rng(3),
-                                 num_requests=50_001))
+    gaps = np.diff(arrival_times_s(ArrivalProcess.POISSON, rate, np.random.default_rng(3),
+                                   num_requests=50_001))
     # P(gap > 3/rate) = e^-3 = 0.0498 for an exponential; clipping long gaps would lose them
     assert np.mean(gaps > 3 / rate) == pytest.approx(math.exp(-3), abs=0.005)
     assert gaps.max() > 8 / rate
@@ -57,9 +54,10 @@ def test_duration_bound_and_both_bounds():
 
 @pytest.mark.parametrize(("rate", "kwargs", "match"), [
     (0.0, {"num_requests": 3}, "rate must be > 0"),
+    (math.nan, {"num_requests": 3}, "rate must be > 0"),
     (1.0, {}, "needs a bound"),
     (1.0, {"num_requests": -1}, "count must be >= 0"),
-], ids=["zero-rate", "no-bound", "negative-count"])
+], ids=["zero-rate", "nan-rate", "no-bound", "negative-count"])
 def test_bad_arguments(rate, kwargs, match):
-    with pytest.raises(BenchError, match=match):
+    with pytest.raises(WorkloadError, match=match):
         arrival_times_s(ArrivalProcess.POISSON, rate, np.random.default_rng(0), **kwargs)

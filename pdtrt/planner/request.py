@@ -1,0 +1,89 @@
+"""What ``pdtrt plan`` is asked: model, GPUs, workload, SLO, bounds -- typed, from flags.
+
+:func:`resolve_request` turns the command line's values (names, a GPU list, a prices file) into
+a :class:`PlanRequest`, validating once; the CLI only passes them on. The SLO is the shared
+:class:`pdtrt.workload.SLO`: ``--ttft-p90 MS --itl-p90 MS`` are per-request thresholds (TTFT,
+and TPOT -- the request's mean inter-token latency) that 90 % of requests must meet
+(:mod:`pdtrt.workload.slo`). The workload is Poisson arrivals at the target rate with fixed
+lengths (the ``N`` form of the shared length syntax).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pdtrt.enums import KVDType, Percentile, ServingBackend, WeightQuant
+from pdtrt.errors import PdtrtError
+from pdtrt.facts.catalog import GPU, Catalog, load_catalog, load_prices
+from pdtrt.facts.model import ModelFacts, load_model_facts
+from pdtrt.perf.factors import EfficiencyFactors, load_factors
+from pdtrt.planner.space import SearchBounds
+from pdtrt.sim.workload import Workload
+from pdtrt.workload.arrivals import ArrivalProcess, LoopKind
+from pdtrt.workload.lengths import LengthDist
+from pdtrt.workload.slo import SLO
+
+__all__ = ["KV_DTYPES", "WEIGHTS", "PlanRequest", "resolve_request"]
+
+WEIGHTS = {"bf16": WeightQuant.NONE, "fp8": WeightQuant.FP8}  # --weights
+KV_DTYPES = {"bf16": KVDType.BF16, "fp8": KVDType.FP8}  # --kv-dtype
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    model: ModelFacts
+    gpus: tuple[GPU, ...]
+    isl: int
+    osl: int
+    rate_per_s: float
+    slo: SLO
+    factors: EfficiencyFactors
+    weights: WeightQuant = WeightQuant.NONE
+    kv_dtype: KVDType = KVDType.FP8
+    bounds: SearchBounds = SearchBounds()
+    same_node: bool = False
+    num_requests: int = 300
+    seed: int = 0
+    verify_per_mode: int = 3
+    max_sims_per_mode: int = 8
+    model_path: Path | None = None  # where the model came from, when it is a local path
+    catalog: Catalog | None = None  # the GPUs' catalog (with --prices), for the written spec
+
+    @property
+    def workload(self) -> Workload:
+        """What every verifying simulation receives."""
+        return Workload(isl=LengthDist.fixed(self.isl), osl=LengthDist.fixed(self.osl),
+                        loop=LoopKind.OPEN, process=ArrivalProcess.POISSON,
+                        rate_per_s=self.rate_per_s)
+
+
+def _gpus(names: str, catalog: Catalog) -> tuple[GPU, ...]:
+    keys = [n.strip() for n in names.split(",") if n.strip()]
+    if not keys:
+        raise PdtrtError("--gpus names no GPU", hint="e.g. --gpus h100-sxm,l40s")
+    return tuple(dict.fromkeys(catalog.get(n) for n in keys))
+
+
+def resolve_request(*, model_ref: str, gpus: str, isl: int, osl: int, rate_per_s: float,
+                    ttft_p90_ms: float, itl_p90_ms: float, prices: Path | None = None,
+                    max_gpus: int | None = None, budget_usd_per_hour: float | None = None,
+                    weights: WeightQuant = WeightQuant.NONE, kv_dtype: KVDType = KVDType.FP8,
+                    same_node: bool = False, backend: ServingBackend = ServingBackend.TRTLLM,
+                    num_requests: int = 300, seed: int = 0) -> PlanRequest:
+    """The typed request for the command line's values. Raises PdtrtError for both a GPU
+    count and a budget, an empty GPU list; CatalogError for an unknown GPU or a bad prices
+    file; ModelConfigError for a model that cannot be read."""
+    if max_gpus is not None and budget_usd_per_hour is not None:
+        raise PdtrtError("give at most one of --max-gpus and --budget")
+    catalog = load_catalog(load_prices(prices) if prices else None)
+    gpu_list = _gpus(gpus, catalog)
+    path = Path(model_ref)
+    return PlanRequest(
+        model=load_model_facts(model_ref), gpus=gpu_list, isl=isl, osl=osl,
+        rate_per_s=rate_per_s,
+        slo=SLO(percentile=Percentile.P90, ttft_ms=ttft_p90_ms, itl_ms=itl_p90_ms),
+        factors=load_factors(backend), weights=weights, kv_dtype=kv_dtype,
+        bounds=SearchBounds(max_gpus=max_gpus, budget_usd_per_hour=budget_usd_per_hour),
+        same_node=same_node, num_requests=num_requests, seed=seed,
+        model_path=path.resolve() if path.exists() else None, catalog=catalog)

@@ -1,0 +1,131 @@
+"""Trace files: recorded or hand-written requests, one reader for bench and the simulator.
+
+A trace is JSONL -- one object per line, blank lines ignored -- or, for a ``.csv`` file, a CSV
+whose header names the same fields (an empty cell is an absent field):
+
+- ``prompt``: the prompt text (``pdtrt bench`` sends it);
+- ``isl``: prompt tokens (when there is no prompt; with one, bench counts the prompt's tokens
+  and the simulator takes ``isl`` as given, else counts the prompt's words);
+- ``osl`` (or its alias ``max_tokens``): output tokens; absent, it is drawn from ``--osl``;
+- ``arrival_s``: seconds from the start of the trace; ``pdtrt simulate --trace`` replays these
+  times when no ``--rate`` / ``--concurrency`` is given. ``pdtrt bench`` sends on its own
+  schedule and uses a trace for its prompts and lengths only.
+
+Every entry needs a ``prompt`` or an ``isl``; ``arrival_s`` is given on every entry or on none.
+Unknown fields are errors (with "did you mean"), as everywhere in pdtrt's input. This module
+reads and checks; it does not decide which entry request *i* gets
+(:mod:`pdtrt.workload.requests`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pdtrt.errors import WorkloadError
+from pdtrt.suggest import did_you_mean
+
+__all__ = ["TRACE_FIELDS", "TraceEntry", "read_trace"]
+
+TRACE_FIELDS = ("prompt", "isl", "osl", "max_tokens", "arrival_s")
+_HINT = ('one object per line, e.g. {"prompt": "...", "max_tokens": 64} or '
+         '{"arrival_s": 0.5, "isl": 3000, "osl": 500}')
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceEntry:
+    """One request of a trace; None means "not given"."""
+
+    prompt: str | None = None
+    isl: int | None = None
+    osl: int | None = None
+    arrival_s: float | None = None
+
+
+def _tokens(value: object, key: str, where: str) -> int:
+    if isinstance(value, str):  # a CSV cell
+        try:
+            value = int(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise WorkloadError(f"{where}: '{key}' must be an integer >= 1, got {value!r}",
+                            hint=_HINT)
+    return value
+
+
+def _seconds(value: object, where: str) -> float:
+    try:
+        seconds = float(value) if not isinstance(value, bool) else math.nan  # type: ignore
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise WorkloadError(f"{where}: 'arrival_s' must be a number >= 0, got {value!r}",
+                            hint=_HINT)
+    return seconds
+
+
+def _entry(fields: Mapping[str, object], where: str) -> TraceEntry:
+    """One entry from its fields (JSON values or CSV cells); raises WorkloadError."""
+    for key in fields:
+        if key not in TRACE_FIELDS:
+            raise WorkloadError(f"{where}: unknown field '{key}'"
+                                f"{did_you_mean(key, TRACE_FIELDS)}", hint=_HINT)
+    prompt = fields.get("prompt")
+    if prompt is not None and (not isinstance(prompt, str) or not prompt.strip()):
+        raise WorkloadError(f"{where}: 'prompt' must be a non-empty string", hint=_HINT)
+    if "osl" in fields and "max_tokens" in fields:
+        raise WorkloadError(f"{where}: give 'osl' or its alias 'max_tokens', not both")
+    out_key = "osl" if "osl" in fields else "max_tokens"
+    entry = TraceEntry(
+        prompt=prompt,
+        isl=_tokens(fields["isl"], "isl", where) if "isl" in fields else None,
+        osl=_tokens(fields[out_key], out_key, where) if out_key in fields else None,
+        arrival_s=_seconds(fields["arrival_s"], where) if "arrival_s" in fields else None)
+    if entry.prompt is None and entry.isl is None:
+        raise WorkloadError(f"{where}: needs a non-empty string 'prompt' or an integer 'isl'",
+                            hint=_HINT)
+    return entry
+
+
+def _jsonl(path: Path, text: str) -> list[TraceEntry]:
+    entries = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(f"{path}:{number}: not JSON: {exc.msg}", hint=_HINT) from None
+        if not isinstance(obj, dict):
+            raise WorkloadError(f"{path}:{number}: not a JSON object", hint=_HINT)
+        entries.append(_entry(obj, f"{path}:{number}"))
+    return entries
+
+
+def _csv(path: Path, text: str) -> list[TraceEntry]:
+    rows = csv.DictReader(text.splitlines())
+    return [_entry({k: v for k, v in row.items() if v not in (None, "")}, f"{path}:{number}")
+            for number, row in enumerate(rows, start=2)]
+
+
+def read_trace(path: Path) -> tuple[TraceEntry, ...]:
+    """The entries of a JSONL (or ``.csv``) trace, in file order. Raises WorkloadError naming
+    the file and line of a bad entry, an unreadable or empty file, or ``arrival_s`` on some
+    entries only."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise WorkloadError(f"cannot read the trace {path}: {exc.strerror}") from None
+    entries = _csv(path, text) if path.suffix.lower() == ".csv" else _jsonl(path, text)
+    if not entries:
+        raise WorkloadError(f"the trace {path} has no requests", hint=_HINT)
+    timed = [e.arrival_s is not None for e in entries]
+    if any(timed) and not all(timed):
+        raise WorkloadError(f"{path}: 'arrival_s' is on {sum(timed)} of {len(entries)} "
+                            "entries; give it on every entry or on none")
+    return tuple(entries)
