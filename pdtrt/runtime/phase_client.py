@@ -4,9 +4,11 @@ Both clients take the same thing -- model name, input arrays, request id, reques
 output names -- and yield the same :class:`PhaseResponse` stream, so the router's logic does not
 depend on where a pool runs (DESIGN §3, router point 7).
 
-- :class:`BlsPhaseClient`: ``pb_utils.InferenceRequest(...).exec(decoupled=True)``. Triton
-  2.51's BLS response iterator is synchronous, so each stream is drained on a worker thread and
-  one router instance keeps many requests in flight.
+- :class:`BlsPhaseClient`: a decoupled BLS request through the model's Triton seam
+  (:meth:`~pdtrt.runtime.triton_io.Triton.bls_exec`). Triton 2.51's BLS response iterator is
+  synchronous, so each stream is drained on a worker thread
+  (:meth:`~pdtrt.runtime.triton_io.Triton.bls_next`) and one router instance keeps many
+  requests in flight.
 - :class:`GrpcPhaseClient`: a ``ModelStreamInfer`` stream to another Triton server over
   ``grpc.aio`` with tritonclient's protobuf types (``tritonclient.grpc.service_pb2``). It asks
   for the empty final response (``triton_enable_empty_final_response``, what tritonclient's
@@ -23,6 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+
+from pdtrt.errors import PhaseError
+from pdtrt.runtime.triton_io import Triton
 
 __all__ = ["BlsPhaseClient", "GrpcPhaseClient", "PhaseClient", "PhaseResponse"]
 
@@ -53,44 +58,29 @@ class PhaseClient(Protocol):
         ...
 
 
-_DONE = object()
-
-
 class BlsPhaseClient:
     where = "this server"
 
-    def __init__(self, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, triton: Triton, pool: ThreadPoolExecutor) -> None:
+        self.triton = triton
         self.pool = pool
 
     async def stream(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
                      parameters: Mapping[str, str], outputs: list[str], error_output: str = ""
                      ) -> AsyncIterator[PhaseResponse]:
-        import triton_python_backend_utils as pb_utils
-
-        from pdtrt.runtime.triton_io import PB_LOCK
-
-        with PB_LOCK:
-            request = pb_utils.InferenceRequest(
-                model_name=model,
-                inputs=[pb_utils.Tensor(name, value) for name, value in inputs.items()],
-                requested_output_names=outputs + ([error_output] if error_output else []),
-                request_id=request_id,
-                parameters=dict(parameters))
-            it = request.exec(decoupled=True)
+        names = outputs + ([error_output] if error_output else [])
+        responses = self.triton.bls_exec(model, inputs, request_id=request_id,
+                                         parameters=parameters, outputs=names)
         loop = asyncio.get_running_loop()
         while True:
-            r = await loop.run_in_executor(self.pool, next, it, _DONE)
-            if r is _DONE:
+            try:
+                got = await loop.run_in_executor(self.pool, self.triton.bls_next, responses,
+                                                 names)
+            except PhaseError as exc:  # an error response ends the stream
+                yield PhaseResponse(error=exc.message)
                 return
-            if r.has_error():
-                # An error ends the stream; 2.51's iterator then never yields the final flag.
-                yield PhaseResponse(error=r.error().message())
+            if got is None:
                 return
-            got = {}
-            for name in outputs + [error_output]:
-                t = pb_utils.get_output_tensor_by_name(r, name) if name else None
-                if t is not None:
-                    got[name] = t.as_numpy()
             yield PhaseResponse.of(got, error_output)
 
 

@@ -3,7 +3,8 @@
 NVIDIA's preprocessing I/O (:data:`pdtrt.engine_io.PREPROCESSING_IO`): ``QUERY`` and
 ``REQUEST_OUTPUT_LEN`` in; ``INPUT_ID``, ``REQUEST_INPUT_LEN``, empty bad/stop word lists,
 ``REQUEST_OUTPUT_LEN``, ``OUT_END_ID`` / ``OUT_PAD_ID`` (the tokenizer's, unless the request
-gives them) out. The tokenizer loads from a local directory with remote code disabled.
+gives them) out. The tokenizer loads from a local directory with remote code disabled. All of
+Triton goes through the injected seam (:class:`~pdtrt.runtime.triton_io.Triton`).
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import triton_python_backend_utils as pb_utils
 
-from pdtrt.engine_io import Param
-from pdtrt.runtime.triton_io import model_params, tensor
+from pdtrt.engine_io import PREPROCESSING_IO, Param
+from pdtrt.runtime.triton_io import Incoming, Triton, model_params
 
 
 def load_tokenizer(path: str) -> Any:
@@ -24,6 +24,9 @@ def load_tokenizer(path: str) -> Any:
 
 
 class TritonPythonModel:
+    def __init__(self, triton: Triton) -> None:
+        self.triton = triton
+
     def initialize(self, args: dict[str, Any]) -> None:
         self.tokenizer = load_tokenizer(model_params(args)[Param.TOKENIZER_DIR])
         self.end_id = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else -1
@@ -31,40 +34,39 @@ class TritonPythonModel:
         self.pad_id = pad if pad is not None else self.end_id
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        return [self._one(r) for r in requests]
+        return [self._one(r) for r in self.triton.receive(requests, PREPROCESSING_IO.input_names,
+                                                          decoupled=False)]
 
-    def _one(self, request: Any) -> Any:
-        query = tensor(request, "QUERY")
+    def _one(self, request: Incoming) -> Any:
+        query = request.tensor("QUERY")
         if query is None or query.size == 0:
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                "text_input is missing"))
+            return self.triton.error_response("text_input is missing")
         texts = [q.decode("utf-8", "replace") if isinstance(q, bytes) else str(q)
                  for q in query.reshape(-1)]
         if any(not t for t in texts):
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                "text_input is empty; give a prompt of at least one token"))
+            return self.triton.error_response(
+                "text_input is empty; give a prompt of at least one token")
         batch = len(texts)
         ids = [self.tokenizer.encode(t) for t in texts]
         longest = max(len(i) for i in ids)
         input_id = np.full((batch, longest), self.pad_id, dtype=np.int32)
         for row, seq in enumerate(ids):
             input_id[row, :len(seq)] = seq
-        out_len = tensor(request, "REQUEST_OUTPUT_LEN")
+        out_len = request.tensor("REQUEST_OUTPUT_LEN")
         if out_len is None:
-            return pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                "max_tokens is missing"))
-        end = tensor(request, "END_ID")
-        pad = tensor(request, "PAD_ID")
+            return self.triton.error_response("max_tokens is missing")
+        end = request.tensor("END_ID")
+        pad = request.tensor("PAD_ID")
         empty_words = np.array([[[0], [-1]]] * batch, dtype=np.int32)  # [B, 2, 1]: no words
         column = lambda v: np.array(v, dtype=np.int32).reshape(batch, 1)  # noqa: E731
-        return pb_utils.InferenceResponse(output_tensors=[
-            pb_utils.Tensor("INPUT_ID", input_id),
-            pb_utils.Tensor("REQUEST_INPUT_LEN", column([len(i) for i in ids])),
-            pb_utils.Tensor("BAD_WORDS_IDS", empty_words),
-            pb_utils.Tensor("STOP_WORDS_IDS", empty_words.copy()),
-            pb_utils.Tensor("REQUEST_OUTPUT_LEN", column(out_len.reshape(-1)[:batch])),
-            pb_utils.Tensor("OUT_END_ID", column(end.reshape(-1)[:batch] if end is not None
-                                                 else [self.end_id] * batch)),
-            pb_utils.Tensor("OUT_PAD_ID", column(pad.reshape(-1)[:batch] if pad is not None
-                                                 else [self.pad_id] * batch)),
-        ])
+        return self.triton.response({
+            "INPUT_ID": input_id,
+            "REQUEST_INPUT_LEN": column([len(i) for i in ids]),
+            "BAD_WORDS_IDS": empty_words,
+            "STOP_WORDS_IDS": empty_words.copy(),
+            "REQUEST_OUTPUT_LEN": column(out_len.reshape(-1)[:batch]),
+            "OUT_END_ID": column(end.reshape(-1)[:batch] if end is not None
+                                 else [self.end_id] * batch),
+            "OUT_PAD_ID": column(pad.reshape(-1)[:batch] if pad is not None
+                                 else [self.pad_id] * batch),
+        })

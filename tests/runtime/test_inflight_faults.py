@@ -48,7 +48,9 @@ def test_fault_rules_are_per_role_and_malformed_ones_are_refused():
 def test_an_engine_failure_fails_the_batch_and_the_waiting_requests_still_run(tiny_model):
     import queue
 
-    from pdtrt.runtime.reference_engine import ReferenceEngine, SamplingParams
+    from pdtrt.engine_io import RequestType
+    from pdtrt.runtime.reference_engine import ReferenceEngine
+    from pdtrt.runtime.requests import SamplingParams
     from pdtrt.runtime.scheduler import Scheduler, SeqRequest
 
     sched = Scheduler(ReferenceEngine(tiny_model, tokens_per_block=16), max_batch_size=1,
@@ -56,7 +58,7 @@ def test_an_engine_failure_fails_the_batch_and_the_waiting_requests_still_run(ti
     outs = {rid: queue.Queue() for rid in ("fault-1", "ok-1")}
     for rid, out in outs.items():  # both queued before the loop starts: one batch of one
         sched.submit(SeqRequest(request_id=rid, prompt=[5, 6, 7], max_new_tokens=4, end_id=None,
-                                sampling=SamplingParams(), mode="context_and_generation",
+                                sampling=SamplingParams(), mode=RequestType.CONTEXT_AND_GENERATION,
                                 emit=out.put))
     sched.start()
     try:

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from pdtrt.engine_io import RequestType
 from tests.runtime.conftest import hf_greedy
 
 PROMPTS = [[5, 6, 7, 8, 9], [1, 2, 3], [100, 200, 300, 400, 10, 11, 12, 13], [42] * 40]
@@ -24,8 +25,8 @@ def scheduler(tiny_model):
     sched.stop()
 
 
-def _submit(sched, prompt, n, *, mode="context_and_generation", **kw):
-    from pdtrt.runtime.reference_engine import SamplingParams
+def _submit(sched, prompt, n, *, mode=RequestType.CONTEXT_AND_GENERATION, **kw):
+    from pdtrt.runtime.requests import SamplingParams
     from pdtrt.runtime.scheduler import SeqRequest
 
     out: queue.Queue = queue.Queue()
@@ -55,10 +56,10 @@ def test_prefill_then_decode_via_packed_kv(scheduler, tiny_model):
     from pdtrt.runtime.reference_engine import pack_kv, unpack_kv
 
     for prompt in PROMPTS:
-        tokens, final = _collect(_submit(scheduler, prompt, 10, mode="context_only"))
+        tokens, final = _collect(_submit(scheduler, prompt, 10, mode=RequestType.CONTEXT_ONLY))
         assert len(tokens) == 1 and final.kv is not None
         kv = unpack_kv(pack_kv(final.kv), scheduler.engine.layout, len(prompt))
-        rest, _ = _collect(_submit(scheduler, prompt, 10, mode="generation_only",
+        rest, _ = _collect(_submit(scheduler, prompt, 10, mode=RequestType.GENERATION_ONLY,
                                    imported_kv=kv, first_tokens=tuple(tokens)))
         assert rest == hf_greedy(tiny_model, prompt, 10)  # first token included again
 
@@ -70,7 +71,7 @@ def test_end_id_stops_without_emitting_it(scheduler, tiny_model):
 
 
 def test_seeded_sampling_is_reproducible(scheduler):
-    from pdtrt.runtime.reference_engine import SamplingParams
+    from pdtrt.runtime.requests import SamplingParams
 
     params = SamplingParams(temperature=0.9, top_k=50, top_p=0.9, seed=7)
     a = _collect(_submit(scheduler, PROMPTS[1], 16, sampling=params))[0]

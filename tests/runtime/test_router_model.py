@@ -1,0 +1,250 @@
+"""The router model against a fake Triton seam: scripted phase answers, no server.
+
+Each test routes requests through ``TritonPythonModel.execute`` with :class:`FakeTriton`
+standing in for Triton (BLS calls to the phases answered by a script, responses recorded) and
+checks what the client got and which phase requests the router made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from pdtrt.engine_io import ERROR_OUTPUT, Param, RequestType
+from pdtrt.runtime.router_model import TritonPythonModel
+from tests.runtime.fake_triton import Fail, FakeRequest, FakeTriton, model_args, tokens_out
+
+OUTPUT = [7, 8, 9, 10]  # what the engines generate for every prompt
+PARAMS = np.frombuffer(b'{"opaque": "context_phase_params"}', dtype=np.uint8).reshape(1, -1)
+ROUTER_PARAMS = {Param.PREFILL_MODEL: "prefill", Param.DECODE_MODEL: "decode",
+                 Param.AGGREGATED_MODEL: "", Param.AGGREGATED_BELOW_TOKENS: "0",
+                 Param.EARLY_FIRST_TOKEN: "true", Param.ERROR_OUTPUT: ERROR_OUTPUT,
+                 Param.PREFILL_URL: "", Param.DECODE_URL: ""}
+
+
+def engines(*, chunk=1, prefill=None, decode=None):
+    """Phase models answering like pdtrt's engine models: the prefill the first token and the
+    KV hand-off; the decode (and the aggregated model) the whole output, first token again, in
+    responses of ``chunk`` tokens; a stop request an empty answer. ``prefill`` / ``decode``
+    replace an answer (a function of the call)."""
+    def phases(call):
+        if call.is_stop:
+            return []
+        if call.model == "prefill":
+            return prefill(call) if prefill else [tokens_out(OUTPUT[0],
+                                                             context_phase_params=PARAMS)]
+        if call.model == "decode" and decode is not None:
+            return decode(call)
+        return [tokens_out(*OUTPUT[i:i + chunk]) for i in range(0, len(OUTPUT), chunk)]
+    return phases
+
+
+def request(prompt_len=5, max_new=4, *, streaming=True, exclude_input=True, request_id="r1"):
+    """A router request as Triton hands it over (scalars reshaped to ``[batch]``)."""
+    return FakeRequest(request_id, {
+        "input_ids": np.array([list(range(20, 20 + prompt_len))], dtype=np.int32),
+        "input_lengths": np.array([prompt_len], dtype=np.int32),
+        "request_output_len": np.array([max_new], dtype=np.int32),
+        "streaming": np.array([streaming]), "exclude_input_in_output": np.array([exclude_input])})
+
+
+@pytest.fixture
+def router():
+    """``router(phases, **params)``: an initialised router model on a fake seam."""
+    made = []
+
+    def make(phases, **params):
+        triton = FakeTriton(phases)
+        model = TritonPythonModel(triton)
+        model.initialize(model_args("router", {**ROUTER_PARAMS, **params}))
+        made.append(model)
+        return model, triton
+
+    yield make
+    for model in made:
+        model.finalize()
+
+
+def route(model, *requests):
+    asyncio.run(model.execute(list(requests)))
+
+
+def ended_once(req, error=None):
+    """Exactly one final response, nothing after it; an error response iff ``error``."""
+    assert req.num_finals == 1 and not req.late, req.responses + req.late
+    assert req.responses[-1].final
+    if error is None:
+        assert req.errors == []
+    else:
+        assert len(req.errors) == 1 and error in req.errors[0] and req.responses[-1].error
+    return True
+
+
+# -- no token twice, none missing --------------------------------------------------------------
+@pytest.mark.parametrize("chunk", [1, 2, 4], ids=["decode-1-per-response", "2", "4"])
+@pytest.mark.parametrize("early", ["true", "false"], ids=["early-first-token", "first-from-decode"])
+def test_a_streaming_client_gets_each_token_once(router, early, chunk):
+    model, triton = router(engines(chunk=chunk), early_first_token=early)
+    req = request()
+    route(model, req)
+    assert req.tokens == OUTPUT and ended_once(req)
+    [decode] = triton.calls_to("decode")
+    assert np.array_equal(decode.inputs["context_phase_params"], PARAMS)
+
+
+@pytest.mark.parametrize(("early", "before_decode"), [("true", [[7]]), ("false", [])],
+                         ids=["early-first-token", "first-from-decode"])
+def test_the_first_token_goes_out_before_the_decode_is_asked(router, early, before_decode):
+    req = request()
+    seen = []
+
+    def decode(call):
+        seen.append([r.tokens for r in req.responses])
+        return [tokens_out(t) for t in OUTPUT]
+
+    model, _ = router(engines(decode=decode), early_first_token=early)
+    route(model, req)
+    assert seen == [before_decode] and req.tokens == OUTPUT
+
+
+@pytest.mark.parametrize(("exclude_input", "expected"),
+                         [(True, OUTPUT), (False, [20, 21, 22, 23, 24, *OUTPUT])],
+                         ids=["output-only", "prompt-and-output"])
+def test_a_non_streaming_client_gets_one_response_with_the_whole_output(router, exclude_input,
+                                                                         expected):
+    model, _ = router(engines(chunk=1))
+    req = request(streaming=False, exclude_input=exclude_input)
+    route(model, req)
+    assert len(req.responses) == 1 and req.tokens == expected and ended_once(req)
+
+
+def test_both_phases_see_the_client_id_with_one_unique_suffix(router):
+    model, triton = router(engines())
+    route(model, request(request_id="client-7"), request(request_id="client-7"))
+    ids = [c.request_id for c in triton.calls]
+    assert len(ids) == 4 and all(i.startswith("client-7~") for i in ids)
+    assert len(set(ids)) == 2  # prefill + decode of each request share one id
+    assert {c.request_type for c in triton.calls} == {RequestType.CONTEXT_ONLY,
+                                                      RequestType.GENERATION_ONLY}
+
+
+# -- cancellation ------------------------------------------------------------------------------
+def test_a_client_cancel_during_decode_stops_the_decode(router):
+    req = request(max_new=50)
+
+    def decode(call):
+        yield tokens_out(7)  # the first token again
+        yield tokens_out(8)
+        req.cancel()
+        for t in range(9, 20):  # an engine that has not seen the stop yet
+            yield tokens_out(t)
+
+    model, triton = router(engines(decode=decode))
+    route(model, req)
+    [decode_call] = triton.calls_to("decode")
+    [stop] = triton.calls_to("decode", stop=True)
+    assert stop.request_id == decode_call.request_id
+    assert np.array_equal(stop.inputs["input_ids"], decode_call.inputs["input_ids"])
+    assert req.tokens == [7, 8] and ended_once(req)  # nothing relayed after the cancel
+    assert triton.metrics["pdtrt_router_cancelled_total"] == 1
+    assert triton.calls_to("prefill", stop=True) == []  # the decode pulled the KV
+
+
+def test_a_client_cancel_between_the_phases_frees_the_prefills_kv(router):
+    req = request()
+
+    def prefill(call):
+        req.cancel()
+        return [tokens_out(7, context_phase_params=PARAMS)]
+
+    model, triton = router(engines(prefill=prefill))
+    route(model, req)
+    assert triton.calls_to("decode") == []
+    [stop] = triton.calls_to("prefill", stop=True)
+    assert stop.request_id == triton.calls_to("prefill")[0].request_id
+    assert req.tokens == [] and ended_once(req)
+    assert triton.metrics["pdtrt_router_cancelled_total"] == 1
+
+
+# -- which path --------------------------------------------------------------------------------
+@pytest.mark.parametrize(("prompt_len", "models"),
+                         [(1, ["aggregated"]), (3, ["aggregated"]), (4, ["prefill", "decode"]),
+                          (5, ["prefill", "decode"])],
+                         ids=["1-token", "just-below", "at-threshold", "just-above"])
+def test_prompts_shorter_than_the_threshold_take_the_aggregated_path(router, prompt_len, models):
+    model, triton = router(engines(), aggregated_model="aggregated", aggregated_below_tokens="4")
+    req = request(prompt_len)
+    route(model, req)
+    assert [c.model for c in triton.calls] == models
+    assert req.tokens == OUTPUT and ended_once(req)
+    assert triton.metrics["pdtrt_router_aggregated_total"] == (models == ["aggregated"])
+    if models == ["aggregated"]:
+        assert triton.calls[0].request_type is RequestType.CONTEXT_AND_GENERATION
+
+
+def test_without_an_aggregated_model_every_prompt_is_disaggregated(router):
+    model, triton = router(engines(), aggregated_below_tokens="100")
+    route(model, request(1))
+    assert [c.model for c in triton.calls] == ["prefill", "decode"]
+
+
+def test_a_one_token_request_needs_no_decode_and_frees_the_kv(router):
+    model, triton = router(engines())
+    req = request(max_new=1)
+    route(model, req)
+    assert [(c.model, c.is_stop) for c in triton.calls] == [("prefill", False), ("prefill", True)]
+    assert req.tokens == [7] and ended_once(req)
+
+
+# -- failures ----------------------------------------------------------------------------------
+IN_BAND_FAILURE = {ERROR_OUTPUT: np.array([[b"engine failure: boom"]], dtype=object)}
+
+
+@pytest.mark.parametrize("answer", [[Fail("engine failure: boom")],
+                                    [tokens_out(7), tokens_out(8), IN_BAND_FAILURE]],
+                         ids=["error-response", "in-band-after-data"])
+def test_a_decode_failure_frees_the_prefills_kv(router, answer):
+    model, triton = router(engines(decode=lambda call: answer))
+    req = request(max_new=8)
+    route(model, req)
+    [stop] = triton.calls_to("prefill", stop=True)
+    assert stop.request_id == triton.calls_to("prefill")[0].request_id
+    assert ended_once(req, error="decode failed: engine failure: boom")
+    assert triton.metrics["pdtrt_router_errors_total"] == 1
+
+
+FAILING = {"prefill": lambda call: [Fail("boom")], "decode": lambda call: [Fail("boom")]}
+
+
+@pytest.mark.parametrize(
+    ("phases", "req", "params", "error"),
+    [(engines(), dict(), {}, None),
+     (engines(), dict(streaming=False), {}, None),
+     (engines(), dict(max_new=1, streaming=False), {}, None),
+     (engines(), dict(prompt_len=0), {}, "the prompt is empty"),
+     (engines(prefill=FAILING["prefill"]), dict(), {}, "prefill failed: boom"),
+     (engines(decode=FAILING["decode"]), dict(streaming=False), {}, "decode failed: boom"),
+     (engines(decode=lambda call: [tokens_out(7), RuntimeError("lost")]), dict(), {},
+      "router failure: RuntimeError: lost"),
+     (lambda call: [Fail("boom")], dict(prompt_len=2),
+      {"aggregated_model": "aggregated", "aggregated_below_tokens": "4"},
+      "aggregated failed: boom")],
+    ids=["streaming", "non-streaming", "one-token", "empty-prompt", "prefill-fails",
+         "decode-fails", "phase-client-raises", "aggregated-fails"])
+def test_every_stream_gets_exactly_one_final_response(router, phases, req, params, error):
+    model, triton = router(phases, **params)
+    client = request(**req)
+    route(model, client)
+    assert ended_once(client, error=error)
+    assert triton.metrics["pdtrt_router_errors_total"] == (error is not None)
+    assert triton.metrics["pdtrt_router_requests_total"] == 1
+
+
+def test_input_lengths_beyond_the_ids_is_a_request_error(router):
+    model, triton = router(engines())
+    req = request(3)
+    req.inputs["input_lengths"] = np.array([9], dtype=np.int32)
+    route(model, req)
+    assert ended_once(req, error="input_lengths 9 is outside 0..3") and triton.calls == []

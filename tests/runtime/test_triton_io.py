@@ -1,0 +1,190 @@
+"""The Triton seam itself: every ``pb_utils`` call under the lock, the blocking BLS ``next()``
+outside it, and no other module of pdtrt touching ``pb_utils``.
+
+:class:`BackendTriton` runs here over a recording stand-in for ``triton_python_backend_utils``
+that notes, for each call, whether the seam's lock was held; the real module is exercised by
+the end-to-end tests (tests/serve/).
+"""
+
+from __future__ import annotations
+
+import ast
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pdtrt.errors import PhaseError
+from pdtrt.runtime import triton_io
+from pdtrt.runtime.triton_io import BackendTriton, MetricKind, MetricSpec
+from tests.conftest import ROOT
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bool]] = []  # (what, was the seam's lock held)
+
+    def note(self, what: str) -> None:
+        self.calls.append((what, triton_io._LOCK.locked()))
+
+
+def recording_pb_utils(rec: Recorder) -> SimpleNamespace:
+    """The part of ``triton_python_backend_utils`` the seam uses, noting every call."""
+
+    class Tensor:
+        def __init__(self, name, value):
+            rec.note("Tensor")
+            self.name, self.value = name, value
+
+        def as_numpy(self):
+            rec.note("as_numpy")
+            return self.value
+
+    class TritonError:
+        def __init__(self, message):
+            rec.note("TritonError")
+            self.text = message
+
+        def message(self):
+            rec.note("TritonError.message")
+            return self.text
+
+    class InferenceResponse:
+        def __init__(self, output_tensors=(), error=None):
+            rec.note("InferenceResponse")
+            self.tensors, self.err = {t.name: t for t in output_tensors}, error
+
+        def has_error(self):
+            rec.note("has_error")
+            return self.err is not None
+
+        def error(self):
+            rec.note("error")
+            return self.err
+
+    class Responses:  # a decoupled BLS call's response iterator
+        def __init__(self):
+            self.items = iter(answers)  # a data response, then an error response
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            rec.note("next")
+            return next(self.items)
+
+    class InferenceRequest:
+        def __init__(self, **kwargs):
+            rec.note("InferenceRequest")
+
+        def exec(self, decoupled):
+            rec.note("exec")
+            return Responses()
+
+    class Metric:
+        def increment(self, value):
+            rec.note("increment")
+
+        def set(self, value):
+            rec.note("set")
+
+    class MetricFamily:
+        COUNTER, GAUGE = "counter", "gauge"
+
+        def __init__(self, name, description, kind):
+            rec.note("MetricFamily")
+
+        def Metric(self, labels):  # noqa: N802 (pb_utils' name)
+            rec.note("Metric")
+            return Metric()
+
+    class Sender:
+        def send(self, response=None, flags=0):
+            rec.note("send")
+
+    class Request:
+        def request_id(self):
+            rec.note("request_id")
+            return "r1"
+
+        def parameters(self):
+            rec.note("parameters")
+            return '{"request_type": "context_only"}'
+
+        def get_response_sender(self):
+            rec.note("get_response_sender")
+            return Sender()
+
+        def is_cancelled(self):
+            rec.note("is_cancelled")
+            return False
+
+    def get_input_tensor_by_name(request, name):
+        rec.note("get_input_tensor_by_name")
+        return Tensor(name, np.array([[1, 2, 3]], dtype=np.int32)) if name == "input_ids" else None
+
+    def get_output_tensor_by_name(response, name):
+        rec.note("get_output_tensor_by_name")
+        return response.tensors.get(name)
+
+    answers = [InferenceResponse([Tensor("output_ids", np.array([[[7]]], dtype=np.int32))]),
+               InferenceResponse(error=TritonError("boom"))]
+    return SimpleNamespace(
+        TRITONSERVER_RESPONSE_COMPLETE_FINAL=1, Tensor=Tensor, TritonError=TritonError,
+        InferenceResponse=InferenceResponse, InferenceRequest=InferenceRequest,
+        MetricFamily=MetricFamily, Request=Request,
+        get_input_tensor_by_name=get_input_tensor_by_name,
+        get_output_tensor_by_name=get_output_tensor_by_name)
+
+
+def test_every_pb_utils_call_holds_the_lock_except_the_blocking_next():
+    rec = Recorder()
+    pb = recording_pb_utils(rec)
+    rec.calls.clear()  # the scripted BLS answers were made by the test, not the seam
+    triton = BackendTriton(pb)
+    [incoming] = triton.receive([pb.Request()], ["input_ids", "stop"], decoupled=True)
+    assert incoming.request_id == "r1" and list(incoming.inputs) == ["input_ids"]
+    assert incoming.parameters == {"request_type": "context_only"}
+    triton.is_cancelled(incoming)
+    triton.send(incoming, {"output_ids": np.array([[[1]]], dtype=np.int32)})
+    triton.send_error(incoming, "bad", final=False)
+    triton.close(incoming)
+    triton.response({"OUTPUT": np.array([[b"x"]], dtype=object)})
+    triton.error_response("bad")
+    metric = triton.metric(MetricSpec("m_total", "m", MetricKind.COUNTER), {"model": "x"})
+    triton.increment(metric, 1.0)
+    triton.set_gauge(metric, 2.0)
+    responses = triton.bls_exec("decode", {"input_ids": np.array([[1]], dtype=np.int32)},
+                                request_id="r1~ab", parameters={}, outputs=["output_ids"])
+    assert triton.bls_next(responses, ["output_ids", "pdtrt_error"])["output_ids"].tolist() == [
+        [[7]]]
+    with pytest.raises(PhaseError, match="boom"):
+        triton.bls_next(responses, ["output_ids"])
+    assert triton.bls_next(responses, ["output_ids"]) is None
+    assert not triton_io._LOCK.locked()
+    unlocked = sorted({what for what, locked in rec.calls if not locked})
+    assert unlocked == ["next"], rec.calls
+    assert {what for what, _ in rec.calls} >= {"send", "exec", "increment", "set", "Metric",
+                                               "is_cancelled", "get_response_sender"}
+
+
+def _names_used(tree: ast.AST) -> set[str]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Name):
+            found.add(node.id)
+    return found
+
+
+def test_no_pdtrt_module_imports_pb_utils_or_takes_the_lock():
+    """The seam gets ``pb_utils`` injected (by the generated model.py shims); nothing in pdtrt
+    imports it, and no module but triton_io names the lock."""
+    for path in sorted((ROOT / "pdtrt").rglob("*.py")):
+        names = _names_used(ast.parse(path.read_text(encoding="utf-8")))
+        assert "triton_python_backend_utils" not in names, path
+        if path.name != "triton_io.py":
+            assert not names & {"pb_utils", "_LOCK", "PB_LOCK"}, path
