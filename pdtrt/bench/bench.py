@@ -16,6 +16,7 @@ from pdtrt.bench.failures import Failures, all_failed_error
 from pdtrt.bench.records import RequestRecord
 from pdtrt.bench.runner import RunPlan, run_plan
 from pdtrt.bench.stats import Summary, summarize
+from pdtrt.bench.tokenizer_choice import TokenizerChoice
 from pdtrt.bench.workload import Workload
 from pdtrt.client import LLMClient
 from pdtrt.errors import BenchError
@@ -104,6 +105,7 @@ class RunResult:
 class BenchReport:
     config: BenchConfig
     runs: tuple[RunResult, ...]
+    tokenizer: TokenizerChoice | None = None  # what the input lengths were counted with
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -129,8 +131,13 @@ class BenchReport:
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"config": self.config.to_dict(),
                                   "runs": [r.to_dict() for r in self.runs]}
+        if self.tokenizer is not None:
+            out["tokenizer"] = self.tokenizer.to_dict()
         if self.is_sweep:
             out["best_rate_per_s"] = {m: self.best_rate_per_s(m) for m in self.models}
+        error = self.error()
+        if error is not None:
+            out["error"] = error.to_dict()
         return out
 
 

@@ -9,45 +9,16 @@ from pathlib import Path
 
 import click
 
-from pdtrt.bench import (
-    COMPARED,
-    SLO,
-    ArrivalProcess,
-    BenchConfig,
-    LoopKind,
-    Workload,
-    parse_length,
-    read_trace,
-    run_bench,
-)
+from pdtrt.bench import COMPARED, ArrivalProcess, run_bench
+from pdtrt.bench.options import DEFAULT_REQUESTS, BenchOptions, parse_rates, resolve_config
 from pdtrt.bench.outputs import write_report
 from pdtrt.bench.tokenizer_choice import choose_tokenizer
 from pdtrt.cli.bench_render import progress_bar, render_report
 from pdtrt.cli.infer import url_option
 from pdtrt.cli.render import EXIT_EXPECTED_ERROR, emit_json, json_option
 from pdtrt.client import LLMClient
-from pdtrt.errors import BenchError, PdtrtError
-
-DEFAULT_REQUESTS = 50
-
-
-def _rates(text: str | None) -> tuple[float, ...]:
-    if text is None:
-        return ()
-    try:
-        rates = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise BenchError(f"--rates '{text}' is not a comma-separated list of numbers") from None
-    if not rates or any(r <= 0 for r in rates):
-        raise BenchError(f"--rates '{text}': every rate must be > 0")
-    return tuple(sorted(rates))
-
-
-def _length(text: str, what: str):
-    try:
-        return parse_length(text)
-    except PdtrtError as exc:
-        raise BenchError(f"{what}: {exc.message}") from None
+from pdtrt.enums import Percentile
+from pdtrt.errors import BenchError
 
 
 @click.command("bench")
@@ -119,41 +90,22 @@ def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: s
     Results go to --output-dir: report.json, records-*.csv, ttft_cdf.png,
     itl_cdf.png, token_timeline.png (and sweep.png).
     """
-    rates = _rates(rates_text)
-    if rate is not None and rates:
+    if rate is not None and rates_text is not None:
         raise BenchError("give --rate or --rates, not both")
-    if rate is not None:
-        rates = (rate,)
+    rates = (rate,) if rate is not None else parse_rates(rates_text) if rates_text else ()
     deployment = None
     if spec_path is not None:
         from pdtrt.spec.load import load_deployment
 
         deployment = load_deployment(spec_path)
-    spec = deployment.spec if deployment else None
-    if rates and concurrency is not None:
-        raise BenchError("give a rate (open loop) or --concurrency (closed loop), not both")
-    if not rates and concurrency is None and spec is not None:
-        if spec.workload.request_rate_per_s is not None:
-            rates = (spec.workload.request_rate_per_s,)
-        concurrency = spec.workload.concurrency
-    loop = LoopKind.OPEN if rates else LoopKind.CLOSED
-    if num_requests is None and duration_s is None:
-        num_requests = DEFAULT_REQUESTS
-    slo = SLO(
-        percentile=int(slo_percentile or (spec.slo.percentile if spec else 90)),
-        ttft_ms=slo_ttft_ms if slo_ttft_ms is not None else (spec.slo.ttft_ms if spec else None),
-        itl_ms=slo_itl_ms if slo_itl_ms is not None else (spec.slo.itl_ms if spec else None))
-    workload = Workload(
-        isl=_length(isl or str(spec.workload.isl if spec else 128), "--isl"),
-        osl=_length(osl or str(spec.workload.osl if spec else 32), "--osl"),
-        seed=seed, dataset=read_trace(dataset) if dataset else (),
-        tokenizer=None)
-    config = BenchConfig(
-        models=COMPARED if compare else (model,), loop=loop,
-        process=ArrivalProcess(arrival), rates_per_s=rates, concurrency=concurrency or 1,
-        num_requests=num_requests, duration_s=duration_s, num_warmup=num_warmup,
-        timeout_s=timeout_s, stream=stream, workload=workload, slo=slo,
-        cost_per_hour_usd=deployment.cost_per_hour_usd() if deployment else None)
+    config = resolve_config(BenchOptions(
+        models=COMPARED if compare else (model,), rates_per_s=rates,
+        arrival=ArrivalProcess(arrival), concurrency=concurrency, num_requests=num_requests,
+        duration_s=duration_s, num_warmup=num_warmup, isl=isl, osl=osl, dataset=dataset,
+        seed=seed, stream=stream, timeout_s=timeout_s, slo_ttft_ms=slo_ttft_ms,
+        slo_itl_ms=slo_itl_ms,
+        slo_percentile=Percentile(int(slo_percentile)) if slo_percentile else None),
+        deployment)
     out_dir = output_dir or Path(time.strftime("pdtrt-bench-%Y%m%d-%H%M%S"))
     with ExitStack() as stack:
         client = stack.enter_context(LLMClient(url))
@@ -164,12 +116,11 @@ def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: s
         if choice.note and not as_json:
             click.echo(f"note: {choice.note}", err=True)
         on_run = None if as_json else stack.enter_context(progress_bar())
-        report = run_bench(client, config, on_run=on_run)
+        report = replace(run_bench(client, config, on_run=on_run), tokenizer=choice)
     files = write_report(report, out_dir, plots=plots)
     error = report.error()
     if as_json:
-        emit_json({**report.to_dict(), "tokenizer": choice.to_dict(), "files": files.to_dict(),
-                   **({"error": error.to_dict()} if error else {})})
+        emit_json({**report.to_dict(), "files": files.to_dict()})
         if error:
             click.get_current_context().exit(EXIT_EXPECTED_ERROR)
         return

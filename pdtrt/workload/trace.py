@@ -12,7 +12,9 @@ whose header names the same fields (an empty cell is an absent field):
   schedule and uses a trace for its prompts and lengths only.
 
 Every entry needs a ``prompt`` or an ``isl``; ``arrival_s`` is given on every entry or on none.
-Unknown fields are errors (with "did you mean"), as everywhere in pdtrt's input. This module
+Other fields are ignored -- real traces carry ids, timestamps, conversation ids -- unless a
+field's name is close to one of these (``promt``, ``max_token``): a typo that would silently
+drop a value is an error with "did you mean". This module
 reads and checks; it does not decide which entry request *i* gets
 (:mod:`pdtrt.workload.requests`).
 """
@@ -72,9 +74,10 @@ def _seconds(value: object, where: str) -> float:
 def _entry(fields: Mapping[str, object], where: str) -> TraceEntry:
     """One entry from its fields (JSON values or CSV cells); raises WorkloadError."""
     for key in fields:
-        if key not in TRACE_FIELDS:
-            raise WorkloadError(f"{where}: unknown field '{key}'"
-                                f"{did_you_mean(key, TRACE_FIELDS)}", hint=_HINT)
+        suggestion = "" if key in TRACE_FIELDS else did_you_mean(key, TRACE_FIELDS)
+        if suggestion:  # a misspelt field would be dropped silently
+            raise WorkloadError(f"{where}: unknown field '{key}'{suggestion}", hint=_HINT)
+    fields = {k: v for k, v in fields.items() if k in TRACE_FIELDS}
     prompt = fields.get("prompt")
     if prompt is not None and (not isinstance(prompt, str) or not prompt.strip()):
         raise WorkloadError(f"{where}: 'prompt' must be a non-empty string", hint=_HINT)

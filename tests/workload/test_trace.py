@@ -19,6 +19,15 @@ def test_jsonl_prompts_lengths_and_times(tmp_path):
                                 TraceEntry(arrival_s=0.0, isl=2))
 
 
+def test_other_fields_are_ignored_but_near_misses_are_errors(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"id": "c1", "conversation": 7, "prompt": "a b", "max_tokens": 3}\n')
+    assert read_trace(path) == (TraceEntry(prompt="a b", osl=3),)
+    path.write_text('{"promt": "a b", "isl": 2}\n')
+    with pytest.raises(WorkloadError, match=r"unknown field 'promt' \(did you mean 'prompt'"):
+        read_trace(path)
+
+
 def test_csv_reads_the_same_fields(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("arrival_s,isl,osl\n1.5,100,10\n0.5,200,\n")
