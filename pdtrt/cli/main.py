@@ -16,6 +16,7 @@ import click
 from pdtrt.cli import (
     bench,
     build,
+    deploy,
     doctor,
     engines,
     estimate,
@@ -89,6 +90,7 @@ cli.add_command(simulate.simulate_cmd)
 cli.add_command(plan.plan_cmd)
 cli.add_command(infer.infer)
 cli.add_command(bench.bench)
+cli.add_command(deploy.deploy)
 
 
 def main() -> None:

@@ -1,0 +1,78 @@
+"""The Prometheus metric names a deployment exports, per target -- what dashboards and
+autoscalers may query, and nothing else.
+
+- **pdtrt's router** (the front, every target) and **pdtrt's engine model** (the reference
+  target's pools): the families :mod:`pdtrt.runtime` declares. Tests read them back from the
+  runtime's sources, so a renamed metric fails there, not on a dashboard.
+- **Triton's own**, on every server's metrics port: per-model inference counters and
+  durations, and CPU metrics (``nv_cpu_*``) on every server; GPU metrics (``nv_gpu_*``) on GPU
+  pods. Names as Triton's docs/user_guide/metrics.md lists them; the reference target's are
+  also checked against a running embedded server (tests, marked ``triton``).
+- **TensorRT-LLM's Triton backend** (trtllm-0.21 pools): families of its
+  ``custom_metrics_reporter.cc`` (inflight_batcher_llm; read at a later commit than v0.21.0).
+  Only label values of the backend's early releases are used (request_type ``active``,
+  kv_cache_block_type ``used`` / ``max``), not the later ``waiting`` / ``fraction``;
+  ``nv_trt_llm_disaggregated_serving_metrics`` is left out on purpose: the backend does not
+  report it in orchestrator mode, the mode pdtrt's trtllm-0.21 launch uses.
+
+What is *not* exported yet, so no panel can show it honestly: inter-token latency (no token
+counter or decode-time sum), TTFT and queue-time percentiles (sums only, no histograms),
+router failovers (the router has one endpoint per pool), KV-transfer time and bytes on
+trtllm-0.21.
+"""
+
+from __future__ import annotations
+
+from pdtrt.enums import Target
+
+__all__ = ["PROMETHEUS", "ROUTER", "exported"]
+
+# pdtrt's router model (pdtrt.runtime.router_model)
+ROUTER_REQUESTS = "pdtrt_router_requests_total"
+ROUTER_ERRORS = "pdtrt_router_errors_total"
+ROUTER_CANCELLED = "pdtrt_router_cancelled_total"
+ROUTER_TTFT_SECONDS = "pdtrt_router_ttft_seconds_total"
+PREFILL_QUEUE_SECONDS = "pdtrt_prefill_queue_seconds_total"
+DECODE_QUEUE_SECONDS = "pdtrt_decode_queue_seconds_total"
+ROUTER = frozenset({ROUTER_REQUESTS, ROUTER_ERRORS, ROUTER_CANCELLED, ROUTER_TTFT_SECONDS,
+                    PREFILL_QUEUE_SECONDS, DECODE_QUEUE_SECONDS})
+
+# pdtrt's engine model (pdtrt.runtime.engine_model), reference target
+ENGINE_ACTIVE = "pdtrt_engine_active_sequences"
+ENGINE_FAILED = "pdtrt_engine_failed_total"
+KV_TRANSFERS = "pdtrt_kv_transfers_total"
+KV_TRANSFER_SECONDS = "pdtrt_kv_transfer_seconds_total"
+KV_TRANSFER_BYTES = "pdtrt_kv_transfer_bytes_total"
+KV_HELD = "pdtrt_kv_held_buffers"
+KV_EXPIRED = "pdtrt_kv_expired_total"
+ENGINE = frozenset({ENGINE_ACTIVE, ENGINE_FAILED, KV_TRANSFERS, KV_TRANSFER_SECONDS,
+                    KV_TRANSFER_BYTES, KV_HELD, KV_EXPIRED})
+
+# Triton, every server
+INFERENCE_SUCCESS = "nv_inference_request_success"
+INFERENCE_FAILURE = "nv_inference_request_failure"
+QUEUE_DURATION_US = "nv_inference_queue_duration_us"
+CPU_UTILIZATION = "nv_cpu_utilization"
+TRITON = frozenset({INFERENCE_SUCCESS, INFERENCE_FAILURE, QUEUE_DURATION_US, CPU_UTILIZATION})
+# Triton, GPU servers
+GPU_UTILIZATION = "nv_gpu_utilization"
+TRITON_GPU = frozenset({GPU_UTILIZATION})
+
+# TensorRT-LLM's Triton backend
+TRTLLM_REQUESTS = "nv_trt_llm_request_metrics"  # gauge; label request_type
+TRTLLM_KV_BLOCKS = "nv_trt_llm_kv_cache_block_metrics"  # gauge; label kv_cache_block_type
+TRTLLM_BACKEND = frozenset({TRTLLM_REQUESTS, TRTLLM_KV_BLOCKS})
+
+# Series Prometheus itself writes for every scrape target (1 when the scrape succeeded).
+UP = "up"
+PROMETHEUS = frozenset({UP})
+
+_BY_TARGET = {
+    Target.REFERENCE: ROUTER | ENGINE | TRITON | PROMETHEUS,
+    Target.TRTLLM_0_21: ROUTER | TRITON | TRITON_GPU | TRTLLM_BACKEND | PROMETHEUS,
+}
+
+
+def exported(target: Target) -> frozenset[str]:
+    """Every metric name a deployment of ``target`` exports (Prometheus's ``up`` included)."""
+    return _BY_TARGET[target]

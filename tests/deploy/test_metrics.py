@@ -1,0 +1,110 @@
+"""Dashboards and autoscalers query only metric names the deployment really exports."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import pdtrt.runtime
+from pdtrt.deploy import metrics as m
+from pdtrt.deploy.autoscale import adapter_values, pool_metric
+from pdtrt.deploy.dashboard import dashboard
+from pdtrt.deploy.names import names_for
+from pdtrt.enums import Phase, Target
+from tests.deploy.conftest import EXAMPLE_NAMES, find
+
+# every metric name in a PromQL expression or adapter rule: pdtrt's, Triton's (nv_), `up`
+METRIC_NAME = re.compile(r"\b(pdtrt_[a-z0-9_]+|nv_[a-z0-9_]+|up)\b")
+
+
+def runtime_metric_names() -> set[str]:
+    """The first argument of every ``MetricSpec(...)`` in pdtrt/runtime/*.py: what pdtrt's
+    Triton models declare on the metrics port."""
+    names = set()
+    for path in Path(pdtrt.runtime.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "MetricSpec"
+                    and node.args and isinstance(node.args[0], ast.Constant)):
+                names.add(node.args[0].value)
+    return names
+
+
+def test_pdtrt_names_are_the_runtimes_own():
+    declared = runtime_metric_names()
+    assert len(declared) >= 10  # the AST walk found the runtime's metric declarations
+    pdtrt_names = {n for t in Target for n in m.exported(t) if n.startswith("pdtrt_")}
+    assert pdtrt_names <= declared, pdtrt_names - declared
+    assert m.ROUTER | m.ENGINE == pdtrt_names
+
+
+def _exprs(example_objects, base: str) -> list[str]:
+    board = json.loads(find(example_objects, "ConfigMap", f"{base}-grafana-dashboard")
+                       ["data"][f"{base}.json"])
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    exprs += [v["query"]["query"] for v in board["templating"]["list"] if v["type"] == "query"]
+    return exprs
+
+
+@pytest.mark.parametrize("example", EXAMPLE_NAMES)
+def test_dashboard_queries_only_exported_metrics(deps, objects, example):
+    target = deps[example].spec.target
+    exprs = _exprs(objects(example), example)
+    used = {name for e in exprs for name in METRIC_NAME.findall(e)}
+    assert used <= m.exported(target), used - m.exported(target)
+    assert len(exprs) >= 15
+
+
+@pytest.mark.parametrize("example", EXAMPLE_NAMES)
+def test_dashboard_shows_what_the_issue_asks_for(deps, example):
+    board = dashboard(names_for(example), deps[example].spec.target)
+    titles = [p["title"] for p in board["panels"]]
+    for wanted in ("Time to first token (mean)", "Queue time per request, by phase",
+                   "Errors per second", "Not shown yet"):
+        assert wanted in titles
+    assert ("KV transfer throughput" in titles) is (example == "reference-cpu")
+    assert ("KV-cache usage, by pod" in titles) is (example != "reference-cpu")
+    text = next(p for p in board["panels"] if p["type"] == "text")["options"]["content"]
+    assert "Inter-token latency" in text and "failovers" in text
+    ids = [p["id"] for p in board["panels"]]
+    assert ids == list(range(1, len(ids) + 1))
+    spans = {(p["gridPos"]["x"], p["gridPos"]["y"]) for p in board["panels"]}
+    assert len(spans) == len(ids)  # no two panels at one place
+
+
+@pytest.mark.parametrize("example", EXAMPLE_NAMES)
+def test_autoscalers_read_metrics_the_adapter_serves_from_exported_ones(deps, objects, example):
+    dep = deps[example]
+    rules = adapter_values(dep)["rules"]
+    served = {r["name"]["as"] for kind in ("custom", "external") for r in rules[kind]}
+    for phase in Phase:
+        hpa = find(objects(example), "HorizontalPodAutoscaler", f"{example}-{phase}")
+        (spec,) = hpa["spec"]["metrics"]
+        metric = spec[spec["type"].lower()]["metric"]["name"]
+        assert metric in served and metric == pool_metric(dep, phase).name
+    for kind in ("custom", "external"):
+        for rule in rules[kind]:
+            used = set(METRIC_NAME.findall(rule["seriesQuery"] + rule["metricsQuery"]))
+            assert used and used <= m.exported(dep.spec.target), used
+
+
+def test_decode_autoscaling_signal_per_target(deps):
+    assert pool_metric(deps["reference-cpu"], Phase.DECODE).target == "25"  # 0.8 x 32
+    assert pool_metric(deps["llama3-8b-h100-l40s"], Phase.DECODE).target == "800m"
+    assert pool_metric(deps["llama3-8b-h100-l40s"], Phase.PREFILL).target == "250m"  # 1000/4
+    assert pool_metric(deps["reference-cpu"], Phase.PREFILL).target == "50m"  # 200 ms / 4
+
+
+@pytest.mark.triton
+@pytest.mark.slow
+def test_a_running_reference_server_exports_every_name(reference_server):
+    """The reference target's names -- pdtrt's and Triton's -- on a real server's metrics port
+    (``up`` is Prometheus's own)."""
+    text = urllib.request.urlopen(reference_server[0].endpoints.metrics_url).read().decode()
+    served = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+    wanted = m.exported(Target.REFERENCE) - m.PROMETHEUS
+    assert wanted <= served, wanted - served
