@@ -98,6 +98,22 @@ class PdtrtError(Exception):
         return {"error": type(self).__name__, "message": self.message, "hint": self.hint}
 
 
+class _Problems(PdtrtError):
+    """A check of a whole artefact (a repository, a set of manifests) that found problems:
+    ``problems`` lists every one, the message counts them under ``source``."""
+
+    def __init__(self, problems: list[str], *, source: str, hint: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        super().__init__(f"{source}: {len(self.problems)} problem(s)\n" + "\n".join(
+            f"  {p}" for p in self.problems), hint=hint)
+
+    def to_dict(self) -> dict[str, object]:
+        out = super().to_dict()
+        out["problems"] = list(self.problems)
+        return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class SpecIssue:
     """One problem in a spec: the YAML path (``prefill.tp``), its line when known, and why."""
@@ -199,19 +215,8 @@ class RepoError(PdtrtError):
     """A Triton model repository cannot be generated as asked (output exists, mode conflict)."""
 
 
-class RepoInvalidError(RepoError):
+class RepoInvalidError(_Problems, RepoError):
     """A model repository failed ``pdtrt repo validate``; ``problems`` lists every one."""
-
-    def __init__(self, problems: list[str], *, source: str, hint: str | None = None) -> None:
-        self.problems = list(problems)
-        self.source = source
-        super().__init__(f"{source}: {len(self.problems)} problem(s)\n" + "\n".join(
-            f"  {p}" for p in self.problems), hint=hint)
-
-    def to_dict(self) -> dict[str, object]:
-        out = super().to_dict()
-        out["problems"] = list(self.problems)
-        return out
 class ConfigParseError(RepoError):
     """``config.pbtxt`` text that Triton's schema rejects; the message names the line."""
 
@@ -252,17 +257,6 @@ class DeployError(PdtrtError):
     image, a name Kubernetes would refuse, options that contradict the spec, DIR exists."""
 
 
-class DeployInvalidError(DeployError):
+class DeployInvalidError(_Problems, DeployError):
     """Kubernetes objects that failed ``pdtrt deploy`` validation; ``problems`` lists every one
     (``Kind/name: path: message``)."""
-
-    def __init__(self, problems: list[str], *, source: str, hint: str | None = None) -> None:
-        self.problems = list(problems)
-        self.source = source
-        super().__init__(f"{source}: {len(self.problems)} problem(s)\n" + "\n".join(
-            f"  {p}" for p in self.problems), hint=hint)
-
-    def to_dict(self) -> dict[str, object]:
-        out = super().to_dict()
-        out["problems"] = list(self.problems)
-        return out
