@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -15,6 +16,7 @@ from pdtrt.perf.configs import make_instance
 from pdtrt.perf.estimate import Estimate, Load, ServingConfig, estimate
 from pdtrt.perf.factors import load_factors
 from pdtrt.perf.link import kv_link
+from pdtrt.perf.scheduling import CapacityPolicy
 
 WEIGHTS = {"bf16": WeightQuant.NONE, "fp8": WeightQuant.FP8}
 KV = {"bf16": KVDType.BF16, "fp8": KVDType.FP8}
@@ -32,8 +34,15 @@ def _lines(est: Estimate) -> list[str]:
     if not d["stable"]:
         lines.append(f"  UNSTABLE: {d['bottleneck']} -- the configuration cannot sustain this "
                      "load")
+    if est.load.concurrency and est.burst > 1:
+        lines.append(f"  clients arrive in bursts of {est.burst:g} (closed-loop benchmark; "
+                     "--burst 1 for independent clients)")
+    client = ""
+    if d["client_overhead_ms"] and d["ttft_ms"] is not None:
+        client = (f"   (engine {_ms(d['engine_ttft_ms'])} + client overhead "
+                  f"{d['client_overhead_ms']:.1f} ms)")
     lines += [
-        f"  TTFT  mean {_ms(d['ttft_ms'])}   p90 {_ms(d['ttft_p90_ms'])}",
+        f"  TTFT  mean {_ms(d['ttft_ms'])}   p90 {_ms(d['ttft_p90_ms'])}{client}",
         f"  TPOT  mean {_ms(d['tpot_ms'])}   p90 {_ms(d['tpot_p90_ms'])}   "
         f"(ITL p90 {_ms(d['itl_p90_ms'])})",
         f"  throughput {d['output_tok_per_s']:.0f} output tok/s, {d['req_per_s']:.3f} req/s",
@@ -51,6 +60,14 @@ def _lines(est: Estimate) -> list[str]:
     usd = d["usd_per_mtok"]
     lines.append(f"  cost: {d['num_gpus']} GPUs, ${d['cost_per_hour_usd']:.2f}/h"
                  + (f", ${usd:.3f} per million output tokens" if usd is not None else ""))
+    lines += [f"  limit: {x}" for x in est.limits]
+    band = est.error_band
+    if band is not None:
+        lines.append(f"  expected error (held-out, {band.regime}): TTFT ±{band.ttft_mape:.0%}, "
+                     f"TPOT ±{band.tpot_mape:.0%} mean; worst {band.max_ratio:.1f}x")
+        if band.caveat:
+            lines.append(f"    ({band.caveat})")
+    lines += [f"  note: {n}" for n in est.notes]
     return lines
 
 
@@ -87,17 +104,30 @@ def _lines(est: Estimate) -> list[str]:
 @click.option("--factors", "factors_file", type=click.Path(path_type=Path, exists=True),
               help="A factors file written by scripts/calibrate.py.")
 @click.option("--prices", type=click.Path(path_type=Path), help="YAML {gpu: usd_per_hour}.")
+@click.option("--capacity-policy", type=click.Choice([p.value for p in CapacityPolicy]),
+              default=CapacityPolicy.GUARANTEED_NO_EVICT.value, show_default=True,
+              help="TensorRT-LLM capacity scheduler: what KV admission reserves.")
+@click.option("--burst", type=click.FloatRange(min=1),
+              help="Prompts that reach the engine together [default: 1 open loop, the "
+                   "calibrated closed-loop burst with --concurrency].")
+@click.option("--client-overhead-ms", type=click.FloatRange(min=0), default=0.0,
+              show_default=True,
+              help="Client/HTTP overhead of your harness, added to TTFT and shown apart.")
 @json_option
 def estimate_cmd(model_ref: str, gpu: str, tp: int, concurrency: int | None,
                  rate: float | None, isl: int, osl: int, weights: str, kv_dtype: str,
                  mode: str, decode_gpu: str | None, decode_tp: int, prefill_instances: int,
                  decode_instances: int, max_batch_size: int, max_num_tokens: int,
                  same_node: bool, backend: str, factors_file: Path | None,
-                 prices: Path | None, as_json: bool) -> None:
+                 prices: Path | None, capacity_policy: str, burst: float | None,
+                 client_overhead_ms: float, as_json: bool) -> None:
     """Estimate one fixed configuration: TTFT and TPOT (mean, p90), throughput, memory, cost.
 
     Closed loop (--concurrency) or open loop (--rate). The model accounts for queueing and,
-    in aggregated serving, for prefills interrupting decode steps.
+    in aggregated serving, for prefills interrupting decode steps. Step times come from
+    kernel-measured efficiencies of each GPU and dtype; the output names what limits the
+    configuration (KV-, batch- or queue-bound), the error measured in the nearest validated
+    regime, and any efficiency borrowed from another GPU or dtype.
 
     \b
     Example:
@@ -109,6 +139,7 @@ def estimate_cmd(model_ref: str, gpu: str, tp: int, concurrency: int | None,
     catalog = load_catalog(load_prices(prices) if prices else None)
     model = load_model_facts(model_ref)
     f = load_factors(ServingBackend(backend), factors_file)
+    f = replace(f, request_overhead_s=client_overhead_ms / 1e3)
     serving_mode = ServingMode(mode)
     common = dict(weights=WEIGHTS[weights], kv_dtype=KV[kv_dtype])
     if serving_mode is ServingMode.AGGREGATED:
@@ -129,7 +160,11 @@ def estimate_cmd(model_ref: str, gpu: str, tp: int, concurrency: int | None,
                                prefill_instances=prefill_instances, decode=dec,
                                decode_instances=decode_instances,
                                link=kv_link(pre.gpu, dec.gpu, same_node=same_node))
-    est = estimate(config, Load(isl=isl, osl=osl, rate_per_s=rate, concurrency=concurrency), f)
+    policy = CapacityPolicy(capacity_policy)
+    config = replace(config, prefill=replace(config.prefill, capacity_policy=policy),
+                     decode=config.decode and replace(config.decode, capacity_policy=policy))
+    est = estimate(config, Load(isl=isl, osl=osl, rate_per_s=rate, concurrency=concurrency,
+                                burst=burst), f)
     if as_json:
         emit_json(est.to_dict())
     else:

@@ -2,42 +2,67 @@
 
 Open loop (``rate_per_s``): the operating point at that rate (:mod:`pdtrt.perf.point`).
 Closed loop (``concurrency`` C clients, each sending its next request when the last ends): the
-rate ``r`` solving Little's law ``C = r (TTFT(r) + (osl - 1) TPOT(r))``, found by bisection --
-so queueing and prefills interrupting decode raise TTFT and TPOT as C grows, which is what a
-roofline at fixed batch misses. Clients beyond the running-sequence capacity (KV cache,
-``max_batch_size``) wait for a slot. A closed-loop benchmark starts all clients at once; the
-calibrated ``startup_share`` of requests sees that start-up queue (their prefills in a row).
+rate of the finite-population prompt queue (:mod:`pdtrt.perf.closed_loop`), which satisfies
+Little's law ``C = r (TTFT(r) + (osl - 1) TPOT(r))`` -- so queueing and prefills interrupting
+decode raise TTFT and TPOT as C grows, which is what a roofline at fixed batch misses.
+Clients beyond the running-sequence capacity (KV cache under the capacity policy,
+``max_batch_size``; :mod:`pdtrt.perf.scheduling`) wait for a slot, which bounds TTFT by the
+queue of clients rather than letting it diverge. ``Load.burst`` is how many prompts arrive
+together (closed-loop clients that started together stay in step).
+
+Every estimate says what limits it (``limits``: KV-bound, batch-bound, queue-bound, unstable),
+where its step times borrow efficiencies measured for another GPU or dtype (``notes``), and
+how far such predictions were off in the nearest validated regime (``error_band``, from the
+leave-one-group-out validation stored with the factors). The client/HTTP overhead of a
+benchmark harness (``request_overhead_s``) is not engine time: it is reported apart.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from pdtrt.enums import ServingMode
+from pdtrt.enums import ServingMode, WeightQuant
 from pdtrt.errors import InfeasibleError
 from pdtrt.facts.memory import MemoryFit
+from pdtrt.perf.closed_loop import solve_closed_loop
 from pdtrt.perf.factors import EfficiencyFactors
 from pdtrt.perf.hardware import Instance
+from pdtrt.perf.kernels import kernel_notes
 from pdtrt.perf.link import KVLink
 from pdtrt.perf.point import OperatingPoint, aggregated_point, disaggregated_point
+from pdtrt.perf.scheduling import running_capacity
 from pdtrt.perf.step import prefill_time_s
+from pdtrt.perf.validation import ErrorBand, nearest_band
 
 __all__ = ["Estimate", "Load", "ServingConfig", "estimate", "operating_point"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Load:
-    """The workload: prompt/output tokens and either a rate (open) or clients (closed loop)."""
+    """The workload: prompt/output tokens and either a rate (open) or clients (closed loop).
+
+    ``burst``: prompts that reach the engine together. None: 1 (independent arrivals) for an
+    open loop, the factors' calibrated ``closed_loop_burst`` for a closed loop."""
 
     isl: int
     osl: int
     rate_per_s: float | None = None
     concurrency: int | None = None
+    burst: float | None = None
 
     def __post_init__(self) -> None:
         if (self.rate_per_s is None) == (self.concurrency is None):
             raise InfeasibleError("give exactly one of a request rate or a concurrency")
+        if self.burst is not None and self.burst < 1:
+            raise InfeasibleError(f"burst must be >= 1 request, got {self.burst}")
+
+    def burst_for(self, f: EfficiencyFactors, instances: int) -> float:
+        """Prompts arriving together at one instance (never more than its share of clients)."""
+        if self.concurrency is None:
+            return self.burst or 1.0
+        burst = self.burst if self.burst is not None else f.closed_loop_burst
+        return max(1.0, min(burst, self.concurrency / instances))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +114,11 @@ class Estimate:
     ttft_s: float
     ttft_p90_s: float
     memory: dict[str, MemoryFit] = field(default_factory=dict)
+    client_overhead_s: float = 0.0
+    burst: float = 1.0
+    limits: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    error_band: ErrorBand | None = None
 
     @property
     def output_tok_per_s(self) -> float:
@@ -117,6 +147,8 @@ class Estimate:
             "stable": p.stable,
             "ttft_ms": ms(self.ttft_s),
             "ttft_p90_ms": ms(self.ttft_p90_s),
+            "engine_ttft_ms": ms(self.ttft_s - self.client_overhead_s),
+            "client_overhead_ms": round(self.client_overhead_s * 1e3, 3),
             "tpot_ms": ms(p.tpot_s),
             "tpot_p90_ms": ms(p.tpot_p90_s),
             "itl_p90_ms": ms(p.itl_p90_s),
@@ -136,41 +168,63 @@ class Estimate:
             "cost_per_hour_usd": round(self.config.cost_per_hour_usd(), 4),
             "usd_per_mtok": None if self.usd_per_mtok is None else round(self.usd_per_mtok, 4),
             "memory_per_gpu": {phase: m.to_dict() for phase, m in self.memory.items()},
+            "burst": self.burst,
+            "limits": list(self.limits),
+            "notes": list(self.notes),
+            "error_band": None if self.error_band is None else self.error_band.to_dict(),
         }
 
 
 def operating_point(config: ServingConfig, f_prefill: EfficiencyFactors,
                     f_decode: EfficiencyFactors, *, isl: int, osl: int,
-                    rate_per_s: float) -> OperatingPoint:
-    """The operating point of the whole configuration at ``rate_per_s`` requests/s."""
+                    rate_per_s: float, burst: float = 1.0) -> OperatingPoint:
+    """The operating point of the whole configuration at ``rate_per_s`` requests/s; ``burst``
+    prompts reach each prefill (or aggregated) instance together."""
     if config.mode is ServingMode.AGGREGATED:
         return aggregated_point(config.prefill, f_prefill, isl=isl, osl=osl,
-                                rate_per_s=rate_per_s / config.prefill_instances)
+                                rate_per_s=rate_per_s / config.prefill_instances, burst=burst)
     assert config.decode is not None and config.link is not None
     return disaggregated_point(config.prefill, config.decode, config.link, f_prefill, f_decode,
                                isl=isl, osl=osl, rate_per_s=rate_per_s,
                                prefill_instances=config.prefill_instances,
-                               decode_instances=config.decode_instances)
+                               decode_instances=config.decode_instances, burst=burst)
 
 
-def _closed_loop_rate(config: ServingConfig, fp: EfficiencyFactors, fd: EfficiencyFactors,
-                      load: Load, clients: float) -> tuple[float, OperatingPoint]:
-    """Bisection on ``r`` for ``clients = r * cycle(r)``; cycle grows with r."""
-    def cycle(r: float) -> tuple[float, OperatingPoint]:
-        p = operating_point(config, fp, fd, isl=load.isl, osl=load.osl, rate_per_s=r)
-        return (math.inf if not p.stable else p.ttft_s + p.tpot_s * p.osl_minus_one), p
+def _limits(config: ServingConfig, load: Load, p: OperatingPoint, slots: int) -> tuple[str, ...]:
+    out = []
+    if not p.stable:
+        out.append(f"unstable: {p.bottleneck}")
+    inst = config.decode if config.mode is ServingMode.DISAGGREGATED else config.prefill
+    assert inst is not None
+    cap = running_capacity(inst, load.isl, load.osl)
+    if load.concurrency is not None and load.concurrency > slots:
+        what = "KV-bound" if cap.limit == "KV cache" else "batch-bound"
+        out.append(f"{what}: {load.concurrency} clients, {slots} run at once "
+                   f"({cap.limit}, {inst.capacity_policy}); the rest wait for a slot")
+    elif p.stable and p.decode_batch >= 0.95 * cap.seqs:
+        out.append(f"{'KV' if cap.limit == 'KV cache' else 'batch'}-bound: decode batch "
+                   f"{p.decode_batch:.0f} of {cap.seqs} that fit ({cap.limit})")
+    if p.stable and p.prefill_util >= 0.8:
+        out.append(f"queue-bound: prompts queue for the engine (prefill utilisation "
+                   f"{p.prefill_util:.0%})")
+    return tuple(out)
 
-    lo, hi = 0.0, 1.0
-    while math.isfinite(cycle(hi)[0]) and hi * cycle(hi)[0] < clients and hi < 1e7:
-        lo, hi = hi, hi * 2
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        c, _ = cycle(mid)
-        if math.isfinite(c) and mid * c < clients:
-            lo = mid
+
+def _notes(config: ServingConfig, fp: EfficiencyFactors,
+           fd: EfficiencyFactors) -> tuple[str, ...]:
+    pools = [(config.prefill, fp)]
+    if config.mode is ServingMode.DISAGGREGATED and config.decode is not None:
+        pools.append((config.decode, fd))
+    notes: list[str] = []
+    for inst, f in pools:
+        if f.kernels is None:
+            found = ("no kernel curves: scalar efficiency factors (fitted on H100) for "
+                     f"{inst.gpu.key}",)
         else:
-            hi = mid
-    return lo, cycle(lo)[1]
+            found = kernel_notes(f.kernels, inst.gpu, dtype=inst.dtype, weights=inst.weights,
+                                 kv_dtype=inst.kv_dtype)
+        notes += [n for n in found if n not in notes]
+    return tuple(notes)
 
 
 def estimate(config: ServingConfig, load: Load, f_prefill: EfficiencyFactors,
@@ -185,28 +239,54 @@ def estimate(config: ServingConfig, load: Load, f_prefill: EfficiencyFactors,
               "decode": dec_inst.memory(seq)}
     if config.mode is ServingMode.AGGREGATED:
         memory = {"aggregated": config.prefill.memory(seq)}
+    instances = (config.prefill_instances if config.mode is ServingMode.AGGREGATED
+                 else config.decode_instances)
+    slots = running_capacity(dec_inst, load.isl, load.osl).seqs * instances
     if load.rate_per_s is not None:
         p = operating_point(config, f_prefill, fd, isl=load.isl, osl=load.osl,
-                            rate_per_s=load.rate_per_s)
-        return Estimate(config=config, load=load, point=p,
-                        req_per_s=load.rate_per_s if p.stable else 0.0, ttft_s=p.ttft_s,
-                        ttft_p90_s=p.ttft_p90_s, memory=memory)
+                            rate_per_s=load.rate_per_s, burst=load.burst_for(f_prefill, 1))
+        est = Estimate(config=config, load=load, point=p,
+                       req_per_s=load.rate_per_s if p.stable else 0.0, ttft_s=p.ttft_s,
+                       ttft_p90_s=p.ttft_p90_s, memory=memory)
+        return _annotate(est, f_prefill, fd, slots, clients=p.decode_batch)
     assert load.concurrency is not None
-    slots = dec_inst.max_running_seqs(seq) * (
-        config.prefill_instances if config.mode is ServingMode.AGGREGATED
-        else config.decode_instances)
     running = min(float(load.concurrency), float(max(slots, 1)))
-    r, p = _closed_loop_rate(config, f_prefill, fd, load, running)
+    burst = load.burst_for(f_prefill, config.prefill_instances)
+    loop = solve_closed_loop(
+        lambda r: operating_point(config, f_prefill, fd, isl=load.isl, osl=load.osl,
+                                  rate_per_s=r, burst=burst),
+        clients=running, instances=config.prefill_instances, burst=burst)
+    r, p = loop.rate_per_s, loop.point
     waiting = max(load.concurrency - running, 0.0)
     slot_wait = waiting / r if r > 0 else math.inf
-    ttft, ttft_p90 = p.ttft_s + slot_wait, p.ttft_p90_s + slot_wait
+    before = f_prefill.request_overhead_s + p.join_s + slot_wait
+    ttft, ttft_p90 = before + loop.prompt_response_s, before + loop.prompt_response_p90_s
     share = f_prefill.startup_share
     if share > 0 and p.stable:
         per_instance = load.concurrency / (config.prefill_instances)
-        t_pf = prefill_time_s(config.prefill, f_prefill, load.isl)
-        # the i-th request of the start-up burst waits for i - 1 prefills before its own
+        t_pf = p.prompt_service_s or prefill_time_s(config.prefill, f_prefill, load.isl)
+        # the i-th request of the start-up burst waits for i - 1 prompts before its own, each
+        # in a step that also carries the decodes of the requests already started
         startup = f_prefill.request_overhead_s + (per_instance + 1) / 2 * t_pf
         ttft = (1 - share) * ttft + share * startup
         ttft_p90 = max(ttft_p90, 0.9 * per_instance * t_pf if share > 0.1 else 0.0)
-    return Estimate(config=config, load=load, point=p, req_per_s=r, ttft_s=ttft,
-                    ttft_p90_s=ttft_p90, memory=memory)
+    est = Estimate(config=config, load=load, point=p, req_per_s=r, ttft_s=ttft,
+                   ttft_p90_s=ttft_p90, memory=memory)
+    return _annotate(est, f_prefill, fd, slots, clients=load.concurrency / instances)
+
+
+def _annotate(est: Estimate, fp: EfficiencyFactors, fd: EfficiencyFactors, slots: int, *,
+              clients: float) -> Estimate:
+    """Limits, borrowed-efficiency notes, the error band and the client overhead."""
+    cfg = est.config
+    clients = clients if math.isfinite(clients) else float(slots)
+    weights = cfg.prefill.weights
+    band = nearest_band(fp.validation, tp=cfg.prefill.tp, clients=clients,
+                        gpu=cfg.prefill.gpu.key,
+                        weights=str(cfg.prefill.dtype if weights is WeightQuant.NONE
+                                    else weights))
+    instances = cfg.prefill_instances
+    return replace(est, client_overhead_s=fp.request_overhead_s,
+                   burst=est.load.burst_for(fp, instances),
+                   limits=_limits(cfg, est.load, est.point, slots),
+                   notes=_notes(cfg, fp, fd), error_band=band)

@@ -1,15 +1,22 @@
 """Efficiency factors: how far real kernels and schedulers fall short of datasheet peaks.
 
-The catalog holds datasheet peaks (:mod:`pdtrt.facts.catalog`); this module holds the *fitted*
-fractions of them that a serving runtime achieves, one set per :class:`ServingBackend`. They
-are fitted by :mod:`pdtrt.perf.calibrate` (``scripts/calibrate.py``) on measured serving runs
-and stored with their provenance in ``pdtrt/data/perf_factors.yaml``; nothing here is tuned by
-hand. A user re-fits them on their own runs with the same script and passes the file.
+The catalog holds datasheet peaks (:mod:`pdtrt.facts.catalog`); this module holds the fractions
+of them a serving runtime achieves, one set per :class:`ServingBackend`, stored with their
+provenance in ``pdtrt/data/perf_factors.yaml``; nothing here is tuned by hand. Two sources:
+
+- **kernel curves** (:mod:`pdtrt.perf.kernels`): per-GPU, per-dtype efficiencies derived from
+  measured TensorRT-LLM kernels; a backend entry names them with ``kernels: builtin`` (or a
+  path). With curves, the step model uses them for every GPU they cover and the scalar
+  ``gemm_eff`` / ``attention_eff`` / ``bandwidth_eff`` only for GPUs they do not.
+- **engine terms** (scheduler step, eager launches) fitted by :mod:`pdtrt.perf.calibrate`
+  (``scripts/calibrate.py``) on measured serving runs, with the curves fixed.
+
+A user re-fits the engine terms on their own runs with the same script and passes the file.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -18,6 +25,8 @@ import yaml
 
 from pdtrt.enums import ServingBackend
 from pdtrt.errors import CatalogError
+from pdtrt.perf.kernels import KernelFactors, load_kernel_factors
+from pdtrt.perf.validation import Validation, parse_validation
 
 __all__ = ["DEFAULT_FACTORS", "EfficiencyFactors", "load_factors", "load_factors_file"]
 
@@ -26,16 +35,34 @@ __all__ = ["DEFAULT_FACTORS", "EfficiencyFactors", "load_factors", "load_factors
 class EfficiencyFactors:
     """Fractions of peak (0-1] and fixed costs (seconds) of one serving runtime.
 
+    Scalar efficiencies (used for GPUs the kernel curves do not cover, or with no curves):
+
     - ``gemm_eff``: achieved / peak dense FLOP/s of the linear layers.
     - ``attention_eff``: achieved / peak FLOP/s of the attention score and value products.
     - ``bandwidth_eff``: achieved / peak memory bandwidth of weight and KV reads.
-    - ``step_overhead_s``: fixed cost of one engine iteration (scheduling, launches, sampling).
-    - ``allreduce_latency_s``: fixed cost of one tensor-parallel all-reduce (two per layer).
-    - ``request_overhead_s``: fixed latency added to every request's first token outside the
-      engine (HTTP, tokenisation, queue hand-offs); it does not occupy the GPU.
+    - ``allreduce_latency_s``: fixed cost of one tensor-parallel all-reduce (two per layer);
+      with curves, only pipeline-stage hand-offs use it.
+
+    Engine terms (always used):
+
+    - ``step_overhead_s``: fixed CPU cost of one engine iteration (scheduling, batch assembly,
+      sampling, response hand-off), paid by every step.
+    - ``eager_layer_overhead_s``: per-layer kernel-launch cost of a step that runs without CUDA
+      graphs (steps carrying prefill tokens, decode batches above the captured sizes).
+
+    Outside the engine (not GPU time; 0 in the shipped factors, user-settable):
+
+    - ``request_overhead_s``: the client/HTTP overhead a benchmark harness adds to every
+      request's first token (tokenisation, HTTP, queue hand-offs). Engine predictions leave it
+      out; ``pdtrt estimate --client-overhead-ms`` reports it separately.
     - ``startup_share``: share of a closed-loop benchmark's requests that see the start-up
-      queue (all clients start at once); 0 for steady state. Describes the benchmark harness
-      the data came from, not the hardware.
+      queue (all clients start at once); 0 for steady state. Describes a harness, not hardware.
+    - ``closed_loop_burst``: prompts that reach the engine together in a closed-loop benchmark
+      of this runtime (clients that started together stay in step); 1 = independent. Used by
+      closed-loop estimates only (:class:`pdtrt.perf.estimate.Load`); describes a harness.
+
+    ``kernels``: the per-GPU curves (:mod:`pdtrt.perf.kernels`), or None for the scalar model;
+    ``validation``: the held-out errors of these factors (:mod:`pdtrt.perf.validation`).
     """
 
     gemm_eff: float
@@ -45,20 +72,29 @@ class EfficiencyFactors:
     allreduce_latency_s: float
     request_overhead_s: float = 0.0
     startup_share: float = 0.0
+    eager_layer_overhead_s: float = 0.0
+    closed_loop_burst: float = 1.0
+    kernels: KernelFactors | None = field(default=None, repr=False)
+    validation: Validation | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("gemm_eff", "attention_eff", "bandwidth_eff"):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise CatalogError(f"efficiency factor {name} must be in (0, 1], got {value}")
-        for name in ("step_overhead_s", "allreduce_latency_s", "request_overhead_s"):
+        for name in ("step_overhead_s", "allreduce_latency_s", "request_overhead_s",
+                     "eager_layer_overhead_s"):
             if getattr(self, name) < 0:
                 raise CatalogError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.closed_loop_burst < 1:
+            raise CatalogError(f"closed_loop_burst must be >= 1, got {self.closed_loop_burst}")
         if not 0 <= self.startup_share <= 1:
             raise CatalogError(f"startup_share must be in [0, 1], got {self.startup_share}")
 
     def to_dict(self) -> dict[str, float]:
-        return asdict(self)
+        """The numbers (not the curves), as written in a factors file."""
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in ("kernels", "validation")}
 
 
 # Before any fit: aiconfigurator's modelling hints (0.8 of peak bandwidth, ~3 us per
@@ -69,11 +105,23 @@ DEFAULT_FACTORS = EfficiencyFactors(
 )
 
 
-def _parse(data: object, source: str) -> dict[ServingBackend, EfficiencyFactors]:
+def _kernels(entry: dict, source: str, base: Path | None) -> KernelFactors | None:
+    ref = entry.get("kernels")
+    if ref is None:
+        return None
+    if ref == "builtin":
+        return load_kernel_factors()
+    if base is None:
+        raise CatalogError(f"{source}: kernels must be 'builtin' in a built-in file")
+    return load_kernel_factors(base / str(ref))
+
+
+def _parse(data: object, source: str,
+           base: Path | None = None) -> dict[ServingBackend, EfficiencyFactors]:
     if not isinstance(data, dict) or not isinstance(data.get("backends"), dict):
         raise CatalogError(f"{source}: expected a mapping with a 'backends' section")
     out: dict[ServingBackend, EfficiencyFactors] = {}
-    fields = set(EfficiencyFactors.__dataclass_fields__)
+    names = set(EfficiencyFactors.__dataclass_fields__) - {"kernels", "validation"}
     for name, entry in data["backends"].items():
         try:
             backend = ServingBackend(name)
@@ -83,11 +131,15 @@ def _parse(data: object, source: str) -> dict[ServingBackend, EfficiencyFactors]
         if not isinstance(entry, dict) or not isinstance(entry.get("factors"), dict):
             raise CatalogError(f"{source}: backends.{name} needs a 'factors' mapping")
         factors = entry["factors"]
-        unknown = set(factors) - fields
+        unknown = set(factors) - names
         if unknown:
             raise CatalogError(f"{source}: backends.{name}: unknown factors {sorted(unknown)}")
         try:
-            out[backend] = EfficiencyFactors(**{k: float(v) for k, v in factors.items()})
+            validation = (parse_validation(entry["validation"], source)
+                          if "validation" in entry else None)
+            out[backend] = EfficiencyFactors(**{k: float(v) for k, v in factors.items()},
+                                             kernels=_kernels(entry, source, base),
+                                             validation=validation)
         except TypeError as exc:
             raise CatalogError(f"{source}: backends.{name}: {exc}") from None
     return out
@@ -102,7 +154,8 @@ def _builtin() -> dict[ServingBackend, EfficiencyFactors]:
 def load_factors_file(path: Path) -> dict[ServingBackend, EfficiencyFactors]:
     """Factors from a file written by ``scripts/calibrate.py``; raises :class:`CatalogError`."""
     try:
-        return _parse(yaml.safe_load(path.read_text(encoding="utf-8")), str(path))
+        return _parse(yaml.safe_load(path.read_text(encoding="utf-8")), str(path),
+                      path.parent)
     except OSError as exc:
         raise CatalogError(f"cannot read factors file {path}: {exc.strerror}") from None
 

@@ -15,6 +15,7 @@ from pdtrt.errors import InfeasibleError
 from pdtrt.facts.catalog import GPU
 from pdtrt.facts.memory import MemoryFit, fit
 from pdtrt.facts.model import ModelFacts
+from pdtrt.perf.scheduling import CapacityPolicy
 
 __all__ = ["Instance"]
 
@@ -34,6 +35,7 @@ class Instance:
     max_num_tokens: int = 8192
     tokens_per_block: int = 32
     kv_cache_fraction: float = 0.9
+    capacity_policy: CapacityPolicy = CapacityPolicy.GUARANTEED_NO_EVICT
 
     def __post_init__(self) -> None:
         problem = self.model.tp_problem(self.tp)
@@ -93,7 +95,8 @@ class Instance:
                    kv_cache_fraction=self.kv_cache_fraction)
 
     def max_running_seqs(self, seq_len: int) -> int:
-        """Sequences that run at once: the KV capacity, capped by ``max_batch_size``."""
+        """Sequences of ``seq_len`` tokens whose whole KV fits at once, capped by
+        ``max_batch_size`` (the guaranteed-no-evict view; see :mod:`pdtrt.perf.scheduling`)."""
         return min(self.memory(seq_len).max_concurrent_seqs, self.max_batch_size)
 
     def price_per_hour_usd(self) -> float:

@@ -8,7 +8,8 @@ each second in mixed steps and fills the rest with decode steps, so a decoding s
 ``r k + (1 - r T_m) / tau_d`` steps per second::
 
     TPOT = 1 / (r k + (1 - r T_m) / tau_d(B)),   B = r (osl - 1) TPOT   (Little's law)
-    TTFT = T_m(B) + M/D/1 wait (utilisation r T_m) + half a step (joining a running batch)
+    TTFT = T_m(B) + M^X/D/1 wait (utilisation r T_m, bursts of ``burst``) + half a step
+           (joining a running batch)
 
 This is where decode stalls behind prefills (head-of-line blocking): every prompt stretches
 ``k`` decode steps of everyone else from ``tau_d`` to the mixed step time. The p90 of a
@@ -21,7 +22,10 @@ streams it at once), so the KV transfer and the join wait are paid by the second
 spread over the request's TPOT.
 
 A point is *unstable* when a utilisation reaches 1 or the decode batch exceeds what the KV
-cache (or ``max_batch_size``) holds; its latencies are then ``inf``.
+cache (or ``max_batch_size``) holds under the instance's capacity policy
+(:func:`pdtrt.perf.scheduling.running_capacity`); its latencies are then ``inf``. ``burst``
+is how many prompts reach the engine together (1: independent arrivals; see
+:mod:`pdtrt.perf.scheduling`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,14 @@ from dataclasses import dataclass
 from pdtrt.perf.factors import EfficiencyFactors
 from pdtrt.perf.hardware import Instance
 from pdtrt.perf.link import KVLink, kv_transfer_s
-from pdtrt.perf.queueing import md1_wait_p90_s, md1_wait_s, poisson_quantile
+from pdtrt.perf.queueing import (
+    md1_wait_p90_s,
+    md1_wait_s,
+    mxd1_wait_p90_s,
+    mxd1_wait_s,
+    poisson_quantile,
+)
+from pdtrt.perf.scheduling import running_capacity
 from pdtrt.perf.step import decode_work, prefill_chunk_work, prefill_time_s, step_time
 
 __all__ = ["OperatingPoint", "aggregated_point", "disaggregated_point"]
@@ -66,6 +77,10 @@ class OperatingPoint:
         return self.ttft_s + self.tpot_s * max(self.osl_minus_one, 0)
 
     osl_minus_one: int = 0
+    # time one prompt occupies the prompt server: its mixed steps (aggregated), its prefill
+    # (disaggregated); what closed-loop queueing (pdtrt.perf.closed_loop) is made of
+    prompt_service_s: float = 0.0
+    join_s: float = 0.0  # half a step spent joining a running batch, part of TTFT
 
 
 def _mixed_time_s(inst: Instance, f: EfficiencyFactors, isl: int, batch: float,
@@ -92,11 +107,11 @@ def _unstable(rate: float, why: str, **kw: float) -> OperatingPoint:
 
 
 def aggregated_point(inst: Instance, f: EfficiencyFactors, *, isl: int, osl: int,
-                     rate_per_s: float) -> OperatingPoint:
+                     rate_per_s: float, burst: float = 1.0) -> OperatingPoint:
     """Operating point of one aggregated instance at ``rate_per_s`` requests/s."""
     r, n_dec = rate_per_s, max(osl - 1, 0)
     context = isl + osl / 2
-    max_batch = inst.max_running_seqs(isl + osl)
+    max_batch = running_capacity(inst, isl, osl).seqs
     if max_batch < 1:
         return _unstable(r, "memory: not one sequence fits", max_decode_batch=0)
     batch, tpot = 0.0, 0.0
@@ -123,8 +138,8 @@ def aggregated_point(inst: Instance, f: EfficiencyFactors, *, isl: int, osl: int
     m90 = poisson_quantile(share_mixed * n_dec) if n_dec else 0.0
     tpot_p90 = tau_d + min(m90 / n_dec, 1.0) * (mixed_step - tau_d) if n_dec else tpot
     residual = min(batch, 1.0) * tpot / 2
-    wait = md1_wait_s(busy_m, t_m)
-    wait_p90 = md1_wait_p90_s(busy_m, t_m)
+    wait = mxd1_wait_s(busy_m, t_m, burst)
+    wait_p90 = mxd1_wait_p90_s(busy_m, t_m, burst)
     decode_util = min(1.0, batch) * (1.0 - busy_m)
     bottleneck = "prefill (mixed steps)" if busy_m >= decode_util else "decode steps"
     return OperatingPoint(
@@ -134,13 +149,13 @@ def aggregated_point(inst: Instance, f: EfficiencyFactors, *, isl: int, osl: int
         else tau_d, decode_batch=batch, prefill_util=busy_m, decode_util=decode_util,
         link_util=0.0, prefill_service_s=prefill_time_s(inst, f, isl), decode_step_s=tau_d,
         kv_transfer_s=0.0, max_decode_batch=max_batch, stable=True, bottleneck=bottleneck,
-        osl_minus_one=n_dec)
+        osl_minus_one=n_dec, prompt_service_s=t_m, join_s=residual)
 
 
 def disaggregated_point(prefill: Instance, decode: Instance, link: KVLink,
                         f_prefill: EfficiencyFactors, f_decode: EfficiencyFactors, *, isl: int,
                         osl: int, rate_per_s: float, prefill_instances: int,
-                        decode_instances: int) -> OperatingPoint:
+                        decode_instances: int, burst: float = 1.0) -> OperatingPoint:
     """Operating point of ``prefill_instances`` + ``decode_instances`` at ``rate_per_s`` in all."""
     r, n_dec = rate_per_s, max(osl - 1, 0)
     t_pf = prefill_time_s(prefill, f_prefill, isl)
@@ -149,7 +164,7 @@ def disaggregated_point(prefill: Instance, decode: Instance, link: KVLink,
     t_kv = kv_transfer_s(link, isl, kv_bytes)
     links = min(prefill_instances, decode_instances)
     rho_l = r * t_kv / links
-    max_batch = decode.max_running_seqs(isl + osl)
+    max_batch = running_capacity(decode, isl, osl).seqs
     if max_batch < 1:
         return _unstable(r, "memory: not one sequence fits on decode", max_decode_batch=0)
     if rho_p >= 1:
@@ -180,12 +195,12 @@ def disaggregated_point(prefill: Instance, decode: Instance, link: KVLink,
     first_itl = tau_d + hand_over
     utils = {"prefill": rho_p, "decode": min(1.0, batch / max_batch), "KV link": rho_l}
     return OperatingPoint(
-        rate_per_s=r, ttft_s=f_prefill.request_overhead_s + t_pf + md1_wait_s(rho_p, t_pf),
-        ttft_p90_s=f_prefill.request_overhead_s + t_pf + md1_wait_p90_s(rho_p, t_pf),
+        rate_per_s=r, ttft_s=f_prefill.request_overhead_s + t_pf + mxd1_wait_s(rho_p, t_pf, burst),
+        ttft_p90_s=f_prefill.request_overhead_s + t_pf + mxd1_wait_p90_s(rho_p, t_pf, burst),
         tpot_s=tpot,
         tpot_p90_s=tau_d + (t_kv + md1_wait_p90_s(rho_l, t_kv) + tau_d) / max(n_dec, 1),
         itl_p90_s=first_itl if n_dec and 1 / n_dec > 0.1 else tau_d,
         decode_batch=batch, prefill_util=rho_p, decode_util=utils["decode"], link_util=rho_l,
         prefill_service_s=t_pf, decode_step_s=tau_d, kv_transfer_s=t_kv,
         max_decode_batch=max_batch, stable=True, bottleneck=max(utils, key=utils.__getitem__),
-        osl_minus_one=n_dec)
+        osl_minus_one=n_dec, prompt_service_s=t_pf)

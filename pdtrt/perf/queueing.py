@@ -5,6 +5,11 @@
 - Its 90th percentile is approximated by an exponential tail with the same mean and the
   probability ``rho`` of waiting at all: ``P(W > t) = rho * exp(-rho t / W)``, so
   ``t90 = (W / rho) ln(10 rho)`` for ``rho > 0.1`` (else 0).
+- M^X/D/1 (Poisson arrivals of bursts of ``b`` customers, each served for ``S`` in turn): a
+  burst waits like one M/D/1 customer with service ``b S`` at the same utilisation, and a
+  customer then waits for the ``(b-1)/2`` burst-mates served before it on average:
+  ``W = rho b S / (2 (1 - rho)) + (b - 1) S / 2``; its p90 adds ``0.9 b - 1`` services to the
+  burst's p90.
 - Poisson quantiles by the normal approximation (continuity-corrected), for counting how many
   prefill iterations interrupt one request's decode.
 
@@ -15,7 +20,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["md1_wait_p90_s", "md1_wait_s", "poisson_quantile"]
+__all__ = ["md1_wait_p90_s", "md1_wait_s", "mxd1_wait_p90_s", "mxd1_wait_s",
+           "poisson_quantile"]
 
 
 def md1_wait_s(rho: float, service_s: float) -> float:
@@ -35,6 +41,18 @@ def md1_wait_p90_s(rho: float, service_s: float) -> float:
     if math.isinf(mean):
         return math.inf
     return mean / rho * math.log(10.0 * rho)
+
+
+def mxd1_wait_s(rho: float, service_s: float, burst: float = 1.0) -> float:
+    """Mean queueing delay in an M^X/D/1 queue with bursts of ``burst`` (see module doc)."""
+    b = max(burst, 1.0)
+    return md1_wait_s(rho, b * service_s) + (b - 1.0) * service_s / 2.0
+
+
+def mxd1_wait_p90_s(rho: float, service_s: float, burst: float = 1.0) -> float:
+    """Approximate p90 queueing delay of an M^X/D/1 queue (see module doc)."""
+    b = max(burst, 1.0)
+    return md1_wait_p90_s(rho, b * service_s) + max(0.9 * b - 1.0, 0.0) * service_s
 
 
 def poisson_quantile(mean: float, q: float = 0.9) -> float:

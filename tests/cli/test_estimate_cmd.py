@@ -28,7 +28,8 @@ def test_closed_loop_text(run):
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0] == "agg 1x h100-sxm TP2  (ISL 3000, OSL 500, 32 concurrent clients)"
-    assert lines[1].startswith("  TTFT  mean ")
+    assert lines[1].startswith("  clients arrive in bursts of ")
+    assert lines[2].startswith("  TTFT  mean ")
     assert any(line.startswith("  memory per GPU (aggregated): weights ") for line in lines)
 
 
@@ -72,3 +73,48 @@ def test_errors(run, args, message):
     result = run(*BASE, *args)
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_client_overhead_is_reported_apart(run):
+    bare = json.loads(run(*BASE, "--rate", "1", "--json").stdout)
+    result = run(*BASE, "--rate", "1", "--client-overhead-ms", "25", "--json")
+    data = json.loads(result.stdout)
+    assert data["client_overhead_ms"] == 25.0 and bare["client_overhead_ms"] == 0.0
+    assert data["engine_ttft_ms"] == bare["ttft_ms"]
+    assert data["ttft_ms"] == pytest.approx(bare["ttft_ms"] + 25.0, abs=1e-3)
+    text = run(*BASE, "--rate", "1", "--client-overhead-ms", "25").stdout
+    assert "+ client overhead 25.0 ms)" in text.splitlines()[1]
+
+
+def test_closed_loop_burst_and_error_band(run):
+    args = ("estimate", "--model", "Qwen/Qwen3-32B", "--gpu", "h100-sxm", "--tp", "2",
+            "--weights", "fp8", "--kv-dtype", "fp8", "--isl", "2048", "--osl", "256",
+            "--concurrency", "16")
+    default = json.loads(run(*args, "--json").stdout)
+    independent = json.loads(run(*args, "--burst", "1", "--json").stdout)
+    assert default["burst"] > 1 and independent["burst"] == 1
+    assert independent["ttft_ms"] < default["ttft_ms"]  # burst-mates prefill first
+    band = default["error_band"]
+    assert band["regime"] == "tp 2, clients 8-16" and band["caveat"] is None
+    lines = run(*args).stdout.splitlines()
+    assert lines[1].startswith("  clients arrive in bursts of ")
+    assert any(line.startswith("  expected error (held-out, tp 2, clients 8-16): TTFT ±")
+               for line in lines)
+
+
+def test_kv_bound_and_capacity_policy(run):
+    args = ("estimate", "--model", "Qwen/Qwen3-32B", "--gpu", "h100-sxm", "--weights", "fp8",
+            "--kv-dtype", "fp8", "--isl", "4096", "--osl", "4096", "--concurrency", "128")
+    strict = json.loads(run(*args, "--json").stdout)
+    assert any(x.startswith("KV-bound: 128 clients") for x in strict["limits"])
+    loose = json.loads(run(*args, "--capacity-policy", "max-utilization", "--json").stdout)
+    assert loose["req_per_s"] > strict["req_per_s"]  # reserves the live tokens, not the max
+    assert strict["ttft_ms"] is not None  # bounded: waiting clients queue, nothing diverges
+
+
+def test_borrowed_efficiencies_are_noted(run):
+    result = run("estimate", "--model", M8B, "--gpu", "l4", "--isl", "500", "--osl", "100",
+                 "--rate", "0.5")
+    assert result.exit_code == 0, result.output
+    assert ("  note: l4: no kernel measurements; using l40s's efficiencies (same architecture, "
+            "sm 8.9) on l4's own datasheet peaks") in result.stdout.splitlines()

@@ -96,11 +96,15 @@ def test_calibrate_script_end_to_end(tmp_path):
     out, res = tmp_path / "f.yaml", tmp_path / "r.csv"
     script = DATA.parents[3] / "scripts" / "calibrate.py"
     done = subprocess.run([sys.executable, str(script), "--data", str(small), "-o", str(out),
-                           "--residuals", str(res), "--max-evals", "12", "--backend", "trtllm"],
+                           "--residuals", str(res), "--max-evals", "12", "--logo-evals", "4",
+                           "--backend", "trtllm"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "| trtllm | 5 |" in done.stdout
     fitted = load_factors_file(out)[ServingBackend.TRTLLM]
     assert fitted != DEFAULT_FACTORS
-    assert yaml.safe_load(out.read_text())["backends"]["trtllm"]["fit"]["rows"] == 5
+    entry = yaml.safe_load(out.read_text())["backends"]["trtllm"]
+    assert entry["fit"]["rows"] == 5 and entry["kernels"] == "builtin"
+    assert {g["by"] for g in entry["validation"]["groups"]} <= {"tp", "clients", "version"}
+    assert "leave-one-group-out" in done.stdout
     assert len(res.read_text().splitlines()) == 6

@@ -115,3 +115,62 @@ def test_fp8_weights_refused_without_fp8(llama8b, catalog):
 
     with pytest.raises(InfeasibleError, match="no FP8"):
         inst(llama8b, catalog.get("a100-sxm"), weights=WeightQuant.FP8)
+
+
+# -- the kernel-curve step model ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def curves_f():
+    from pdtrt.perf.kernels import load_kernel_factors
+
+    return EfficiencyFactors(gemm_eff=0.5, attention_eff=0.5, bandwidth_eff=0.8,
+                             step_overhead_s=2e-4, allreduce_latency_s=0.0,
+                             eager_layer_overhead_s=1e-4, kernels=load_kernel_factors())
+
+
+def test_decode_gemms_never_beat_streaming_weights_from_dram(llama8b, catalog, curves_f):
+    l40s = catalog.get("l40s")
+    t = step_time(decode_work(1, 3000), inst(llama8b, l40s), curves_f)
+    stream = curves_f.kernels.gpus["l40s"].weight_stream_bw_eff["bf16"]
+    linear = P_LINEAR * 2 + V * H * 2  # layers' weights + LM head, BF16
+    assert t.gemm_s >= linear / (864e9 * stream) * (1 - 1e-9)
+    assert t.gemm_s < 1.1 * linear / (864e9 * stream)  # and decode is bandwidth-bound
+
+
+def test_each_gpu_and_dtype_on_its_own_curve(llama8b, catalog, curves_f):
+    h100, l40s = catalog.get("h100-sxm"), catalog.get("l40s")
+    work = prefill_chunk_work(4096)
+    bf16 = step_time(work, inst(llama8b, h100), curves_f)
+    fp8 = step_time(work, inst(llama8b, h100, weights=WeightQuant.FP8), curves_f)
+    # FP8 GEMMs are faster, but by less than the 2x of the peaks: their efficiency is lower
+    assert 1.0 < bf16.gemm_s / fp8.gemm_s < 2.0
+    slow = step_time(work, inst(llama8b, l40s), curves_f)
+    assert slow.gemm_s > 2 * bf16.gemm_s  # 362 vs 989 TFLOP/s, each at its own efficiency
+
+
+def test_cuda_graphs_spare_decode_steps_the_launch_overhead(llama8b, catalog, curves_f):
+    from pdtrt.perf.step import CUDA_GRAPH_MAX_BATCH
+
+    i = inst(llama8b, catalog.get("h100-sxm"))
+    eager = L * curves_f.eager_layer_overhead_s
+    assert step_time(decode_work(8, 8000), i, curves_f).overhead_s == pytest.approx(2e-4)
+    assert step_time(prefill_chunk_work(100), i, curves_f).overhead_s == pytest.approx(
+        2e-4 + eager)
+    big = CUDA_GRAPH_MAX_BATCH + 1
+    assert step_time(decode_work(big, big * 100), i, curves_f).overhead_s == pytest.approx(
+        2e-4 + eager)
+
+
+def test_tp_allreduce_on_the_measured_curve(llama8b, catalog, curves_f):
+    i = inst(llama8b, catalog.get("h100-sxm"), tp=4)
+    t = step_time(decode_work(8, 8000), i, curves_f)
+    ar = curves_f.kernels.gpus["h100-sxm"].allreduce_s(4, 8 * H * 2)
+    assert t.comm_s == pytest.approx(2 * L * ar)
+
+
+def test_gpu_without_curves_uses_the_scalar_model(llama8b, catalog, curves_f):
+    a10g = catalog.get("a10g")
+    work = prefill_chunk_work(1000)
+    t = step_time(work, inst(llama8b, a10g), curves_f)
+    assert t.gemm_s == pytest.approx((2 * P_LINEAR * 1000 + 2 * V * H)
+                                     / (a10g.bf16_dense_flops_per_s * 0.5))
