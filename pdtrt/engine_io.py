@@ -10,14 +10,16 @@ Python models read from their ``config.pbtxt``.
 
 The names, dtypes and dims of NVIDIA's tables come from TensorRT-LLM's
 ``triton_backend/all_models/inflight_batcher_llm/{ensemble,preprocessing,postprocessing,
-tensorrt_llm}/config.pbtxt``; the version notes (``min_length``/``random_seed`` in 0.21, later
-``min_tokens``/``seed``) are in ``docs/repo.md``. Dims exclude the batch dimension (every model
-has ``max_batch_size > 0``). This module is data: it renders nothing and reads no files.
+tensorrt_llm}/config.pbtxt``. Two core inputs have other names in TensorRT-LLM 0.21's model
+(:data:`TRTLLM_0_21_INPUT_NAMES`: ``min_tokens``/``seed``); pdtrt's ensemble, router and
+reference engine keep ``min_length``/``random_seed`` and :func:`engine_step_map` maps them.
+Dims exclude the batch dimension (every model has ``max_batch_size > 0``). This module is data:
+it renders nothing and reads no files.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from pdtrt.enums import Target
@@ -33,10 +35,12 @@ __all__ = [
     "POSTPROCESSING_STEP_MAP",
     "PREPROCESSING_IO",
     "PREPROCESSING_STEP_MAP",
+    "READINESS_PATH",
     "REQUEST_TYPE_PARAMETER",
     "REFERENCE_ENGINE_IO",
     "ROUTER_IO",
     "TRTLLM_0_21_ENGINE_IO",
+    "TRTLLM_0_21_INPUT_NAMES",
     "ModelIO",
     "ModelName",
     "Param",
@@ -45,7 +49,9 @@ __all__ = [
     "StepMap",
     "TensorSpec",
     "TritonDType",
+    "engine_input_name",
     "engine_io",
+    "engine_step_map",
 ]
 
 
@@ -151,6 +157,7 @@ class ModelName(StrEnum):
     DECODE = "decode"
     AGGREGATED = "aggregated"
     POSTPROCESSING = "postprocessing"
+    HEALTH = "health"  # readiness marker: loaded only while a full path can serve
 
 
 ENSEMBLE_NAME = ModelName.ENSEMBLE
@@ -205,6 +212,24 @@ class Param(StrEnum):
     PREFILL_URL = "prefill_url"  # gRPC HOST:PORT of a remote prefill pool; "" = this server
     DECODE_URL = "decode_url"  # likewise for the decode pool
     ERROR_OUTPUT = "phase_error_output"  # output carrying in-band phase errors; "" = none
+    # router pools of several endpoints (pdtrt.runtime.endpoints): "MODEL[@HOST:PORT][*N]",
+    # comma-separated; "" when the pool has one (then *_MODEL and *_URL name it)
+    PREFILL_ENDPOINTS = "prefill_endpoints"
+    DECODE_ENDPOINTS = "decode_endpoints"
+    AGGREGATED_ENDPOINTS = "aggregated_endpoints"
+    FALLBACK_TO_AGGREGATED = "fallback_to_aggregated"  # "true" | "false"
+    MAX_ATTEMPTS = "max_attempts"  # endpoints tried per phase of one request
+    LIVENESS_S = "liveness_s"  # silence of a phase call before its endpoint is probed
+    PROBE_TIMEOUT_S = "probe_timeout_s"
+    PROBE_INTERVAL_S = "probe_interval_s"  # background health checks; 0 = none
+
+
+READINESS_PATH = f"/v2/models/{ModelName.HEALTH}/ready"
+"""Triton's HTTP path that answers 200 only while the deployment can serve: the ``health``
+model is loaded by ``pdtrt serve``'s supervisor (:mod:`pdtrt.serve.supervisor`) while every
+phase has a healthy endpoint, and unloaded while one has none. Kubernetes probes and
+``pdtrt serve``'s own wait use it; ``/v2/health/ready`` only says that every loaded model
+loaded."""
 
 
 # --- NVIDIA's ensemble (text in, text out): the subset pdtrt serves ---------------------------
@@ -364,13 +389,30 @@ _V021_EXTRA_OUTPUTS = (
     _t("total_draft_tokens", I32, 1),
 )
 
-TRTLLM_0_21_ENGINE_IO = ModelIO(inputs=_CORE_INPUTS + _V021_EXTRA_INPUTS,
+TRTLLM_0_21_INPUT_NAMES = {"min_length": "min_tokens", "random_seed": "seed"}
+"""Core inputs named differently by TensorRT-LLM 0.21's ``tensorrt_llm`` model: renamed on the
+backend's main line on 2025-05-13 (triton-inference-server/tensorrtllm_backend c2e65b8,
+``inflight_batcher_llm/src/utils.h:93,97`` and ``all_models/.../tensorrt_llm/config.pbtxt``),
+before TensorRT-LLM 0.20/0.21 branched. A config declaring the old names still loads, and the
+backend never reads them: the values would be silently ignored."""
+
+TRTLLM_0_21_ENGINE_IO = ModelIO(inputs=tuple(replace(t, name=TRTLLM_0_21_INPUT_NAMES.get(
+                                    t.name, t.name)) for t in _CORE_INPUTS) + _V021_EXTRA_INPUTS,
                                 outputs=_CORE_OUTPUTS + _V021_EXTRA_OUTPUTS)
 """``tensorrt_llm`` of TensorRT-LLM 0.21 (logits as FP32, prompt tables and LoRA as FP16:
 NVIDIA's usual fill values for ``${logits_datatype}`` and friends)."""
 
 _ENGINE_IO = {Target.REFERENCE: REFERENCE_ENGINE_IO,
               Target.TRTLLM_0_21: TRTLLM_0_21_ENGINE_IO}
+
+
+_ENGINE_INPUT_NAMES: dict[Target, dict[str, str]] = {Target.REFERENCE: {},
+                                                    Target.TRTLLM_0_21: TRTLLM_0_21_INPUT_NAMES}
+
+
+def engine_input_name(target: Target, name: str) -> str:
+    """What the engine model of ``target`` calls the core input ``name``."""
+    return _ENGINE_INPUT_NAMES[target].get(name, name)
 
 
 def engine_io(target: Target) -> ModelIO:
@@ -411,6 +453,14 @@ ENGINE_STEP_MAP = StepMap(
     outputs=(("output_ids", "_TOKENS_BATCH"), ("sequence_length", "_SEQUENCE_LENGTH")),
 )
 """The middle step: the router (disaggregated) or the aggregated engine model."""
+
+
+def engine_step_map(target: Target) -> StepMap:
+    """:data:`ENGINE_STEP_MAP` with the model-side names of ``target``'s engine model (the
+    aggregated ensemble's middle step)."""
+    return StepMap(inputs=tuple((engine_input_name(target, name), tensor)
+                                for name, tensor in ENGINE_STEP_MAP.inputs),
+                   outputs=ENGINE_STEP_MAP.outputs)
 
 POSTPROCESSING_STEP_MAP = StepMap(
     inputs=(("TOKENS_BATCH", "_TOKENS_BATCH"), ("SEQUENCE_LENGTH", "_SEQUENCE_LENGTH")),

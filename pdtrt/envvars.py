@@ -16,7 +16,11 @@ Later stages will *write* UCX / TensorRT-LLM variables for the processes they st
 ``TRTLLM_USE_UCX_KVCACHE``, ``TRTLLM_ORCHESTRATOR``, ``TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES``,
 ``TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE``, ``UCX_TLS``, ``UCX_MEMTYPE_CACHE``, ``UCX_NET_DEVICES``.
 Its generated ``launch.sh`` reads ``PDTRT_SRC`` (the pdtrt source checkout mounted into the
-container) and ``PDTRT_MPI_ARGS`` (extra ``mpirun`` arguments, e.g. ``-H host1:2,host2:2``).
+container), ``PDTRT_MPI_ARGS`` (extra ``mpirun`` arguments), and for a world on two hosts
+``PDTRT_HOST_<GPU>`` (each host's address, e.g. ``PDTRT_HOST_L40S``), ``PDTRT_UCX_INTERFACE_<GPU>``
+(the NIC each host's ranks get as ``TRTLLM_UCX_INTERFACE``, which ``launch.sh`` writes),
+``PDTRT_SSH_DIR`` (the key pair mpirun logs in with) and ``PDTRT_SSH_PORT`` (the worker
+container's sshd port, default 2222).
 """
 
 from __future__ import annotations
@@ -37,7 +41,14 @@ UCX_MEMTYPE_CACHE = "UCX_MEMTYPE_CACHE"
 UCX_NET_DEVICES = "UCX_NET_DEVICES"
 PDTRT_SRC = "PDTRT_SRC"
 PDTRT_MPI_ARGS = "PDTRT_MPI_ARGS"
+PDTRT_SSH_DIR = "PDTRT_SSH_DIR"
+PDTRT_SSH_PORT = "PDTRT_SSH_PORT"
+PDTRT_HOST_PREFIX = "PDTRT_HOST_"  # + the GPU catalog key, upper case, "_" for "-"
+PDTRT_UCX_INTERFACE_PREFIX = "PDTRT_UCX_INTERFACE_"  # likewise
+TRTLLM_UCX_INTERFACE = "TRTLLM_UCX_INTERFACE"
 
 WRITTEN = (TRTLLM_USE_UCX_KVCACHE, TRTLLM_ORCHESTRATOR, TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES,
-           TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE, UCX_TLS, UCX_MEMTYPE_CACHE, UCX_NET_DEVICES)
-LAUNCH_SCRIPT_READS = (PDTRT_SRC, PDTRT_MPI_ARGS)
+           TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE, UCX_TLS, UCX_MEMTYPE_CACHE, UCX_NET_DEVICES,
+           TRTLLM_UCX_INTERFACE)
+LAUNCH_SCRIPT_READS = (PDTRT_SRC, PDTRT_MPI_ARGS, PDTRT_SSH_DIR, PDTRT_SSH_PORT)
+LAUNCH_SCRIPT_READS_PER_HOST = (PDTRT_HOST_PREFIX, PDTRT_UCX_INTERFACE_PREFIX)

@@ -15,7 +15,9 @@ from pdtrt.engine_io import (
     ROUTER_IO,
     TRTLLM_0_21_ENGINE_IO,
     TritonDType,
+    engine_input_name,
     engine_io,
+    engine_step_map,
 )
 from pdtrt.enums import Target
 
@@ -55,16 +57,18 @@ def test_ensemble_matches_nvidia_contract():
 def test_every_engine_table_contains_the_core(target):
     table = engine_io(target)
     for core in CORE_ENGINE_IO.inputs:
-        t = table.input(core.name)
+        t = table.input(engine_input_name(target, core.name))
         assert (t.dtype, t.dims, t.reshape_scalar) == (core.dtype, core.dims, core.reshape_scalar)
     for core in CORE_ENGINE_IO.outputs:
         assert table.output(core.name).dtype == core.dtype
 
 
 def test_trtllm_0_21_names():
+    """0.21's model reads min_tokens / seed (renamed before 0.20 branched; docs/repo.md):
+    an input declared under the old name would load and be ignored."""
     names = TRTLLM_0_21_ENGINE_IO.input_names
-    assert "min_length" in names and "random_seed" in names  # min_tokens / seed came later
-    assert "min_tokens" not in names and "seed" not in names
+    assert "min_tokens" in names and "seed" in names
+    assert "min_length" not in names and "random_seed" not in names
     assert TRTLLM_0_21_ENGINE_IO.input("context_phase_params").dtype is TritonDType.UINT8
     assert len(set(names)) == len(names)
     assert len(set(TRTLLM_0_21_ENGINE_IO.output_names)) == len(TRTLLM_0_21_ENGINE_IO.outputs)
@@ -88,6 +92,17 @@ def test_step_maps_name_existing_tensors():
     assert "text_output" in produced
     for model_name, _ in PREPROCESSING_STEP_MAP.inputs:
         PREPROCESSING_IO.input(model_name)
+
+
+@pytest.mark.parametrize("target", list(Target), ids=str)
+def test_the_aggregated_step_feeds_the_engine_under_its_own_names(target):
+    table, step = engine_io(target), engine_step_map(target)
+    assert [t for _, t in step.inputs] == [t for _, t in ENGINE_STEP_MAP.inputs]
+    fed = {t.name: t.dtype for t in ENSEMBLE_IO.inputs}
+    for model_name, tensor in step.inputs:
+        assert table.input(model_name).dtype == fed.get(tensor, table.input(model_name).dtype)
+    assert dict(step.inputs).get("seed" if target is Target.TRTLLM_0_21
+                                 else "random_seed") == "random_seed"
 
 
 def test_numpy_names():

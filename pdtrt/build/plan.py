@@ -13,11 +13,13 @@ last, the checks across phases. Every target-specific answer comes from the targ
   into each phase directory (in-process steps, no argv).
 
 A rejected combination raises :class:`BuildRejected` with every reason before anything runs.
-Running the plan is :mod:`pdtrt.build.run`.
+Running the plan is :mod:`pdtrt.build.run`. :func:`host_builds` says which host runs which
+part of a plan whose engines are built on their own GPU types.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from pdtrt.build.manifest import EngineLayout
@@ -30,7 +32,7 @@ from pdtrt.spec.deployment import Deployment
 from pdtrt.targets.base import BuildContext, TargetSupport
 from pdtrt.targets.registry import target_support
 
-__all__ = ["plan_build"]
+__all__ = ["HostBuild", "host_builds", "plan_build"]
 
 
 def plan_build(dep: Deployment, *, engines_root: Path, phases: tuple[Phase, ...] = tuple(Phase),
@@ -85,3 +87,37 @@ def _cross_phase_problems(phase_plans: list[PhasePlan]) -> list[str]:
                 f"({', '.join(f'{k} {v}' for k, v in tpbs.items())}); KV blocks could not "
                 "be handed over; set <pool>.engine.tokens_per_block in the spec"]
     return []
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostBuild:
+    """What one build host runs: the phases whose GPU type it has, and their steps."""
+
+    gpu: str  # catalog key
+    compute_capability: str | None
+    phases: tuple[Phase, ...]
+    steps: tuple[int, ...]  # 1-based positions in ``BuildPlan.steps``
+    args: tuple[str, ...]  # ``pdtrt build SPEC`` arguments that select them
+
+    def to_dict(self) -> dict[str, object]:
+        return {"gpu": self.gpu, "compute_capability": self.compute_capability,
+                "phases": [str(p) for p in self.phases], "steps": list(self.steps),
+                "args": list(self.args)}
+
+
+def host_builds(plan: BuildPlan) -> tuple[HostBuild, ...]:
+    """One host per GPU type of the plan's phases (an engine loads only on the architecture it
+    was built on); empty when the target builds on this machine (no container)."""
+    if plan.container is None:
+        return ()
+    gpus = list(dict.fromkeys(p.gpu.key for p in plan.phases))
+    hosts = []
+    for key in gpus:
+        phases = tuple(p for p in plan.phases if p.gpu.key == key)
+        names = {s.name for p in phases for s in p.steps}
+        args = () if len(phases) == len(Phase) else ("--phase", str(phases[0].phase))
+        hosts.append(HostBuild(
+            gpu=key, compute_capability=phases[0].gpu.compute_capability,
+            phases=tuple(p.phase for p in phases), args=args,
+            steps=tuple(i for i, s in enumerate(plan.steps, 1) if s.name in names)))
+    return tuple(hosts)

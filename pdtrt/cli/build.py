@@ -9,7 +9,7 @@ import click
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pdtrt.build.manifest import DEFAULT_ENGINES_ROOT
-from pdtrt.build.plan import plan_build
+from pdtrt.build.plan import HostBuild, host_builds, plan_build
 from pdtrt.build.run import BuildResult, ProgressEvent, ProgressKind, StepStatus, run_build
 from pdtrt.build.steps import BuildPlan
 from pdtrt.cli.render import console, emit_json, json_option
@@ -53,6 +53,29 @@ def plan_lines(plan: BuildPlan) -> list[str]:
     return lines
 
 
+def _steps_text(steps: tuple[int, ...]) -> str:
+    return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+
+
+def host_lines(plan: BuildPlan, hosts: tuple[HostBuild, ...], command: list[str]) -> list[str]:
+    """What each build host runs (``command``: ``pdtrt build SPEC`` as the user gave it), and
+    where the engines must be before the repository is served."""
+    if not hosts:
+        return []
+    lines = [f"hosts: each engine is built on its own GPU type, inside {plan.container} "
+             "(docs/build.md):"]
+    for h in hosts:
+        phases = ", ".join(str(p) for p in h.phases)
+        lines.append(f"  {h.gpu} host (compute {h.compute_capability}): "
+                     f"{_steps_text(h.steps)} ({phases})")
+        lines.append(f"    $ {shlex.join([*command, *h.args])}")
+    dirs = ", ".join(f"{p.engine_dir}/" for p in plan.phases)
+    lines.append(f"then: {dirs} at the same path on every host that serves the repository "
+                 "(every MPI rank opens every engine model's directory), and "
+                 f"`{shlex.join(['pdtrt', 'engines', 'check', *command[2:]])}`")
+    return lines
+
+
 def _result_lines(result: BuildResult) -> list[str]:
     lines = []
     for r in result.steps:
@@ -92,10 +115,15 @@ def build(spec_file: Path, phase_name: str, dry_run: bool, engines_dir: Path, fo
     phases = tuple(Phase) if phase_name == "all" else (Phase(phase_name),)
     plan = plan_build(dep, engines_root=engines_dir, phases=phases)
     if dry_run:
+        hosts = host_builds(plan)
         if as_json:
-            emit_json({"dry_run": True, "plan": plan.to_dict()})
+            emit_json({"dry_run": True, "plan": plan.to_dict(),
+                       "hosts": [h.to_dict() for h in hosts]})
         else:
-            click.echo("\n".join(plan_lines(plan)))
+            command = ["pdtrt", "build", str(spec_file)]
+            if engines_dir != DEFAULT_ENGINES_ROOT:
+                command += ["--engines-dir", str(engines_dir)]
+            click.echo("\n".join(plan_lines(plan) + host_lines(plan, hosts, command)))
         return
     if as_json:
         result = run_build(plan, dep, force=force)

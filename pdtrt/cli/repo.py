@@ -15,6 +15,7 @@ from pdtrt.errors import RepoInvalidError
 from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.repo.validate import validate_repo
 from pdtrt.spec.load import load_deployment
+from pdtrt.targets.launch import LaunchPlan, host_command
 
 
 class _RepoGroup(click.Group):
@@ -52,7 +53,10 @@ def generate(spec_file: Path, out: Path, mode: str, force: bool, engines_dir: Pa
     result = generate_repo(dep, out, mode=RepoMode(mode), engines_root=engines_dir,
                            force=force)
     if as_json:
-        emit_json(result.to_dict())
+        data = result.to_dict()
+        if result.plan.launch is not None:
+            data["hosts"] = _host_runs(result.plan.launch, out)
+        emit_json(data)
         return
     plan = result.plan
     click.echo(f"wrote {out}: {dep.spec.target} repository, mode {plan.mode}")
@@ -67,7 +71,16 @@ def generate(spec_file: Path, out: Path, mode: str, force: bool, engines_dir: Pa
         click.echo(f"  engine {name}: {path}{state}")
     if plan.launch is not None:
         click.echo(f"  launch: {out / 'launch.sh'} (MPI world size {plan.launch.world_size}, "
-                   f"environment in {out / 'pdtrt.env'})")
+                   f"environment in {out / 'pdtrt.env'}); each host runs, in this order:")
+        for run in _host_runs(plan.launch, out):
+            click.echo(f"    {run['host']}")
+            click.echo(f"      $ {run['command']}")
+
+
+def _host_runs(launch: LaunchPlan, out: Path) -> list[dict[str, str]]:
+    """What each host runs to start its part of the MPI world, in start order."""
+    return [{"host": h.summary, "command": host_command(launch, h, str(out / "launch.sh"))}
+            for h in launch.start_order]
 
 
 @repo.command("validate")

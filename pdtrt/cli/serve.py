@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
+import time
 from pathlib import Path
 
 import click
 
 from pdtrt.build.manifest import DEFAULT_ENGINES_ROOT
 from pdtrt.cli.render import emit_json, json_option
+from pdtrt.engine_io import READINESS_PATH
 from pdtrt.repo.generate import RepoMode
-from pdtrt.serve.launcher import pools_warnings, prepare, server_config, stop_detached, write_state
+from pdtrt.serve.launcher import (
+    pools_warnings,
+    prepare,
+    server_config,
+    spawn_supervisor,
+    stop_detached,
+    write_state,
+)
+from pdtrt.serve.supervisor import Supervisor
 from pdtrt.serve.triton_server import TritonServer
+
+_MIN_READY_WAIT_S = 30.0  # for the first health round after a slow start
 
 
 @click.command("serve")
@@ -33,9 +46,9 @@ from pdtrt.serve.triton_server import TritonServer
 @click.option("--tritonserver", type=click.Path(dir_okay=False, path_type=Path),
               help="Run this tritonserver binary instead of the embedded one (e.g. in NGC).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=300,
-              show_default=True, help="Seconds to wait for every model to be READY.")
-@click.option("--detach", is_flag=True, help="Start it, print the endpoints and return; stop "
-              "it later with `pdtrt stop WORKDIR`.")
+              show_default=True, help="Seconds to wait until the deployment can serve.")
+@click.option("--detach", is_flag=True, help="Start it, print the endpoints and return; a "
+              "supervisor process keeps watching it; stop both with `pdtrt stop WORKDIR`.")
 @json_option
 def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host: str | None,
           grpc_port: int | None, http_port: int | None, metrics_port: int | None,
@@ -44,8 +57,13 @@ def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host
 
     From a spec: builds the reference engines if they are missing, generates the repository
     (both ensembles by default), starts Triton with the KV-transfer environment, waits until
-    every model is READY (or says which model failed and why), prints the endpoints and serves
+    every model is READY (or says which model failed and why) and every phase has a healthy
+    endpoint (else it says which has none and serves anyway), prints the endpoints and serves
     until Ctrl-C / SIGTERM, then stops the server and its Python stubs.
+
+    Supervised, detached or not: a model whose Python-backend process died is reloaded
+    without restarting the server, and /v2/models/health/ready answers 200 only while every
+    phase has a healthy endpoint (the readiness to probe; /v2/health/ready does not know).
     """
     say = (lambda _m: None) if as_json else (lambda m: click.echo(f"==> {m}", err=True))
     workdir = workdir or Path("out") / (target.stem if target.is_file() else target.name)
@@ -54,39 +72,68 @@ def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host
                        progress=say)
     config = server_config(prepared, host=host, grpc_port=grpc_port, http_port=http_port,
                            metrics_port=metrics_port, tritonserver=tritonserver)
+    # Attached, the server dies with this process however it ends (even SIGKILL); detached, it
+    # outlives it on purpose.
+    config = dataclasses.replace(config, die_with_parent=not detach)
     warnings = pools_warnings(prepared, config)
     for text in warnings:
         click.echo(f"warning: {text}", err=True)
     server = TritonServer(config)
     say(f"starting Triton on {prepared.repository} (log: {config.log_path})")
+    start = time.monotonic()
     endpoints = server.start(timeout_s=timeout_s)
+    supervisor = Supervisor.for_server(prepared.repository, grpc_url=endpoints.grpc_url,
+                                       http_url=endpoints.http_url)
+    try:
+        say("waiting until every phase has a healthy endpoint")
+        health = supervisor.wait_ready(
+            max(timeout_s - (time.monotonic() - start), _MIN_READY_WAIT_S))
+    except BaseException:
+        supervisor.close()
+        server.stop()
+        raise
+    if not health.ready:  # e.g. pools in other servers not up yet: serve, and say so
+        warnings.append("not ready yet (readiness says so until it is): "
+                        + "; ".join(health.problems))
+        click.echo(f"warning: {warnings[-1]}", err=True)
+    readiness = f"http://{endpoints.http_url}{READINESS_PATH}"
     info = {"repository": str(prepared.repository), "log": str(config.log_path),
-            "endpoints": endpoints.to_dict(), "built": list(prepared.built),
-            "detached": detach, "warnings": warnings}
+            "endpoints": endpoints.to_dict(), "readiness": readiness, "ready": health.ready,
+            "built": list(prepared.built), "detached": detach, "warnings": warnings}
     if detach:
+        supervisor.close()
         assert server._proc is not None  # noqa: SLF001 -- the pid outlives this command
-        info["state"] = str(write_state(workdir, server._proc.pid, endpoints, config.log_path,
-                                         server.shm_prefix))
+        pid = server._proc.pid  # noqa: SLF001
+        watcher = spawn_supervisor(workdir, prepared.repository, endpoints, pid)
+        info["state"] = str(write_state(workdir, pid, endpoints, config.log_path,
+                                         server.shm_prefix, supervisor_pid=watcher))
     if as_json:
         emit_json(info)
     else:
-        click.echo(f"ready: grpc {endpoints.grpc_url}  http {endpoints.http_url}  metrics "
-                   f"{endpoints.metrics_url}")
+        click.echo(f"{'ready' if health.ready else 'serving'}: grpc {endpoints.grpc_url}  "
+                   f"http {endpoints.http_url}  metrics {endpoints.metrics_url}")
+        click.echo(f"readiness: {readiness}")
         click.echo(f"log: {config.log_path}")
         if detach:
-            click.echo(f"detached; stop it with: pdtrt stop {workdir}")
+            click.echo(f"detached (supervised); stop it with: pdtrt stop {workdir}")
     if detach:
         return
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
+    watching = threading.Thread(target=supervisor.run, args=(done,), name="pdtrt-supervisor",
+                                daemon=True)
+    watching.start()
     try:
         while not done.wait(1.0):
             if not server.running:
                 raise click.ClickException(f"tritonserver exited; see {config.log_path}")
     finally:
+        done.set()
+        watching.join(timeout=30)
         say("stopping Triton")
         server.stop()
+        supervisor.close()
 
 
 @click.command("stop")

@@ -49,7 +49,8 @@ def _not_yet(gpu: bool) -> str:
     lines = ["- **Inter-token latency**: no metric counts decode tokens or decode time yet.",
              "- **Percentiles** of TTFT and queue time: pdtrt exports sums, not histograms; "
              "the panels show means.",
-             "- **Router failovers**: the router calls one endpoint per pool (no failover yet)."]
+             "- **Router failovers**: counted (`pdtrt_router_retries_total`, "
+             "`pdtrt_router_endpoint_healthy`), not drawn yet."]
     if gpu:
         lines.append("- **KV-transfer time and bytes**: TensorRT-LLM's backend does not report "
                      "them in orchestrator mode.")

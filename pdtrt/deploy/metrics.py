@@ -17,8 +17,9 @@ autoscalers may query, and nothing else.
 
 What is *not* exported yet, so no panel can show it honestly: inter-token latency (no token
 counter or decode-time sum), TTFT and queue-time percentiles (sums only, no histograms),
-router failovers (the router has one endpoint per pool), KV-transfer time and bytes on
-trtllm-0.21.
+KV-transfer time and bytes on trtllm-0.21. The router's failover and endpoint-health metrics
+(``pdtrt_router_retries_total``, ``pdtrt_router_endpoint_*``) are exported but no panel or
+autoscaler uses them yet.
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """Liveness, readiness and startup probes of every pdtrt pod.
 
 **Readiness** is the one that routes traffic, so it must be honest: a pod is ready when it can
-serve a request. Today that is Triton's ``/v2/health/ready`` (every model loaded); a front
-whose pools are down still reports ready there. A path-aware readiness (the router reports
-whether a full prefill -> decode path exists, DESIGN section 3 point 9) is coming; it will
-replace :data:`READINESS_PATH` -- the only place that names it.
+serve a request. Triton's ``/v2/health/ready`` only says that every loaded model loaded -- a
+front whose pools are down, or a pool whose engine process died, still answers 200 there. So
+the probes ask for the ``health`` model instead (:data:`pdtrt.engine_io.READINESS_PATH`):
+``pdtrt serve``'s supervisor, which runs in every reference pod, keeps it loaded only while
+each phase has an endpoint that answers its health probes (DESIGN section 3 point 9). Pods
+started by a target's own launch script load it with the rest of the repository, where it
+means what ``/v2/health/ready`` means.
 
 **Liveness** asks only whether the server process answers (``/v2/health/live``): restarting a
 front because a pool is away would not bring the pool back. **Startup** gives a pod its whole
@@ -16,9 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from pdtrt.engine_io import READINESS_PATH
+
 __all__ = ["LIVENESS_PATH", "PROBE_PORT", "READINESS_PATH", "probes"]
 
-READINESS_PATH = "/v2/health/ready"
 LIVENESS_PATH = "/v2/health/live"
 PROBE_PORT = "http"  # the container port's name
 STARTUP_PERIOD_S = 10

@@ -54,6 +54,7 @@ def role_spec(spec: DeploymentSpec, role: PodRole, names: Names) -> RoleSpec:
                            metrics_port=METRICS_PORT)
     for phase in Phase:
         data[str(phase)].pop("endpoint", None)
+        data[str(phase)].pop("endpoints", None)  # a pool's Service is its one endpoint
         if role is PodRole.FRONT or role.phase is phase:
             data[str(phase)]["endpoint"] = _endpoint(names, phase)
     if role.phase is not None:

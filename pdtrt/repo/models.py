@@ -21,7 +21,7 @@ from pdtrt.repo.limits import PhaseLimits
 from pdtrt.targets.launch import LaunchPlan
 
 __all__ = ["SHIM_MODULES", "EngineUse", "EnsemblePlan", "ModelPlan", "RepoMode", "RepoPlan",
-           "TemplateFile", "param_flag", "param_number", "python_model"]
+           "TemplateFile", "health_model", "param_flag", "param_number", "python_model"]
 
 SHIM_MODULES = {
     Role.PREFILL: "pdtrt.runtime.engine_model",
@@ -54,17 +54,18 @@ class RepoMode(StrEnum):
 class EngineUse:
     """An engine model of the repository, and the phase whose engine and pool it uses."""
 
-    model: ModelName
+    model: str  # ModelName, or another local endpoint's name (decode_b)
     role: Role
     phase: Phase
     engine_dir: Path
     limits: PhaseLimits
+    instances: int = 1  # model instances (the endpoint's)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelPlan:
-    name: ModelName
-    role: Role
+    name: str  # ModelName, or another local endpoint's name
+    role: Role | None  # None: the readiness marker (no pdtrt role, no parameters)
     backend: TritonBackend
     max_batch_size: int
     decoupled: bool
@@ -100,11 +101,11 @@ class RepoPlan:
     mode: RepoMode
     models: tuple[ModelPlan, ...]
     ensembles: tuple[EnsemblePlan, ...]
-    engine_dirs: dict[ModelName, Path]
+    engine_dirs: dict[str, Path]
     tokenizer_dir: str
     limits: dict[Phase, PhaseLimits]
     launch: LaunchPlan | None
-    remote: dict[ModelName, str] = field(default_factory=dict)  # engine model -> HOST:PORT
+    remote: dict[str, str] = field(default_factory=dict)  # pool -> HOST:PORT[,HOST:PORT...]
     root_files: tuple[TemplateFile, ...] = ()  # the target's launch artifacts
 
 
@@ -118,9 +119,20 @@ def param_number(value: float) -> str:
     return f"{value:g}"
 
 
-def python_model(name: ModelName, role: Role, *, batch: int, decoupled: bool, io: ModelIO,
+def python_model(name: str, role: Role, *, batch: int, decoupled: bool, io: ModelIO,
                  count: int, params: tuple[tuple[str, str], ...]) -> ModelPlan:
     """A pdtrt Python model: its ``1/model.py`` imports :data:`SHIM_MODULES` ``[role]``."""
     return ModelPlan(name=name, role=role, backend=TritonBackend.PYTHON, max_batch_size=batch,
                      decoupled=decoupled, io=io, instance_count=count, parameters=params,
                      dynamic_batching=False, shim_module=SHIM_MODULES[role])
+
+
+def health_model() -> ModelPlan:
+    """The readiness marker ``health``: a Python model with no inputs, no outputs and no
+    pdtrt import (so it loads in any container with the Python backend). Nobody calls it;
+    what matters is whether it is *loaded*: ``pdtrt serve``'s supervisor loads it while every
+    phase has a healthy endpoint and unloads it while one has none, so Triton's
+    ``/v2/models/health/ready`` tells the truth (:data:`pdtrt.engine_io.READINESS_PATH`)."""
+    return ModelPlan(name=ModelName.HEALTH, role=None, backend=TritonBackend.PYTHON,
+                     max_batch_size=1, decoupled=False, io=ModelIO(inputs=(), outputs=()),
+                     instance_count=1, parameters=(), dynamic_batching=False, shim_module=None)

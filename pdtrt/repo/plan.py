@@ -4,8 +4,11 @@
 :class:`RepoPlan` (:mod:`pdtrt.repo.models`) in named steps: which engine models the mode asks
 for and which pools live in other servers; each phase's limits (:mod:`pdtrt.repo.limits`); what
 the target makes of them -- the engine models' backend, I/O and parameters, the tokenizer
-directory, the launch plan and its files (:mod:`pdtrt.targets`); then the router, the ensembles
-and pre/postprocessing, which are the same on every target. All numbers are computed here or by
+directory, the launch plan and its files (:mod:`pdtrt.targets`); then the router, the ensembles,
+pre/postprocessing and the ``health`` readiness marker, which are the same on every target.
+Each pool is a list of endpoints (``<pool>.endpoints``): every local one is an engine model
+of this repository (``decode``, ``decode_b``, ...), every remote one a model of another server
+that only the router's parameters name. All numbers are computed here or by
 the target; :mod:`pdtrt.repo.render` only formats them. Batch sizes: each engine model uses its
 phase's ``max_batch_size``; the router and the disaggregated ensemble the larger of prefill's
 and decode's; the aggregated ensemble the aggregated model's; preprocessing and postprocessing
@@ -30,6 +33,7 @@ from pdtrt.engine_io import (
     Param,
     Role,
     StepMap,
+    engine_step_map,
 )
 from pdtrt.enums import Phase
 from pdtrt.errors import RepoError
@@ -40,19 +44,21 @@ from pdtrt.repo.models import (
     ModelPlan,
     RepoMode,
     RepoPlan,
+    health_model,
     param_flag,
+    param_number,
     python_model,
 )
+from pdtrt.runtime.endpoints import EndpointSpec, format_endpoints
 from pdtrt.spec.deployment import Deployment
-from pdtrt.spec.schema import DeploymentSpec
+from pdtrt.spec.schema import DeploymentSpec, PoolEndpoint
 from pdtrt.targets.base import TargetSupport
 from pdtrt.targets.registry import target_support
 
 __all__ = ["plan_repo", "tokenizer_dir_of"]
 
-# the pools' engine models: (model, role, phase whose engine and pool it uses)
-_POOLS = ((ModelName.PREFILL, Role.PREFILL, Phase.PREFILL),
-          (ModelName.DECODE, Role.DECODE, Phase.DECODE))
+# the pools' engine models: (role, phase whose engine and pool they use)
+_POOLS = ((Role.PREFILL, Phase.PREFILL), (Role.DECODE, Phase.DECODE))
 
 
 def _abs(path: Path) -> Path:
@@ -74,16 +80,17 @@ def plan_repo(dep: Deployment, *, mode: RepoMode, engines_root: Path) -> RepoPla
     limits = {p: resolve_limits(dep, p, manifest_if_present(layout.phase_dir(p)),
                                 defaults=support.engine_defaults) for p in Phase}
     remote = _remote_pools(spec, mode)
-    engines = _engine_uses(spec, mode, layout, limits, remote)
+    engines = _engine_uses(spec, mode, layout, limits)
     tokenizer_dir = support.tokenizer_dir(dep, layout)
     launch = support.plan_launch(dep, engines, layout=layout, tokenizer_dir=tokenizer_dir)
     models = [support.engine_model(dep, e, launch=launch) for e in engines]
-    ensembles = _ensembles(mode, limits)
+    ensembles = _ensembles(mode, limits, engine_step_map(spec.target))
     if mode.has_disaggregated:
-        models.append(_router(dep, support, mode, limits, remote))
+        models.append(_router(dep, support, mode, limits))
     if ensembles:
         pre, post = _tokenizer_models(max(e.max_batch_size for e in ensembles), tokenizer_dir)
         models = [pre, *models, post]
+    models.append(health_model())
     return RepoPlan(
         target=spec.target, mode=mode, models=tuple(models), ensembles=tuple(ensembles),
         engine_dirs={e.model: e.engine_dir for e in engines}, tokenizer_dir=tokenizer_dir,
@@ -92,75 +99,131 @@ def plan_repo(dep: Deployment, *, mode: RepoMode, engines_root: Path) -> RepoPla
 
 
 def _check_mode(spec: DeploymentSpec, mode: RepoMode) -> None:
-    if mode is RepoMode.DISAGGREGATED and spec.router.aggregated_below_tokens > 0:
-        raise RepoError(
-            f"router.aggregated_below_tokens is {spec.router.aggregated_below_tokens}, but a "
-            "--mode disaggregated repository has no aggregated model to route short prompts to",
-            hint="use --mode both, or set router.aggregated_below_tokens to 0")
+    if not mode.has_disaggregated or mode.has_aggregated or spec.router.aggregated_endpoints:
+        return
+    for key, value, what in (
+            ("aggregated_below_tokens", spec.router.aggregated_below_tokens,
+             "short prompts"),
+            ("fallback_to_aggregated", spec.router.fallback_to_aggregated,
+             "a failed disaggregated path")):
+        if value:
+            raise RepoError(
+                f"router.{key} is {str(value).lower()}, but a --mode disaggregated repository "
+                f"has no aggregated model to send {what} to",
+                hint=f"use --mode both, list router.aggregated_endpoints, or unset "
+                f"router.{key}")
 
 
-def _endpoints(spec: DeploymentSpec) -> dict[ModelName, str]:
-    """The pools' engine models served by another Triton server, and its HOST:PORT."""
-    return {name: spec.endpoints[phase] for name, _, phase in _POOLS if phase in spec.endpoints}
-
-
-def _remote_pools(spec: DeploymentSpec, mode: RepoMode) -> dict[ModelName, str]:
-    """The engine models this repository's router calls in another server."""
-    return _endpoints(spec) if mode.has_disaggregated else {}
+def _remote_pools(spec: DeploymentSpec, mode: RepoMode) -> dict[str, str]:
+    """The pools this repository's router calls in other servers: pool -> their HOST:PORTs
+    (comma-separated)."""
+    if not mode.has_disaggregated:
+        return {}
+    return {str(phase): ",".join(urls) for phase, urls in spec.endpoints.items()}
 
 
 def _engine_uses(spec: DeploymentSpec, mode: RepoMode, layout: EngineLayout,
-                 limits: dict[Phase, PhaseLimits],
-                 remote: dict[ModelName, str]) -> list[EngineUse]:
+                 limits: dict[Phase, PhaseLimits]) -> list[EngineUse]:
     """The engine models of a ``mode`` repository, in model order (prefill, decode,
-    aggregated). A pool with an endpoint has no local model here -- and is the only kind a
-    ``--mode pools`` repository (the one that other server serves) holds."""
+    aggregated): each pool's local endpoints. A ``--mode pools`` repository (the one another
+    server serves) holds the models the pools' remote endpoints name instead."""
+    chosen: list[tuple[str, Role, Phase, int]] = []  # (model, role, phase, instances)
     if mode is RepoMode.POOLS:
-        served = _endpoints(spec)
-        if not served:
+        if not spec.endpoints:
             raise RepoError(f"deployment '{spec.name}' has no pool with an endpoint, so there "
                             "is nothing for a --mode pools repository to serve",
                             hint="set prefill.endpoint / decode.endpoint to this server's "
                             "HOST:PORT (docs/examples/reference-remote.yaml), or use --mode both")
-        chosen = [pool for pool in _POOLS if pool[0] in served]
+        for role, phase in _POOLS:
+            chosen += _uses(role, phase, [e for e in spec.pool_endpoints(phase) if e.url])
     elif mode.has_disaggregated:
-        chosen = [pool for pool in _POOLS if pool[0] not in remote]
-    else:
-        chosen = []
+        for role, phase in _POOLS:
+            chosen += _uses(role, phase, [e for e in spec.pool_endpoints(phase) if not e.url])
     if mode.has_aggregated:
-        chosen.append((ModelName.AGGREGATED, Role.AGGREGATED, Phase.PREFILL))
+        local = [e for e in spec.aggregated_endpoints() if not e.url]
+        if ModelName.AGGREGATED not in {e.model for e in local}:
+            local.insert(0, PoolEndpoint(model=ModelName.AGGREGATED, url=None,
+                                         instances=spec.prefill.instances))
+        chosen += _uses(Role.AGGREGATED, Phase.PREFILL, local)
     return [EngineUse(model=name, role=role, phase=phase, engine_dir=layout.phase_dir(phase),
-                      limits=limits[phase]) for name, role, phase in chosen]
+                      limits=limits[phase], instances=instances)
+            for name, role, phase, instances in chosen]
+
+
+def _uses(role: Role, phase: Phase, endpoints: list[PoolEndpoint]
+          ) -> list[tuple[str, Role, Phase, int]]:
+    """One engine model per distinct model name (two servers may serve one ``decode``)."""
+    seen: dict[str, int] = {}
+    for e in endpoints:
+        seen.setdefault(e.model, e.instances)
+    return [(name, role, phase, instances) for name, instances in seen.items()]
+
+
+def _listed(endpoints: tuple[PoolEndpoint, ...]) -> str:
+    """A pool's ``*_endpoints`` parameter: "" for a pool of one (``*_model`` and ``*_url``
+    name it, as in repositories written by hand)."""
+    if len(endpoints) < 2:
+        return ""
+    return format_endpoints(EndpointSpec(model=e.model, url=e.url or "", instances=e.instances)
+                            for e in endpoints)
 
 
 def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
-            limits: dict[Phase, PhaseLimits], remote: dict[ModelName, str]) -> ModelPlan:
-    """pdtrt's router: decoupled like the target's engine models, whose calls it forwards."""
+            limits: dict[Phase, PhaseLimits]) -> ModelPlan:
+    """pdtrt's router: decoupled like the target's engine models, whose calls it forwards.
+    ``prefill_model`` / ``prefill_url`` name each pool's first endpoint (its only one, and
+    what tools that know one endpoint per pool read); ``prefill_endpoints`` all of them when
+    there are several."""
     spec = dep.spec
     phases = (Phase.PREFILL, Phase.DECODE)
+    pools = {p: spec.pool_endpoints(p) for p in phases}
+    first = {p: pools[p][0] for p in phases}
+    router, health = spec.router, spec.router.health
     return python_model(
         ModelName.ROUTER, Role.ROUTER, batch=_disaggregated_batch(limits),
-        decoupled=support.engine_decoupled(spec), io=ROUTER_IO, count=spec.router.instances,
+        decoupled=support.engine_decoupled(spec), io=ROUTER_IO, count=router.instances,
         params=(
             (Param.ROLE, Role.ROUTER),
-            (Param.PREFILL_MODEL, ModelName.PREFILL),
-            (Param.DECODE_MODEL, ModelName.DECODE),
+            (Param.PREFILL_MODEL, first[Phase.PREFILL].model),
+            (Param.DECODE_MODEL, first[Phase.DECODE].model),
             (Param.AGGREGATED_MODEL, ModelName.AGGREGATED if mode.has_aggregated else ""),
-            (Param.AGGREGATED_BELOW_TOKENS, str(spec.router.aggregated_below_tokens)),
-            (Param.EARLY_FIRST_TOKEN, param_flag(spec.router.early_first_token)),
-            (Param.PREFILL_URL, remote.get(ModelName.PREFILL, "")),
-            (Param.DECODE_URL, remote.get(ModelName.DECODE, "")),
+            (Param.AGGREGATED_BELOW_TOKENS, str(router.aggregated_below_tokens)),
+            (Param.EARLY_FIRST_TOKEN, param_flag(router.early_first_token)),
+            (Param.PREFILL_URL, first[Phase.PREFILL].url or ""),
+            (Param.DECODE_URL, first[Phase.DECODE].url or ""),
+            (Param.PREFILL_ENDPOINTS, _listed(pools[Phase.PREFILL])),
+            (Param.DECODE_ENDPOINTS, _listed(pools[Phase.DECODE])),
+            (Param.AGGREGATED_ENDPOINTS, _aggregated_listed(spec, mode)),
+            (Param.FALLBACK_TO_AGGREGATED, param_flag(router.fallback_to_aggregated)),
+            (Param.MAX_ATTEMPTS, str(router.max_attempts)),
+            (Param.LIVENESS_S, param_number(health.liveness_s)),
+            (Param.PROBE_TIMEOUT_S, param_number(health.probe_timeout_s)),
+            (Param.PROBE_INTERVAL_S, param_number(health.probe_interval_s)),
             (Param.ERROR_OUTPUT, support.engine_error_output),
             (Param.MAX_INPUT_LEN, str(min(limits[p].max_input_len for p in phases))),
             (Param.MAX_SEQ_LEN, str(min(limits[p].max_seq_len for p in phases))),
         ))
 
 
+def _aggregated_listed(spec: DeploymentSpec, mode: RepoMode) -> str:
+    """``aggregated_endpoints``: the listed ones (the local ``aggregated`` first when the
+    repository has it); "" when ``aggregated_model`` alone is the path."""
+    listed = spec.aggregated_endpoints()
+    if not listed:
+        return ""
+    if mode.has_aggregated and ModelName.AGGREGATED not in {e.model for e in listed if not e.url}:
+        listed = (PoolEndpoint(model=ModelName.AGGREGATED, url=None,
+                               instances=spec.prefill.instances), *listed)
+    return format_endpoints(EndpointSpec(model=e.model, url=e.url or "", instances=e.instances)
+                            for e in listed)
+
+
 def _disaggregated_batch(limits: dict[Phase, PhaseLimits]) -> int:
     return max(limits[Phase.PREFILL].max_batch_size, limits[Phase.DECODE].max_batch_size)
 
 
-def _ensembles(mode: RepoMode, limits: dict[Phase, PhaseLimits]) -> list[EnsemblePlan]:
+def _ensembles(mode: RepoMode, limits: dict[Phase, PhaseLimits],
+               engine_map: StepMap) -> list[EnsemblePlan]:
     """The text-in, text-out ensembles: through the router, and through the aggregated model
     (which runs on the prefill engine and pool)."""
     ensembles = []
@@ -171,7 +234,8 @@ def _ensembles(mode: RepoMode, limits: dict[Phase, PhaseLimits]) -> list[Ensembl
     if mode.has_aggregated:
         ensembles.append(EnsemblePlan(name=ModelName.ENSEMBLE_AGGREGATED,
                                       max_batch_size=limits[Phase.PREFILL].max_batch_size,
-                                      io=ENSEMBLE_IO, steps=_steps(ModelName.AGGREGATED)))
+                                      io=ENSEMBLE_IO,
+                                      steps=_steps(ModelName.AGGREGATED, engine_map)))
     return ensembles
 
 
@@ -186,6 +250,7 @@ def _tokenizer_models(batch: int, tokenizer_dir: str) -> tuple[ModelPlan, ModelP
                          params=((Param.ROLE, Role.POSTPROCESSING), *tok)))
 
 
-def _steps(middle: ModelName) -> tuple[tuple[ModelName, StepMap], ...]:
-    return ((ModelName.PREPROCESSING, PREPROCESSING_STEP_MAP), (middle, ENGINE_STEP_MAP),
+def _steps(middle: ModelName, middle_map: StepMap = ENGINE_STEP_MAP
+           ) -> tuple[tuple[ModelName, StepMap], ...]:
+    return ((ModelName.PREPROCESSING, PREPROCESSING_STEP_MAP), (middle, middle_map),
             (ModelName.POSTPROCESSING, POSTPROCESSING_STEP_MAP))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jinja2
 
-from pdtrt.engine_io import ModelIO, ModelName, TensorSpec
+from pdtrt.engine_io import ModelIO, ModelName, Role, TensorSpec
 from pdtrt.errors import ConfigParseError
 from pdtrt.repo.models import EnsemblePlan, ModelPlan, RepoPlan
 from pdtrt.repo.pbtxt import parse_config, quote
@@ -46,6 +46,16 @@ _COMMENTS = {
                           "baseline.",
     ModelName.POSTPROCESSING: "Detokenizer: output ids -> text_output (NVIDIA's postprocessing "
                               "I/O).",
+    ModelName.HEALTH: "Readiness marker: loaded while every phase has a healthy endpoint "
+                      "(pdtrt serve's supervisor); /v2/models/health/ready is the readiness.",
+}
+# engine models of further local endpoints (decode_b, ...), by role
+_ENDPOINT_COMMENTS = {
+    Role.PREFILL: "Engine model for context-only requests: another endpoint of the prefill "
+                  "pool.",
+    Role.DECODE: "Engine model for generation-only requests: another endpoint of the decode "
+                 "pool.",
+    Role.AGGREGATED: "Engine model doing both phases: another endpoint of the aggregated path.",
 }
 
 
@@ -90,9 +100,17 @@ def _io_views(io: ModelIO) -> dict[str, object]:
             "outputs": _tensors(io.outputs, is_input=False)}
 
 
+def _comment(m: ModelPlan) -> str:
+    if m.name in _COMMENTS:
+        return _COMMENTS[ModelName(m.name)]
+    assert m.role is not None, m
+    return _ENDPOINT_COMMENTS[m.role]
+
+
 def _model_view(m: ModelPlan) -> dict[str, object]:
     return {
-        "pdtrt_version": __version__, "comment": _COMMENTS[m.name], "name": quote(m.name),
+        "pdtrt_version": __version__,
+        "comment": _comment(m), "name": quote(m.name),
         "backend": quote(m.backend), "max_batch_size": m.max_batch_size,
         "decoupled": "true" if m.decoupled else "false",
         "dynamic_batching": [m.max_batch_size] if m.dynamic_batching else [],
@@ -165,6 +183,9 @@ def render_repo(dep: Deployment, plan: RepoPlan) -> RenderedRepo:
         if m.shim_module is not None:
             files[f"{m.name}/1/model.py"] = env.get_template("model.py.j2").render(
                 pdtrt_version=__version__, role=str(m.role), module=m.shim_module)
+        elif m.name == ModelName.HEALTH:
+            files[f"{m.name}/1/model.py"] = env.get_template("health_model.py.j2").render(
+                pdtrt_version=__version__)
     for e in plan.ensembles:
         files[f"{e.name}/config.pbtxt"] = _checked(
             e.name, env.get_template("ensemble.pbtxt.j2").render(**_ensemble_view(e)))

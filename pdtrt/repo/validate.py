@@ -3,7 +3,10 @@
 Every problem is collected, none stops the others: each model's ``config.pbtxt`` against
 Triton's schema, NVIDIA-template mistakes (unfilled ``${...}``, ``max_batch_size: 0`` with
 ``reshape: { shape: [ ] }``), version directories and Python shims, ensemble wiring and router
-parameters (:mod:`pdtrt.repo.wiring`), pdtrt roles and their parameters, and the engine
+parameters (:mod:`pdtrt.repo.wiring`), pdtrt roles and their parameters, what an engine
+backend needs of a model's parameters (a ``tensorrtllm`` model without a parameter its backend
+requires does not load: :meth:`~pdtrt.targets.base.TargetSupport.engine_config_problems`), and
+the engine
 directories: their manifests must match the repository's target, the phase of the model
 using them, and each other (KV layout, via :func:`pdtrt.build.manifest.compatibility_problems`).
 
@@ -33,6 +36,7 @@ from pdtrt.repo.wiring import (
     parameter,
     router_problems,
 )
+from pdtrt.targets.base import TargetSupport
 from pdtrt.targets.registry import REGISTRY
 from pdtrt.targets.trtllm_0_21 import GPT_MODEL_PATH
 
@@ -108,6 +112,28 @@ def _model_problems(name: str, d: Path, cfg: ModelConfig) -> list[str]:
         else:
             problems += [f"{name}: parameter '{k}' is missing or empty"
                          for k in _REQUIRED_PARAMS[Role(role)] if not parameter(cfg, k)]
+    return problems
+
+
+def _backend_support(backend: str, target: Target | None) -> TargetSupport | None:
+    """The target whose engine backend is ``backend`` (the repository's first); None for the
+    Python backend (pdtrt's engine models: checked by their ``pdtrt_role``)."""
+    supports = [s for s in REGISTRY if s.engine_backend == backend
+                and s.engine_backend is not TritonBackend.PYTHON]
+    return next((s for s in supports if s.target == target), supports[0] if supports else None)
+
+
+def _backend_problems(configs: dict[str, ModelConfig], target: Target | None) -> list[str]:
+    """Each engine model against what its backend reads: a missing required parameter is a
+    load failure, a value the backend cannot read is one it silently replaces."""
+    problems = []
+    for name, cfg in configs.items():
+        support = _backend_support(cfg.backend, target)
+        if support is None:
+            continue
+        count = sum(max(g.count, 1) for g in cfg.instance_group) or 1
+        params = {k: v.string_value for k, v in cfg.parameters.items()}
+        problems += support.engine_config_problems(name, params, instance_count=count)
     return problems
 
 
@@ -229,6 +255,7 @@ def validate_repo(root: Path, *, require_engines: bool = False) -> ValidationRep
             problems += ensemble_problems(name, cfg, configs, broken)
         problems += router_problems(name, cfg, configs, broken)
     target = _target(root, configs, problems)
+    problems += _backend_problems(configs, target)
     engine_problems, warnings = _engine_findings(_engines(configs), target, configs,
                                                  require_engines)
     (engine_problems if require_engines else warnings).extend(_tokenizer_findings(configs))

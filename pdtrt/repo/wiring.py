@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pdtrt.engine_io import Param, Role
 from pdtrt.repo.pbtxt import EnsembleStep, ModelConfig, ModelTensor, data_type_name
+from pdtrt.runtime.endpoints import parse_endpoints
 from pdtrt.spec.schema import ENDPOINT
 from pdtrt.suggest import did_you_mean
 
@@ -174,6 +175,7 @@ def router_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelConfi
                     problems.append(f"{name}: parameter '{url_key}' is {url!r}, not a gRPC "
                                     "address HOST:PORT")
                 remote.add(str(parameter(cfg, key)))
+        problems += _endpoint_lists(name, cfg, models, broken, remote)
         below = parameter(cfg, Param.AGGREGATED_BELOW_TOKENS) or "0"
         if not below.isdigit():
             problems.append(f"{name}: parameter '{Param.AGGREGATED_BELOW_TOKENS}' must be a "
@@ -195,4 +197,26 @@ def router_problems(name: str, cfg: ModelConfig, models: Mapping[str, ModelConfi
                 f"{name}: decoupled is {str(decoupled).lower()} but {target} (its '{key}') has "
                 f"decoupled {str(model.model_transaction_policy.decoupled).lower()}: a "
                 "streaming path must be decoupled end to end")
+    return problems
+
+
+_ENDPOINT_LISTS = (Param.PREFILL_ENDPOINTS, Param.DECODE_ENDPOINTS, Param.AGGREGATED_ENDPOINTS)
+
+
+def _endpoint_lists(name: str, cfg: ModelConfig, models: Mapping[str, ModelConfig],
+                    broken: frozenset[str], remote: set[str]) -> list[str]:
+    """The router's endpoint lists: they parse, and their local models exist. The models of
+    remote endpoints join ``remote`` (they live in other servers)."""
+    problems = []
+    for key in _ENDPOINT_LISTS:
+        try:
+            endpoints = parse_endpoints(parameter(cfg, key) or "")
+        except ValueError as exc:
+            problems.append(f"{name}: parameter '{key}': {exc}")
+            continue
+        remote.update(e.model for e in endpoints if e.url)
+        named = {parameter(cfg, k) for k in ENGINE_REFERENCE_PARAMS}  # reported there
+        problems += [f"{name}: parameter '{key}' names {_unknown_model(e.model, models)}"
+                     for e in endpoints if e.is_local and e.model not in models
+                     and e.model not in broken and e.model not in named]
     return problems

@@ -6,15 +6,20 @@ Implements the core ``tensorrt_llm`` contract (:data:`pdtrt.engine_io.REFERENCE_
 streaming, greedy and seeded sampling, ``end_id``, max tokens, timing outputs, and ``stop``:
 like the ``tensorrt_llm`` model, a request with ``stop`` = true stops the in-flight request with
 the same request id (and, on the prefill side, frees the KV it still holds). Requests are parsed
-and checked against the engine limits before anything is allocated
-(:mod:`pdtrt.runtime.requests`). The model is decoupled: ``execute`` hands requests to the
-in-flight scheduler and returns at once; generation-only requests first pull their KV over UCX
-on a worker thread. Each request ends with exactly one final response (:class:`_Responder`).
+and checked against the engine limits -- ``max_beam_width`` from the engine's manifest -- and
+TensorRT-LLM's sampling rules before anything is allocated (:mod:`pdtrt.runtime.requests`).
+The model is decoupled: ``execute`` hands requests to the in-flight scheduler and returns at
+once; generation-only requests first pull their KV over UCX on a worker thread. Each request
+ends with exactly one final response (:class:`_Responder`). When the server is told to stop
+(SIGTERM reaches the stub) every request in flight ends with "the server is shutting down" and
+new ones are refused (:meth:`TritonPythonModel.drain`); ``finalize`` stops the threads and UCX
+and releases the seam, so nothing touches the stub while it tears down.
 All of Triton goes through the injected seam (:class:`~pdtrt.runtime.triton_io.Triton`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -25,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from pdtrt.build.manifest import read_manifest
 from pdtrt.engine_io import ERROR_OUTPUT, REFERENCE_ENGINE_IO, Param, RequestType, Role
 from pdtrt.errors import InvalidRequestError, KVTransferError
 from pdtrt.runtime.faults import FaultInjection
@@ -44,6 +50,7 @@ from pdtrt.runtime.requests import (
     parse_engine_request,
 )
 from pdtrt.runtime.scheduler import Emission, Scheduler, SeqRequest
+from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
 from pdtrt.runtime.triton_io import (
     Incoming,
     MetricKind,
@@ -97,6 +104,7 @@ class EngineConfig:
     max_seq_len: int
     ucx_tls: tuple[str, ...]  # UCX transports of the KV transfer (prefill and decode roles)
     kv_transfer_timeout_s: float
+    max_beam_width: int = 1  # the engine's, from its manifest (initialize reads it)
 
     @classmethod
     def from_params(cls, p: dict[str, str]) -> EngineConfig:
@@ -110,12 +118,20 @@ class EngineConfig:
                    kv_transfer_timeout_s=float(p[Param.KV_TRANSFER_TIMEOUT_S]))
 
 
+def _max_beam_width(engine_dir: Path) -> int:
+    """The ``max_beam_width`` the engine was built with (its manifest's build settings)."""
+    settings = read_manifest(engine_dir).build_settings.get("settings", {})
+    value = settings.get("max_beam_width", {}) if isinstance(settings, dict) else {}
+    return int(value.get("value", 1)) if isinstance(value, dict) else 1
+
+
 class TritonPythonModel:
     def __init__(self, triton: Triton) -> None:
         self.triton = triton
 
     def initialize(self, args: dict[str, Any]) -> None:
         config = EngineConfig.from_params(model_params(args))
+        config = dataclasses.replace(config, max_beam_width=_max_beam_width(config.engine_dir))
         engine = load_reference_engine(config.engine_dir,
                                        tokens_per_block=config.tokens_per_block)
         ucx = None
@@ -136,13 +152,19 @@ class TritonPythonModel:
         self.limits = EngineLimits(role=config.role, max_input_len=config.max_input_len,
                                    max_seq_len=config.max_seq_len,
                                    vocab_size=int(engine.model.config.vocab_size),
-                                   layout=engine.layout, serves_phases=ucx is not None)
+                                   layout=engine.layout, serves_phases=ucx is not None,
+                                   max_beam_width=min(config.max_beam_width,
+                                                      engine.max_beam_width))
         self.metrics = Metrics(self.triton, _METRICS, {"model": model_name})
         self.inflight = InflightRequests()
         self.scheduler = Scheduler(engine, max_batch_size=config.max_batch_size,
                                    max_num_tokens=config.max_num_tokens, faults=faults)
         self.scheduler.start()
         self.pulls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pdtrt-kv-pull")
+        self.draining = False  # the server is stopping: nothing new is admitted
+        self._live: set[_Responder] = set()  # requests without their final response yet
+        self._live_lock = threading.Lock()
+        self.triton.on_server_stop(self.drain)
 
     def _publish_gauges(self) -> None:
         self.metrics.set("active", self.inflight.num_live)
@@ -173,10 +195,15 @@ class TritonPythonModel:
     def _admit(self, incoming: Incoming, request: EngineRequest, arrival_ns: int) -> None:
         handle = self.inflight.register(request.request_id)
         out = _Responder(self, incoming, request, arrival_ns=arrival_ns, handle=handle)
+        with self._live_lock:
+            if self.draining:
+                self.inflight.finished(handle)
+                raise InvalidRequestError(SHUTTING_DOWN)
+            self._live.add(out)
         seq = SeqRequest(request_id=request.request_id, prompt=list(request.prompt),
                          max_new_tokens=request.max_new_tokens, end_id=request.end_id,
                          sampling=request.sampling, mode=request.mode, emit=out.emit,
-                         is_cancelled=lambda: handle.stopped or self.triton.is_cancelled(incoming))
+                         is_cancelled=out.cancelled)
         if request.context_phase_params is not None:
             self.pulls.submit(self._pull_then_submit, seq, request.context_phase_params, out)
         else:
@@ -208,11 +235,38 @@ class TritonPythonModel:
             return
         self.scheduler.submit(seq)
 
+    def ended(self, out: _Responder) -> None:
+        """``out``'s final response went out."""
+        with self._live_lock:
+            self._live.discard(out)
+
+    # -- the end -----------------------------------------------------------------------------
+    def drain(self) -> None:
+        """The server is stopping (SIGTERM, or finalize): every request in flight ends now with
+        :data:`SHUTTING_DOWN` (its sequence stops at the next step), new ones are refused."""
+        with self._live_lock:
+            self.draining = True
+            live, self._live = list(self._live), set()
+        for out in live:
+            out.hold()  # no more tokens; its sequence stops at the next step
+        if live:
+            time.sleep(SETTLE_S)  # the responses already sent go through their ensemble steps
+        for out in live:
+            out.fail(SHUTTING_DOWN)
+        if live:
+            log.info("drained %d request(s) in flight", len(live))
+        self._publish_gauges()
+
     def finalize(self) -> None:
+        """Drain, stop the scheduler, the KV pulls and UCX (freeing held KV), then release the
+        seam -- in that order, so no thread touches the stub once it tears down."""
+        self.drain()
         self.scheduler.stop()
         self.pulls.shutdown(wait=False, cancel_futures=True)
         if self.ucx is not None:
+            self.ucx.on_change = None
             self.ucx.stop()
+        self.triton.release()
 
 
 class _Responder:
@@ -222,20 +276,35 @@ class _Responder:
                  arrival_ns: int, handle: StopHandle) -> None:
         self.model, self.triton, self.incoming = model, model.triton, incoming
         self.request, self.arrival_ns, self.handle = request, arrival_ns, handle
-        # emit() runs on the scheduler thread, fail() on a KV-pull thread: one at a time.
+        # emit() and cancelled() run on the scheduler thread, fail() on a KV-pull or the
+        # SIGTERM thread: one at a time.
         self._lock = threading.Lock()
         self.tokens: list[int] = []
         self.done = False  # the final response went out
         self.sent = False  # a response with data went out
+        self.held = False  # the server is stopping: only the error goes out
 
     def fail(self, message: str) -> None:
         """End the request with an error."""
         with self._lock:
             self._fail(message)
 
+    def cancelled(self) -> bool:
+        """Stopped, or the client has gone. Once the final response is out Triton is not
+        asked: its response factory is gone then, and asking crashed the server (SIGSEGV in
+        ``TRITONBACKEND_ResponseFactoryIsCancelled``) -- hence the lock the final takes too."""
+        with self._lock:
+            return self.done or self.handle.stopped or self.triton.is_cancelled(self.incoming)
+
+    def hold(self) -> None:
+        """Send nothing more but the error :meth:`fail` will send; stop the sequence."""
+        with self._lock:
+            self.held = True
+            self.handle.stopped = True
+
     def emit(self, em: Emission) -> None:
         with self._lock:
-            if self.done:
+            if self.done or self.held:
                 return
             if em.error is not None:
                 self._fail(em.error)
@@ -246,25 +315,37 @@ class _Responder:
         if self.done:
             return
         self.done = True
+        self.model.ended(self)
         self.model.inflight.finished(self.handle)
         self.model.metrics.add("failed", 1)
         self.model._publish_gauges()
-        if not self.sent:
+        wanted = self.incoming.requested_outputs
+        if not self.sent or (wanted and ERROR_OUTPUT not in wanted):
+            # Before data, or a caller that did not ask for the in-band error (an ensemble
+            # step): one error response that ends the request. An ensemble runs its next step
+            # for every response, so an in-band one would reach the postprocessing empty; and
+            # Triton 2.51's ensemble never completes a request whose step sent its error and
+            # its final flag apart (measured).
             self.triton.send_error(self.incoming, message)
-        else:
-            # After data, Triton 2.51's BLS drops an error response (and an error response
-            # flagged final never ends the caller's stream): the message goes in-band first,
-            # then the error response for gRPC clients, then the final flag on its own.
-            text = np.array([[message.encode()]], dtype=object)
-            self.triton.send(self.incoming, {ERROR_OUTPUT: text})
+            return
+        # After data, Triton 2.51's BLS drops an error response (and an error response flagged
+        # final never ends the caller's stream): the message goes in-band, then the final flag
+        # on its own. The error response goes only to a caller that did not name its outputs
+        # (a gRPC client): sent to a BLS caller, it also kept that caller's stream from ever
+        # ending, and its stub from finalizing (measured: the router then held Triton's exit
+        # for the whole exit timeout).
+        text = np.array([[message.encode()]], dtype=object)
+        self.triton.send(self.incoming, {ERROR_OUTPUT: text})
+        if not wanted:
             self.triton.send_error(self.incoming, message, final=False)
-            self.triton.close(self.incoming)
+        self.triton.close(self.incoming)
 
     def _emit(self, em: Emission) -> None:
         self.tokens += em.tokens
         extra: dict[str, np.ndarray] = {}
         if em.final:
             self.done = True
+            self.model.ended(self)
             self.model.inflight.finished(self.handle)
             self.model.metrics.add("requests", 1)
             if em.cancelled:

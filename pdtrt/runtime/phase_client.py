@@ -6,21 +6,31 @@ depend on where a pool runs (DESIGN §3, router point 7).
 
 - :class:`BlsPhaseClient`: a decoupled BLS request through the model's Triton seam
   (:meth:`~pdtrt.runtime.triton_io.Triton.bls_exec`). Triton 2.51's BLS response iterator is
-  synchronous, so each stream is drained on a worker thread
-  (:meth:`~pdtrt.runtime.triton_io.Triton.bls_next`) and one router instance keeps many
-  requests in flight.
+  synchronous and has no timeout: each stream is read by a thread of its own
+  (:meth:`~pdtrt.runtime.triton_io.Triton.bls_next`), one response each time the caller asks
+  for the next (no read-ahead), handed over through an asyncio queue, so one router
+  instance keeps many requests in flight -- and a caller that stops listening (a liveness
+  deadline, see :mod:`pdtrt.runtime.health`) is never stuck with it: when the callee's stub
+  has died, ``next()`` never returns (measured: not even after the model is reloaded), and
+  only that one thread waits on.
 - :class:`GrpcPhaseClient`: a ``ModelStreamInfer`` stream to another Triton server over
   ``grpc.aio`` with tritonclient's protobuf types (``tritonclient.grpc.service_pb2``). It asks
   for the empty final response (``triton_enable_empty_final_response``, what tritonclient's
   ``enable_empty_final_response`` sets) so a stream that ends without data still ends, and
-  half-closes the stream after the final response instead of cancelling it.
+  half-closes the stream after the final response; a caller that stops listening cancels it.
+
+:func:`probe` asks an endpoint the cheapest question there is -- TensorRT-LLM's stop request
+for an id nobody uses, which every engine model answers at once with an empty final response
+without touching its engine -- and says whether it answered in time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
+import threading
 from collections.abc import AsyncIterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -29,7 +39,13 @@ import numpy as np
 from pdtrt.errors import PhaseError
 from pdtrt.runtime.triton_io import Triton
 
-__all__ = ["BlsPhaseClient", "GrpcPhaseClient", "PhaseClient", "PhaseResponse"]
+__all__ = ["PROBE_ID_PREFIX", "STUB_GONE", "BlsPhaseClient", "GrpcPhaseClient", "PhaseClient",
+           "PhaseResponse", "probe", "probe_inputs"]
+
+PROBE_ID_PREFIX = "pdtrt-probe-"
+# Triton 2.51's answer to a request for a model whose Python-backend stub has died:
+# "Stub process '<instance>' is not healthy." (pinned by tests/serve/test_phase_failures.py).
+STUB_GONE = "is not healthy"
 
 
 @dataclass(frozen=True)
@@ -51,37 +67,96 @@ class PhaseClient(Protocol):
     where: str  # for error messages: "this server" or the gRPC address
 
     def stream(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-               parameters: Mapping[str, str], outputs: list[str], error_output: str = ""
-               ) -> AsyncIterator[PhaseResponse]:
+               parameters: Mapping[str, str], outputs: list[str], error_output: str = "",
+               fail_fast: bool = True) -> AsyncIterator[PhaseResponse]:
         """Responses of one decoupled request; ``error_output`` names the output that carries
-        an in-band error message (pdtrt's engine models), "" for none."""
+        an in-band error message (pdtrt's engine models), "" for none. ``fail_fast``: a
+        request for a model known to be down fails at once (probes pass False)."""
         ...
 
 
+def _read_to_end(triton: Triton, responses: Any) -> None:
+    """Read what is left of a BLS stream its caller stopped reading (it went away, or an error
+    ended it), discarding it. The stub clears a stream once its caller has read the last
+    response; a stream left half-read is cleared only when the stub finalizes, and there
+    Triton 2.51's stub deadlocks (``ResponseIterator::Clear`` at teardown, measured with gdb):
+    the router never unloaded and held the server's exit for the whole exit timeout."""
+    while True:
+        try:
+            if triton.bls_next(responses, ()) is None:
+                return
+        except PhaseError:  # a (non-final) error response: the end is still to come
+            continue
+        except Exception:  # a broken stub: nothing more to read
+            return
+
+
 class BlsPhaseClient:
+    """BLS streams; remembers the models whose stub Triton reported dead (:data:`STUB_GONE`)
+    until one of them answers again, and fails requests for those at once."""
+
     where = "this server"
 
-    def __init__(self, triton: Triton, pool: ThreadPoolExecutor) -> None:
+    def __init__(self, triton: Triton) -> None:
         self.triton = triton
-        self.pool = pool
+        self._down: dict[str, str] = {}  # model -> Triton's message (threads: atomic ops only)
 
     async def stream(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-                     parameters: Mapping[str, str], outputs: list[str], error_output: str = ""
-                     ) -> AsyncIterator[PhaseResponse]:
+                     parameters: Mapping[str, str], outputs: list[str], error_output: str = "",
+                     fail_fast: bool = True) -> AsyncIterator[PhaseResponse]:
         names = outputs + ([error_output] if error_output else [])
-        responses = self.triton.bls_exec(model, inputs, request_id=request_id,
-                                         parameters=parameters, outputs=names)
+        skip_if = (lambda: self._down.get(model)) if fail_fast else None
         loop = asyncio.get_running_loop()
-        while True:
+        queue: asyncio.Queue[PhaseResponse | BaseException | None] = asyncio.Queue()
+        wanted = threading.Semaphore(0)  # one release per response the caller asks for
+        gone = threading.Event()  # the caller stopped listening
+
+        def deliver(item: PhaseResponse | BaseException | None) -> None:
+            if not gone.is_set():
+                try:
+                    loop.call_soon_threadsafe(queue.put_nowait, item)
+                except RuntimeError:  # the event loop has closed
+                    gone.set()
+
+        def drain() -> None:
+            responses = None
             try:
-                got = await loop.run_in_executor(self.pool, self.triton.bls_next, responses,
-                                                 names)
+                responses = self.triton.bls_exec(model, inputs, request_id=request_id,
+                                                 parameters=parameters, outputs=names,
+                                                 skip_if=skip_if)
+                while True:
+                    wanted.acquire()
+                    if gone.is_set():
+                        break
+                    got = self.triton.bls_next(responses, names)
+                    if got is None:
+                        break
+                    self._down.pop(model, None)  # it answers
+                    deliver(PhaseResponse.of(got, error_output))
+                self._down.pop(model, None)
             except PhaseError as exc:  # an error response ends the stream
-                yield PhaseResponse(error=exc.message)
-                return
-            if got is None:
-                return
-            yield PhaseResponse.of(got, error_output)
+                if STUB_GONE in exc.message:
+                    self._down[model] = exc.message
+                deliver(PhaseResponse(error=exc.message))
+            except Exception as exc:  # a bug or a broken stub: the caller raises it
+                deliver(exc)
+            deliver(None)
+            if responses is not None:
+                _read_to_end(self.triton, responses)
+
+        threading.Thread(target=drain, name=f"pdtrt-bls-{model}", daemon=True).start()
+        try:
+            while True:
+                wanted.release()
+                item = await queue.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            gone.set()
+            wanted.release()  # a drain thread waiting for the next request exits
 
 
 class GrpcPhaseClient:
@@ -120,8 +195,8 @@ class GrpcPhaseClient:
         return req
 
     async def stream(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-                     parameters: Mapping[str, str], outputs: list[str], error_output: str = ""
-                     ) -> AsyncIterator[PhaseResponse]:
+                     parameters: Mapping[str, str], outputs: list[str], error_output: str = "",
+                     fail_fast: bool = True) -> AsyncIterator[PhaseResponse]:
         import grpc
         from tritonclient.grpc import InferResult
 
@@ -151,3 +226,36 @@ class GrpcPhaseClient:
             yield PhaseResponse(error=f"{self.where}: {exc.code().name}: {exc.details()}")
         finally:
             final.set()
+            if not call.done():  # the caller stopped listening: end the call too
+                call.cancel()
+
+
+def probe_inputs() -> dict[str, np.ndarray]:
+    """The inputs of a health probe: a stop request (``stop`` = true) in the engine model's
+    config shapes, for a one-token prompt."""
+    one = np.array([[1]], dtype=np.int32)
+    return {"input_ids": one, "input_lengths": one, "request_output_len": one,
+            "stop": np.array([[True]])}
+
+
+async def probe(client: PhaseClient, model: str, *, timeout_s: float,
+                error_output: str = "") -> str | None:
+    """Ask ``model`` through ``client`` to stop a request nobody sent: None when it answered
+    without an error within ``timeout_s``, else what went wrong (its error, or the silence)."""
+    async def ask() -> str | None:
+        stream = client.stream(model, probe_inputs(),
+                               request_id=PROBE_ID_PREFIX + secrets.token_hex(6),
+                               parameters={}, outputs=["output_ids"], error_output=error_output,
+                               fail_fast=False)
+        async with aclosing(stream) as responses:
+            async for r in responses:
+                if r.error is not None:
+                    return r.error
+        return None
+
+    try:
+        return await asyncio.wait_for(ask(), timeout_s)
+    except TimeoutError:
+        return f"no answer to a health probe within {timeout_s:g} s"
+    except Exception as exc:
+        return f"health probe failed: {type(exc).__name__}: {exc}"

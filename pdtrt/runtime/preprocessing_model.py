@@ -3,8 +3,11 @@
 NVIDIA's preprocessing I/O (:data:`pdtrt.engine_io.PREPROCESSING_IO`): ``QUERY`` and
 ``REQUEST_OUTPUT_LEN`` in; ``INPUT_ID``, ``REQUEST_INPUT_LEN``, empty bad/stop word lists,
 ``REQUEST_OUTPUT_LEN``, ``OUT_END_ID`` / ``OUT_PAD_ID`` (the tokenizer's, unless the request
-gives them) out. The tokenizer loads from a local directory with remote code disabled. All of
-Triton goes through the injected seam (:class:`~pdtrt.runtime.triton_io.Triton`).
+gives them) out. One prompt per request, like every pdtrt model
+(:func:`~pdtrt.runtime.requests.one_prompt`); stop and bad words are refused rather than
+dropped: this preprocessing does not turn them into word lists yet. The tokenizer loads from a
+local directory with remote code disabled. All of Triton goes through the injected seam
+(:class:`~pdtrt.runtime.triton_io.Triton`).
 """
 
 from __future__ import annotations
@@ -13,8 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from pdtrt.engine_io import PREPROCESSING_IO, Param
+from pdtrt.engine_io import PREPROCESSING_IO, PREPROCESSING_STEP_MAP, Param
+from pdtrt.errors import InvalidRequestError
+from pdtrt.runtime.requests import one_prompt
 from pdtrt.runtime.triton_io import Incoming, Triton, model_params
+
+# The ensemble's names of the preprocessing inputs (``text_input`` for ``QUERY``), for messages.
+_ENSEMBLE_NAME = dict(PREPROCESSING_STEP_MAP.inputs)
 
 
 def load_tokenizer(path: str) -> Any:
@@ -43,6 +51,16 @@ class TritonPythonModel:
             return self.triton.error_response("text_input is missing")
         texts = [q.decode("utf-8", "replace") if isinstance(q, bytes) else str(q)
                  for q in query.reshape(-1)]
+        try:
+            one_prompt(_ENSEMBLE_NAME["QUERY"], len(texts))
+            for name in ("STOP_WORDS_DICT", "BAD_WORDS_DICT"):
+                words = request.tensor(name)
+                if words is not None and any(w for w in words.reshape(-1)):
+                    raise InvalidRequestError(
+                        f"input '{_ENSEMBLE_NAME[name]}' is not supported by pdtrt's "
+                        "preprocessing yet; leave it out")
+        except InvalidRequestError as exc:
+            return self.triton.error_response(exc.message)
         if any(not t for t in texts):
             return self.triton.error_response(
                 "text_input is empty; give a prompt of at least one token")

@@ -47,6 +47,8 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
 class ReferenceEngine:
     """One model in memory; not thread-safe (one scheduler thread drives it)."""
 
+    max_beam_width = 1  # greedy or sampled, one sequence per request: no beam search
+
     def __init__(self, model: torch.nn.Module, *, tokens_per_block: int) -> None:
         self.model = model.eval()
         cfg = model.config

@@ -7,23 +7,37 @@ or a :class:`StopRequest` (TensorRT-LLM's stop contract); bad input is refused h
 :class:`~pdtrt.errors.InvalidRequestError` that becomes that request's error response and
 nothing else. The rest of each model works on these frozen objects only. This module calls no
 Triton API (the seam in :mod:`~pdtrt.runtime.triton_io` does) and holds no state.
+
+Strict like TensorRT-LLM: sampling values outside TensorRT-LLM's own ranges, a beam width the
+engine was not built for, ``input_lengths`` that disagree with ``input_ids`` and more than one
+prompt per request are refused with a message naming the input, the value and what is allowed
+(:func:`check_sampling`, :func:`one_prompt`) -- never served as if they were fine. The router
+checks the same rules as the engine models, so a client gets the same message on every path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from pdtrt.build.manifest import KVLayout
-from pdtrt.engine_io import REQUEST_TYPE_PARAMETER, ROUTER_IO, RequestType, Role
+from pdtrt.engine_io import (
+    ENGINE_STEP_MAP,
+    REQUEST_TYPE_PARAMETER,
+    ROUTER_IO,
+    RequestType,
+    Role,
+)
 from pdtrt.errors import InvalidRequestError
 from pdtrt.runtime.phase_params import ContextPhaseParams
 from pdtrt.runtime.triton_io import Incoming
 
-__all__ = ["EngineLimits", "EngineRequest", "RouterRequest", "SamplingParams", "StopRequest",
-           "parse_engine_request", "parse_router_request"]
+__all__ = ["DISAGGREGATED_MAX_BEAM_WIDTH", "EngineLimits", "EngineRequest", "RouterRequest",
+           "SamplingParams", "StopRequest", "check_sampling", "one_prompt", "parse_engine_request",
+           "parse_router_request"]
 
 # Router inputs that arrive reshaped to [batch] and go to a phase in the config shape [batch, 1].
 _ROUTER_SCALARS = frozenset(t.name for t in ROUTER_IO.inputs if t.reshape_scalar)
@@ -32,17 +46,92 @@ _STOP_INPUTS = ("input_ids", "input_lengths", "request_output_len")
 _EMPTY_PROMPT = "the prompt is empty: 'text_input' / 'input_ids' has no tokens"
 
 
+def one_prompt(name: str, num_prompts: int) -> None:
+    """Refuse a request carrying more than one prompt (``name`` has ``num_prompts`` rows):
+    pdtrt's models serve one sequence per request, end to end."""
+    if num_prompts > 1:
+        raise InvalidRequestError(f"input '{name}' holds {num_prompts} prompts; pdtrt serves one "
+                                  "prompt per request: send each prompt as its own request")
+
+
 def _prompt(request: Incoming, empty: str) -> tuple[int, ...]:
-    """The prompt: ``input_ids`` cut to ``input_lengths`` (the rest is padding)."""
+    """The prompt: the one row of ``input_ids``, which ``input_lengths`` must count exactly."""
     ids = request.tensor("input_ids")
     if ids is None or ids.size == 0:
         raise InvalidRequestError(empty)
+    one_prompt("input_ids", ids.shape[0] if ids.ndim > 1 else 1)
     width = ids.shape[-1]
+    lengths = request.tensor("input_lengths")
+    if lengths is not None and lengths.size > 1:
+        one_prompt("input_lengths", lengths.size)
     n = int(request.scalar("input_lengths", width))
-    if not 0 <= n <= width:
-        raise InvalidRequestError(f"input_lengths {n} is outside 0..{width}, the number of "
-                                  "input_ids given")
-    return tuple(int(t) for t in ids.reshape(-1)[:n])
+    if n != width:
+        raise InvalidRequestError(f"input 'input_lengths' is {n} but 'input_ids' holds {width} "
+                                  f"tokens; allowed: exactly {width}")
+    return tuple(int(t) for t in ids.reshape(-1))
+
+
+# -- sampling: TensorRT-LLM's rules ---------------------------------------------------------------
+# The ranges are TensorRT-LLM's own checks of a request's sampling configuration, in
+# cpp/tensorrt_llm/executor/samplingConfig.cpp (checkBeamWidth, checkTopK, checkTopP,
+# checkTemperature, checkRepetitionPenalty, checkLengthPenalty, checkMinTokens) at NVIDIA/
+# TensorRT-LLM commit 3585984b32cded5cc002d3087d3da4b0fd9fb8a5: temperature >= 0 (0 allowed:
+# greedy), top_k >= 0, top_p in (0, 1], repetition_penalty > 0, length penalty >= 0, min tokens
+# >= 0, beam width >= 1; presence and frequency penalties are not range-checked there. Its
+# Triton backend turns a top_p <= 0 into "no top_p" before that check
+# (triton_backend/inflight_batcher_llm/src/utils.cc, getSamplingConfigFromTensors, commit
+# 192908136e53ddfc2f282e81e6ecdb76af06eb50), so top_p 0 means "none" here too; pdtrt refuses a
+# negative top_p instead of ignoring it. Stricter than TensorRT-LLM on one point: NaN and
+# infinity are refused for every floating-point input (TensorRT-LLM's checks let +inf through).
+# The beam width must also fit the engine: TensorRT-LLM refuses one above the engine's
+# max_beam_width (batch_manager/trtGptModelInflightBatching.cpp, changeBeamWidth, commit
+# b35ac1b64368513d215c57d2ed01d62d910df8da).
+@dataclass(frozen=True)
+class _Range:
+    name: str  # the engine model's (and router's) input
+    allowed: str  # what the message says is allowed
+    ok: Callable[[float], bool]
+
+
+_finite = math.isfinite
+_SAMPLING_RANGES = (
+    _Range("temperature", "a finite number >= 0", lambda v: _finite(v) and v >= 0),
+    _Range("runtime_top_k", ">= 0", lambda v: v >= 0),
+    _Range("runtime_top_p", "(0, 1], or 0 for none", lambda v: v == 0 or 0 < v <= 1),
+    _Range("repetition_penalty", "a finite number > 0", lambda v: _finite(v) and v > 0),
+    _Range("len_penalty", "a finite number >= 0", lambda v: _finite(v) and v >= 0),
+    _Range("min_length", ">= 0", lambda v: v >= 0),
+    _Range("presence_penalty", "a finite number", _finite),
+    _Range("frequency_penalty", "a finite number", _finite),
+)
+DISAGGREGATED_MAX_BEAM_WIDTH = 1
+"""The beam width of every engine behind the router: pdtrt builds each phase with
+``max_beam_width`` 1 (disaggregated serving needs beam width 1; pdtrt.build.settings)."""
+# The ensemble's name of each engine input, for the message (``top_p`` for ``runtime_top_p``).
+_ENSEMBLE_NAME = {engine: ensemble for engine, ensemble in ENGINE_STEP_MAP.inputs}
+
+
+def _input_name(name: str) -> str:
+    alias = _ENSEMBLE_NAME.get(name, name)
+    return f"'{name}'" if alias == name or alias.startswith("_") else \
+        f"'{name}' (the ensemble's '{alias}')"
+
+
+def _refuse(name: str, value: object, allowed: str) -> InvalidRequestError:
+    return InvalidRequestError(f"input {_input_name(name)} is {value}; allowed: {allowed}")
+
+
+def check_sampling(request: Incoming, *, max_beam_width: int) -> None:
+    """Refuse sampling inputs TensorRT-LLM refuses (the rules above) and a ``beam_width``
+    outside ``1..max_beam_width``. Raises :class:`InvalidRequestError` naming the input, the
+    value and what is allowed; absent inputs are fine."""
+    for rule in _SAMPLING_RANGES:
+        value = request.scalar(rule.name)
+        if value is not None and not rule.ok(value):
+            raise _refuse(rule.name, value, rule.allowed)
+    beam = request.scalar("beam_width")
+    if beam is not None and not 1 <= beam <= max_beam_width:
+        raise _refuse("beam_width", beam, f"1..{max_beam_width} (the engine's max_beam_width)")
 
 
 # -- the router ----------------------------------------------------------------------------------
@@ -68,10 +157,12 @@ class RouterRequest:
 
 
 def parse_router_request(request: Incoming) -> RouterRequest:
-    """Raises :class:`InvalidRequestError` for an empty prompt or bad ``input_lengths``."""
+    """Raises :class:`InvalidRequestError` for an empty prompt, more than one prompt,
+    ``input_lengths`` that disagree with ``input_ids``, and sampling inputs the engines refuse
+    (:func:`check_sampling`, the engines' beam width being
+    :data:`DISAGGREGATED_MAX_BEAM_WIDTH`)."""
     prompt = _prompt(request, _EMPTY_PROMPT)
-    if not prompt:
-        raise InvalidRequestError(_EMPTY_PROMPT)
+    check_sampling(request, max_beam_width=DISAGGREGATED_MAX_BEAM_WIDTH)
     return RouterRequest(
         request_id=request.request_id, prompt=prompt,
         max_new_tokens=int(request.scalar("request_output_len", required=True)),
@@ -106,6 +197,7 @@ class EngineLimits:
     vocab_size: int
     layout: KVLayout  # KV a generation-only request brings must match it
     serves_phases: bool  # context-only / generation-only requests (prefill and decode roles)
+    max_beam_width: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +240,8 @@ def parse_engine_request(request: Incoming, limits: EngineLimits
                                   f"exceeds max_seq_len {limits.max_seq_len} (or is < 1)")
     if min(prompt) < 0 or max(prompt) >= limits.vocab_size:
         raise InvalidRequestError(f"input_ids outside the vocabulary [0, {limits.vocab_size})")
+    check_sampling(request, max_beam_width=limits.max_beam_width)
+    _check_implemented(request)
     mode = _mode(request, limits)
     end_id = request.scalar("end_id")
     return EngineRequest(
@@ -161,6 +255,32 @@ def parse_engine_request(request: Incoming, limits: EngineLimits
         exclude_input=bool(request.scalar("exclude_input_in_output", False)),
         context_phase_params=(_context_phase_params(request, limits, n)
                               if mode is RequestType.GENERATION_ONLY else None))
+
+
+# What the reference engine does not implement, with the values that ask for nothing: a request
+# asking for more is refused instead of being answered as if it had not asked.
+_NEUTRAL = (
+    ("repetition_penalty", "1.0", lambda v: v == 1),
+    ("presence_penalty", "0.0", lambda v: v == 0),
+    ("frequency_penalty", "0.0", lambda v: v == 0),
+    ("min_length", "0 or 1", lambda v: v <= 1),
+    ("return_log_probs", "false", lambda v: not v),
+)
+_WORD_LISTS = ("stop_words_list", "bad_words_list")
+
+
+def _check_implemented(request: Incoming) -> None:
+    for name, neutral, ok in _NEUTRAL:
+        value = request.scalar(name)
+        if value is not None and not ok(value):
+            raise _refuse(name, value, f"{neutral} (the reference engine does not implement "
+                          f"{name})")
+    for name in _WORD_LISTS:  # [1, 2, n]: token ids, then end offsets padded with -1
+        words = request.tensor(name)
+        if words is not None and words.size and (words.reshape(-1, 2, words.shape[-1])[:, 1]
+                                                 >= 0).any():
+            raise _refuse(name, "a non-empty word list",
+                          f"no words (the reference engine does not implement {name})")
 
 
 def _mode(request: Incoming, limits: EngineLimits) -> RequestType:

@@ -2,31 +2,40 @@
 
 Per request, one of two paths. **Aggregated**: a prompt shorter than
 ``aggregated_below_tokens`` goes to the aggregated model, whose stream is relayed. **Prefill
-then decode**: a context-only request to the prefill model returns the first token and the
+then decode**: a context-only request to a prefill endpoint returns the first token and the
 ``context_phase_params``; the first token goes to the client at once (``early_first_token``);
-then a generation-only request to the decode model streams the rest, relayed without repeating
+then a generation-only request to a decode endpoint streams the rest, relayed without repeating
 the first token. Many requests are in flight per instance (``async def execute``). Every
 failure becomes a request error, and every stream ends with exactly one final response
-(:class:`_Reply` keeps both promises).
+(:class:`~pdtrt.runtime.reply.Reply` keeps both promises).
 
-Request ids and cancellation: both phases see the client's request id with a unique suffix
-(``<id>~<hex>``). When the client cancels (seen by ``is_cancelled``), the router sends the phase
-in flight TensorRT-LLM's stop request -- same id, input ``stop`` = true -- which stops the
-sequence and, on the prefill side, frees the KV it holds. Triton 2.51 has no way to cancel a
-BLS request (no ``cancel()`` on the response iterator) and does not pass an ensemble request's
-cancellation on to the composing model in flight, so the stop request is the mechanism; a
-client cancels by streaming to the ``router`` model itself (see docs/serve.md). The router also
-frees the prefill's KV whenever no decode phase will pull it (decode failure, a one-token
-request, a client gone between the phases).
+Pools and failover (points 7-9): each phase has a pool of endpoints -- models of this server
+(BLS) or of other Triton servers (gRPC) -- and each call goes to the healthy endpoint with the
+least outstanding work (:mod:`pdtrt.runtime.endpoints`). No call waits on a dead phase: after
+``liveness_s`` of silence its endpoint is probed, and a failed probe ends the call and ejects
+the endpoint; background probes re-admit it (:mod:`pdtrt.runtime.health`). A phase that fails
+is retried on *another* endpoint of its pool (up to ``max_attempts`` endpoints) while nothing
+of that attempt reached the client: a prefill always (nothing was sent yet), a decode before
+its first own token (after a fresh prefill; the KV of the failed one is freed), the aggregated
+path likewise; with ``fallback_to_aggregated`` a disaggregated path that cannot be completed
+goes to the aggregated pool instead. Once tokens of an attempt reached the client, its failure
+is a request error that says so -- never a repeated, changed or missing token. Every retry
+and fallback is counted (``pdtrt_router_retries_total{phase}``,
+``pdtrt_router_fallbacks_total``) and logged with the request id.
 
-Pools: the prefill and decode models are called in this server (BLS) or, when the router's
-``prefill_url`` / ``decode_url`` parameter names another Triton server, over gRPC
-(:mod:`pdtrt.runtime.phase_client`); the KV then moves between the two servers' engine
-instances over UCX as before. All of Triton goes through the injected seam
-(:class:`~pdtrt.runtime.triton_io.Triton`), so this module runs under a fake in unit tests.
+Request ids and cancellation: each phase attempt sees the client's request id with a unique
+suffix (``<id>~<hex>``). When the client cancels (seen by ``is_cancelled``), the router sends
+the phase in flight TensorRT-LLM's stop request -- same id, input ``stop`` = true -- which stops
+the sequence and, on the prefill side, frees the KV it holds. Triton 2.51 has no way to cancel
+a BLS request and does not pass an ensemble request's cancellation on to the composing model,
+so the stop request is the mechanism; a client cancels by streaming to the ``router`` model
+itself (see docs/serve.md). The router also frees the prefill's KV whenever no decode phase
+will pull it (decode failure, a one-token request, a client gone between the phases).
 
-Prometheus metrics on Triton's metrics port: requests, errors, cancellations, TTFT, and
-per-phase queue time (``first_scheduled_time_ns - arrival_time_ns`` reported by the engines).
+All of Triton goes through the injected seam (:class:`~pdtrt.runtime.triton_io.Triton`), so
+this module runs under a fake in unit tests. Prometheus metrics on Triton's metrics port:
+requests, errors, cancellations, TTFT, per-phase queue time, and per endpoint: calls,
+health, ejections and re-admissions.
 """
 
 from __future__ import annotations
@@ -35,33 +44,30 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from pdtrt.engine_io import REQUEST_TYPE_PARAMETER, ROUTER_IO, Param, RequestType
+from pdtrt.engine_io import REQUEST_TYPE_PARAMETER, ROUTER_IO, RequestType, Role
 from pdtrt.errors import InvalidRequestError, PhaseError
+from pdtrt.runtime.endpoints import Endpoint, EndpointPool, outstanding
+from pdtrt.runtime.health import Prober, health_loop, watched
 from pdtrt.runtime.phase_client import (
     BlsPhaseClient,
     GrpcPhaseClient,
     PhaseClient,
     PhaseResponse,
 )
+from pdtrt.runtime.reply import Reply
 from pdtrt.runtime.requests import RouterRequest, parse_router_request
-from pdtrt.runtime.triton_io import (
-    Incoming,
-    MetricKind,
-    Metrics,
-    MetricSpec,
-    Triton,
-    model_params,
-    token_outputs,
-)
+from pdtrt.runtime.router_config import PHASE_ROLES, RouterConfig
+from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
+from pdtrt.runtime.triton_io import Incoming, MetricKind, Metrics, MetricSpec, Triton, model_params
 
-_COUNTER = MetricKind.COUNTER
+_COUNTER, _GAUGE = MetricKind.COUNTER, MetricKind.GAUGE
 _METRICS = {
     "requests": MetricSpec("pdtrt_router_requests_total", "Requests routed", _COUNTER),
     "errors": MetricSpec("pdtrt_router_errors_total", "Requests that ended in an error",
@@ -77,16 +83,33 @@ _METRICS = {
     "decode_queue_s": MetricSpec("pdtrt_decode_queue_seconds_total",
                                  "Sum of decode queue time (after the KV pull), seconds",
                                  _COUNTER),
+    "fallbacks": MetricSpec("pdtrt_router_fallbacks_total",
+                            "Requests sent to the aggregated path after the disaggregated one "
+                            "failed", _COUNTER),
+    # labelled by phase
+    "retries": MetricSpec("pdtrt_router_retries_total",
+                          "Phase calls retried on another endpoint after a failure", _COUNTER),
+    # labelled by phase and endpoint
+    "calls": MetricSpec("pdtrt_router_endpoint_calls_total",
+                        "Phase calls sent to each endpoint", _COUNTER),
+    "healthy": MetricSpec("pdtrt_router_endpoint_healthy",
+                          "1 while an endpoint answers its health probes, 0 while ejected",
+                          _GAUGE),
+    "ejections": MetricSpec("pdtrt_router_endpoint_ejections_total",
+                            "Times an endpoint was ejected after a failed health probe",
+                            _COUNTER),
+    "readmissions": MetricSpec("pdtrt_router_endpoint_readmissions_total",
+                               "Times an ejected endpoint was re-admitted", _COUNTER),
+    "stalled": MetricSpec("pdtrt_router_stalled_calls_total",
+                          "Phase calls ended because their endpoint stopped answering",
+                          _COUNTER),
 }
 log = logging.getLogger(__name__)
 _PHASE_OUTPUTS = ["output_ids", "sequence_length", "arrival_time_ns", "first_scheduled_time_ns"]
-# Triton 2.51's BLS response iterator is synchronous: each stream is drained on a worker thread
-# so one router instance keeps many requests in flight.
-_STREAM_THREADS = 256
 
 
 def _phase_id(client_id: str) -> str:
-    """The id both phases see: the client's, made unique so a ``stop`` hits only this one."""
+    """The id a phase attempt sees: the client's, made unique so a ``stop`` hits only it."""
     return f"{client_id}~{secrets.token_hex(6)}" if client_id else secrets.token_hex(8)
 
 
@@ -96,80 +119,16 @@ def _tokens(response: PhaseResponse) -> list[int]:
 
 @dataclass(frozen=True)
 class _Prefill:
-    """What the prefill phase answered: the first token(s) and the KV hand-off, if any."""
+    """What a prefill endpoint answered: the first token(s) and the KV hand-off, if any."""
 
     first_tokens: tuple[int, ...]
     context_phase_params: np.ndarray | None  # None: no KV is held for a decode to pull
+    endpoint: Endpoint  # where the KV is held
+    phase_id: str  # the id the prefill saw (and the decode sees)
 
     def needs_decode(self, max_new_tokens: int) -> bool:
         return (bool(self.first_tokens) and self.context_phase_params is not None
                 and len(self.first_tokens) < max_new_tokens)
-
-
-class _Reply:
-    """The client's side of one routed request.
-
-    Each position of the output goes to the client once -- phases report their tokens by
-    position (a decode stream starts again with the prefill's first token), and only positions
-    not seen yet are kept -- and exactly one final response ends the request: the rest of the
-    output, an empty final, or an error.
-    """
-
-    def __init__(self, triton: Triton, incoming: Incoming, metrics: Metrics,
-                 start_s: float) -> None:
-        self.triton, self.incoming, self.metrics, self.start_s = triton, incoming, metrics, start_s
-        self.tokens: list[int] = []  # the output so far, each position once
-        self.num_streamed = 0  # of which already sent (streaming)
-        self.done = False  # the final response went out
-
-    def cancelled(self) -> bool:
-        return self.triton.is_cancelled(self.incoming)
-
-    def extend(self, position: int, tokens: Sequence[int]) -> None:
-        """Tokens of the output from ``position`` on; positions already known are dropped."""
-        self.tokens += tokens[max(0, len(self.tokens) - position):]
-
-    def stream(self) -> None:
-        """Send the tokens not sent yet, if any, as one (non-final) response."""
-        new = self.tokens[self.num_streamed:]
-        if new:
-            self._first_token_out()
-            self.triton.send(self.incoming, token_outputs(new))
-            self.num_streamed = len(self.tokens)
-
-    def finish(self, request: RouterRequest) -> None:
-        """The final response: the unsent rest (streaming) or the whole output."""
-        if not request.streaming:
-            full = self.tokens if request.exclude_input else [*request.prompt, *self.tokens]
-            self.triton.send(self.incoming, token_outputs(full), final=True)
-        elif rest := self.tokens[self.num_streamed:]:
-            self._first_token_out()
-            self.triton.send(self.incoming, token_outputs(rest), final=True)
-        else:
-            self.triton.close(self.incoming)
-        self.done = True
-
-    def close(self) -> None:
-        """An empty final response (the client has gone)."""
-        self.triton.close(self.incoming)
-        self.done = True
-
-    def fail(self, message: str) -> None:
-        """End the request with an error, unless it has ended already."""
-        if self.done:
-            log.warning("request %r already ended; not sent: %s", self.incoming.request_id,
-                        message)
-            return
-        self.done = True
-        try:
-            self.triton.send_error(self.incoming, message)
-        except Exception:  # nothing is left to tell the client with
-            log.exception("cannot send the error of request %r: %s", self.incoming.request_id,
-                          message)
-
-    def _first_token_out(self) -> None:
-        if self.num_streamed == 0:
-            self.metrics.add("ttft_s", time.perf_counter() - self.start_s)
 
 
 class TritonPythonModel:
@@ -177,43 +136,124 @@ class TritonPythonModel:
         self.triton = triton
 
     def initialize(self, args: dict[str, Any]) -> None:
-        p = model_params(args)
-        self.prefill_model = p[Param.PREFILL_MODEL]
-        self.decode_model = p[Param.DECODE_MODEL]
-        self.aggregated_model = p.get(Param.AGGREGATED_MODEL, "")
-        self.aggregated_below = int(p.get(Param.AGGREGATED_BELOW_TOKENS, "0") or 0)
-        self.early_first_token = p.get(Param.EARLY_FIRST_TOKEN, "true") == "true"
-        self.error_output = p.get(Param.ERROR_OUTPUT, "")
-        self.pool = ThreadPoolExecutor(max_workers=_STREAM_THREADS,
-                                       thread_name_prefix="pdtrt-router")
-        local = BlsPhaseClient(self.triton, self.pool)
-        self.clients: dict[str, PhaseClient] = {
-            self.prefill_model: _client(p.get(Param.PREFILL_URL, ""), local),
-            self.decode_model: _client(p.get(Param.DECODE_URL, ""), local),
-        }
-        if self.aggregated_model:
-            self.clients[self.aggregated_model] = local
-        self.metrics = Metrics(self.triton, _METRICS, {"model": args["model_name"]})
+        self.config = c = RouterConfig.from_params(model_params(args))
+        self.pools = {role: EndpointPool(phase=str(role), endpoints=[
+            Endpoint(spec=spec) for spec in c.pools[role]]) for role in PHASE_ROLES}
+        self._role_of = {id(e): role for role, pool in self.pools.items()
+                         for e in pool.endpoints}
+        self._local = BlsPhaseClient(self.triton)
+        self._remote = {spec.url: GrpcPhaseClient(spec.url) for specs in c.pools.values()
+                        for spec in specs if spec.url}
+        endpoint_labels = [{"phase": str(role), "endpoint": e.label}
+                           for role, pool in self.pools.items() for e in pool.endpoints]
+        self.metrics = Metrics(self.triton, _METRICS, {"model": args["model_name"]}, by={
+            "retries": [{"phase": str(role)} for role in PHASE_ROLES],
+            **{key: endpoint_labels for key in ("calls", "healthy", "ejections",
+                                                "readmissions", "stalled")}})
+        for role, pool in self.pools.items():
+            for e in pool.endpoints:
+                self.metrics.set("healthy", 1, phase=str(role), endpoint=e.label)
+        self.prober = Prober(self._client, timeout_s=c.probe_timeout_s,
+                             fresh_s=c.liveness_s / 2 if c.liveness_s > 0 else 0.5,
+                             error_output=c.error_output, on_change=self._health_changed)
+        self._health_task: asyncio.Task[None] | None = None
+        self._routes: set[asyncio.Task[Any]] = set()  # the requests in flight
+        self.draining = False
+        self.triton.on_server_stop(self.drain)
 
     async def execute(self, requests: list[Any]) -> None:
+        self._start_health_checks()
         received = self.triton.receive(requests, ROUTER_IO.input_names, decoupled=True)
         await asyncio.gather(*(self._route(r) for r in received))
         return None
 
+    def drain(self) -> None:
+        """The server is stopping (SIGTERM): every request in flight ends now with
+        :data:`SHUTTING_DOWN` and new ones are refused -- no retry, no wait for an endpoint.
+        Triton 2.51 schedules no more ensemble steps from here on, so a request left to run
+        would never reach its client (:mod:`pdtrt.runtime.shutdown`).
+        The health probes stop too: a BLS call to a model Triton is unloading never returns.
+        """
+        self.draining = True
+        if self._routes:
+            time.sleep(SETTLE_S)  # the tokens already relayed go through their ensemble steps
+        for task in [*self._routes, *([self._health_task] if self._health_task else [])]:
+            try:
+                task.get_loop().call_soon_threadsafe(task.cancel)
+            except RuntimeError:  # its event loop has closed already
+                pass
+
     def finalize(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.drain()
+        self.triton.release()  # last: the metrics go while the stub can still delete them
+
+    # -- endpoints ---------------------------------------------------------------------------
+    def _client(self, endpoint: Endpoint) -> PhaseClient:
+        return self._remote[endpoint.spec.url] if endpoint.spec.url else self._local
+
+    def _labels(self, endpoint: Endpoint) -> dict[str, str]:
+        return {"phase": str(self._role_of[id(endpoint)]), "endpoint": endpoint.label}
+
+    def _health_changed(self, endpoint: Endpoint, healthy: bool) -> None:
+        labels = self._labels(endpoint)
+        self.metrics.set("healthy", 1 if healthy else 0, **labels)
+        self.metrics.add("readmissions" if healthy else "ejections", **labels)
+
+    def _start_health_checks(self) -> None:
+        """Background probes of every endpoint, on the event loop the router runs on."""
+        if self._health_task is None and self.config.probe_interval_s > 0 and not self.draining:
+            endpoints = [e for pool in self.pools.values() for e in pool.endpoints]
+            self._health_task = asyncio.get_running_loop().create_task(
+                health_loop(self.prober, endpoints, interval_s=self.config.probe_interval_s))
+
+    async def _choose(self, role: Role, tried: list[Endpoint]) -> Endpoint:
+        """A healthy endpoint of ``role``'s pool not tried yet. When none is left, the ejected
+        ones are probed first (one may have come back since the last background probe);
+        raises :class:`PhaseError` naming every endpoint and why it is out when none has."""
+        pool = self.pools[role]
+        endpoint = pool.choose(exclude=tried)
+        if endpoint is None and (ejected := [e for e in pool.ejected if e not in tried]):
+            await asyncio.gather(*(self.prober.check(e) for e in ejected))
+            endpoint = pool.choose(exclude=tried)
+        if endpoint is None:
+            raise PhaseError(f"{role} failed: no healthy {role} endpoint left to try: "
+                             f"{pool.describe()}" if pool.endpoints
+                             else f"this router has no {role} endpoint")
+        return endpoint
+
+    async def _may_retry(self, role: Role, endpoint: Endpoint, tried: list[Endpoint],
+                         request: RouterRequest, exc: PhaseError, *, allowed: bool) -> bool:
+        """After ``endpoint`` failed a ``role`` call: probe it (a dead one is ejected), then
+        whether another endpoint may be tried -- ``allowed`` by the caller, within
+        ``max_attempts``, and one is healthy. A retry is counted and logged."""
+        tried.append(endpoint)
+        self.prober.failed(endpoint, exc.message)
+        if endpoint.healthy:
+            await self.prober.check(endpoint)
+        if not allowed or len(tried) >= self.config.max_attempts or not any(
+                e.healthy and e not in tried for e in self.pools[role].endpoints):
+            return False
+        self.metrics.add("retries", phase=str(role))
+        log.warning("request %r: %s; retrying on another %s endpoint", request.request_id,
+                    exc.message, role)
+        return True
 
     # -- one request -------------------------------------------------------------------------
     async def _route(self, incoming: Incoming) -> None:
-        reply = _Reply(self.triton, incoming, self.metrics, time.perf_counter())
+        reply = Reply(self.triton, incoming, self.metrics, time.perf_counter())
         self.metrics.add("requests")
+        task = asyncio.current_task()
+        if task is not None:
+            self._routes.add(task)
         try:
+            if self.draining:
+                raise PhaseError(SHUTTING_DOWN)
             request = parse_router_request(incoming)
-            phase_id = _phase_id(request.request_id)
             if self._is_short(request):
-                await self._aggregated(request, reply, phase_id)
+                self.metrics.add("aggregated")
+                await self._aggregated(request, reply)
             else:
-                await self._disaggregated(request, reply, phase_id)
+                await self._disaggregated(request, reply)
         except (InvalidRequestError, PhaseError) as exc:
             self.metrics.add("errors")
             reply.fail(exc.message)
@@ -221,72 +261,138 @@ class TritonPythonModel:
             log.exception("router failure")
             self.metrics.add("errors")
             reply.fail(f"router failure: {type(exc).__name__}: {exc}")
+        except asyncio.CancelledError:  # drain(): the server is stopping
+            self.metrics.add("errors")
+            reply.fail(SHUTTING_DOWN)
+        finally:
+            self._routes.discard(task)
 
     def _is_short(self, request: RouterRequest) -> bool:
-        return bool(self.aggregated_model) and len(request.prompt) < self.aggregated_below
+        return (bool(self.pools[Role.AGGREGATED].endpoints)
+                and len(request.prompt) < self.config.aggregated_below)
 
-    async def _aggregated(self, request: RouterRequest, reply: _Reply, phase_id: str) -> None:
-        """A short prompt: the aggregated model runs both phases; its stream is relayed."""
-        self.metrics.add("aggregated")
-        await self._relay(self.aggregated_model, RequestType.CONTEXT_AND_GENERATION,
-                          request.phase_inputs(streaming=True), phase_id, request, reply)
-        reply.finish(request)
-
-    async def _disaggregated(self, request: RouterRequest, reply: _Reply, phase_id: str) -> None:
-        """Prefill, the first token at once, then decode -- or no decode at all when the
-        prefill's answer is the whole output or the client has gone."""
-        prefill = await self._prefill(request, phase_id)
-        reply.extend(0, prefill.first_tokens)
-        if reply.cancelled():  # the client has gone: no decode, and the KV is freed now
-            self.metrics.add("cancelled")
-            await self._free_kv(request, phase_id, prefill)
-            reply.close()
-        else:
-            if request.streaming and self.early_first_token:
-                reply.stream()
-            if prefill.needs_decode(request.max_new_tokens):
-                await self._decode(request, reply, phase_id, prefill)
-            else:
-                await self._free_kv(request, phase_id, prefill)
+    async def _aggregated(self, request: RouterRequest, reply: Reply) -> None:
+        """The aggregated model runs both phases; its stream is relayed. Retried on another
+        aggregated endpoint while this attempt has sent the client nothing."""
+        tried: list[Endpoint] = []
+        while True:
+            endpoint = await self._choose(Role.AGGREGATED, tried)
+            sent = reply.num_streamed
+            try:
+                await self._relay(endpoint, RequestType.CONTEXT_AND_GENERATION,
+                                  request.phase_inputs(streaming=True),
+                                  _phase_id(request.request_id), request, reply)
+            except PhaseError as exc:
+                allowed = reply.num_streamed == sent and not reply.cancelled()
+                if not await self._may_retry(Role.AGGREGATED, endpoint, tried, request, exc,
+                                             allowed=allowed):
+                    raise _after_tokens(exc, reply.num_streamed - sent) from None
+                reply.rollback()
+                continue
             reply.finish(request)
+            return
 
-    async def _prefill(self, request: RouterRequest, phase_id: str) -> _Prefill:
+    async def _disaggregated(self, request: RouterRequest, reply: Reply) -> None:
+        """Prefill, the first token at once, then decode -- or no decode at all when the
+        prefill's answer is the whole output or the client has gone. A decode that fails
+        before its first own token reached the client is tried again on another decode
+        endpoint after a fresh prefill, or falls back to the aggregated path."""
+        tried: list[Endpoint] = []  # decode endpoints that failed this request
+        while True:
+            try:
+                prefill = await self._prefill(request)
+            except PhaseError as exc:
+                await self._fall_back(request, reply, exc, sent=reply.num_streamed)
+                return
+            reply.extend(0, prefill.first_tokens)
+            if reply.cancelled():  # the client has gone: no decode, and the KV is freed now
+                self.metrics.add("cancelled")
+                await self._free_kv(request, prefill)
+                reply.close()
+                return
+            if request.streaming and self.config.early_first_token:
+                reply.stream()
+            if not prefill.needs_decode(request.max_new_tokens):
+                await self._free_kv(request, prefill)
+                reply.finish(request)
+                return
+            sent = reply.num_streamed
+            endpoint = None
+            try:
+                endpoint = await self._choose(Role.DECODE, tried)
+                await self._decode(request, reply, prefill, endpoint)
+            except PhaseError as exc:
+                # The decode may have failed before pulling: free the KV the prefill holds.
+                await self._free_kv(request, prefill)
+                allowed = reply.num_streamed == sent and not reply.cancelled()
+                if endpoint is None or not await self._may_retry(
+                        Role.DECODE, endpoint, tried, request, exc, allowed=allowed):
+                    await self._fall_back(request, reply, exc, sent=sent)
+                    return
+                reply.rollback()
+                continue
+            reply.finish(request)
+            return
+
+    async def _fall_back(self, request: RouterRequest, reply: Reply, exc: PhaseError, *,
+                         sent: int) -> None:
+        """The disaggregated path failed with ``exc``: the aggregated path serves the request
+        when configured and nothing of the failed attempt reached the client; else raises."""
+        if (not self.config.fallback_to_aggregated or reply.num_streamed > sent
+                or reply.cancelled() or not self.pools[Role.AGGREGATED].healthy):
+            raise _after_tokens(exc, reply.num_streamed - sent)
+        self.metrics.add("fallbacks")
+        log.warning("request %r: %s; falling back to the aggregated path", request.request_id,
+                    exc.message)
+        reply.rollback()
+        await self._aggregated(request, reply)
+
+    async def _prefill(self, request: RouterRequest) -> _Prefill:
         """The context-only request: one response with the first token(s) and the
-        ``context_phase_params``. Raises :class:`PhaseError` when the prefill fails."""
+        ``context_phase_params``, from the first prefill endpoint that answers. Raises
+        :class:`PhaseError` when the prefill fails on every endpoint tried."""
+        tried: list[Endpoint] = []
+        while True:
+            endpoint = await self._choose(Role.PREFILL, tried)
+            try:
+                return await self._prefill_once(request, endpoint)
+            except PhaseError as exc:
+                if not await self._may_retry(Role.PREFILL, endpoint, tried, request, exc,
+                                             allowed=True):
+                    raise
+
+    async def _prefill_once(self, request: RouterRequest, endpoint: Endpoint) -> _Prefill:
+        phase_id = _phase_id(request.request_id)
         first: tuple[int, ...] = ()
         params = None
         error = None
-        async for r in self._phase(self.prefill_model, RequestType.CONTEXT_ONLY,
-                                   request.phase_inputs(streaming=False), phase_id):
-            if r.error is not None:
-                error = r.error
-            elif "output_ids" in r.outputs:
-                first = tuple(_tokens(r))
-                params = r.outputs.get("context_phase_params")
-                self._queue_metric("prefill_queue_s", r)
+        async with aclosing(self._phase(endpoint, RequestType.CONTEXT_ONLY,
+                                        request.phase_inputs(streaming=False), phase_id,
+                                        tokens=len(request.prompt))) as responses:
+            async for r in responses:
+                if r.error is not None:
+                    error = r.error
+                elif "output_ids" in r.outputs:
+                    first = tuple(_tokens(r))
+                    params = r.outputs.get("context_phase_params")
+                    self._queue_metric("prefill_queue_s", r)
         if error is not None:
-            raise PhaseError(f"{self.prefill_model} failed: {error}")
-        return _Prefill(first, params)
+            raise PhaseError(_failure(Role.PREFILL, endpoint, error))
+        return _Prefill(first, params, endpoint, phase_id)
 
-    async def _decode(self, request: RouterRequest, reply: _Reply, phase_id: str,
-                      prefill: _Prefill) -> None:
+    async def _decode(self, request: RouterRequest, reply: Reply, prefill: _Prefill,
+                      endpoint: Endpoint) -> None:
         """The generation-only request: the decode pulls the KV and streams the whole output
-        (first token included), relayed. Raises :class:`PhaseError` when the decode fails,
-        after freeing the KV the prefill may still hold."""
+        (first token included), relayed. Raises :class:`PhaseError` when the decode fails."""
         assert prefill.context_phase_params is not None
         inputs = request.phase_inputs(streaming=True,
                                       context_phase_params=prefill.context_phase_params)
-        try:
-            await self._relay(self.decode_model, RequestType.GENERATION_ONLY, inputs, phase_id,
-                              request, reply)
-        except PhaseError:
-            # The decode side may have failed before pulling: free the KV the prefill holds.
-            await self._stop(self.prefill_model, request, phase_id)
-            raise
+        await self._relay(endpoint, RequestType.GENERATION_ONLY, inputs, prefill.phase_id,
+                          request, reply)
 
-    async def _relay(self, model: str, request_type: RequestType,
+    async def _relay(self, endpoint: Endpoint, request_type: RequestType,
                      inputs: dict[str, np.ndarray], phase_id: str, request: RouterRequest,
-                     reply: _Reply) -> None:
+                     reply: Reply) -> None:
         """Forward a phase's stream into ``reply`` (streamed, or kept for the final response).
 
         A cancelled client stops the phase (a ``stop`` request with the same id); the phase
@@ -296,50 +402,77 @@ class TritonPythonModel:
         seen = 0
         error = None
         stopping = False
-        async for r in self._phase(model, request_type, inputs, phase_id):
-            if r.error is not None:
-                error = r.error
-            elif stopping:
-                continue
-            elif reply.cancelled():
-                self.metrics.add("cancelled")
-                stopping = True
-                await self._stop(model, request, phase_id)
-            elif "output_ids" in r.outputs:
-                if seen == 0:
-                    self._queue_metric("decode_queue_s", r)
-                tokens = _tokens(r)
-                reply.extend(seen, tokens)
-                seen += len(tokens)
-                if request.streaming:
-                    reply.stream()
+        async with aclosing(self._phase(endpoint, request_type, inputs, phase_id,
+                                        tokens=request.max_new_tokens)) as responses:
+            async for r in responses:
+                if r.error is not None:
+                    error = r.error
+                elif stopping:
+                    continue
+                elif reply.cancelled():
+                    self.metrics.add("cancelled")
+                    stopping = True
+                    await self._stop(endpoint, request, phase_id)
+                elif "output_ids" in r.outputs:
+                    if seen == 0:
+                        self._queue_metric("decode_queue_s", r)
+                    tokens = _tokens(r)
+                    reply.extend(seen, tokens)
+                    seen += len(tokens)
+                    if request.streaming:
+                        reply.stream()
         if error is not None and not stopping:
-            raise PhaseError(f"{model} failed: {error}")
+            raise PhaseError(_failure(self._role_of[id(endpoint)], endpoint, error))
 
     # -- phase calls -------------------------------------------------------------------------
-    def _phase(self, model: str, request_type: RequestType, inputs: dict[str, np.ndarray],
-               phase_id: str) -> AsyncIterator[PhaseResponse]:
+    async def _phase(self, endpoint: Endpoint, request_type: RequestType,
+                     inputs: dict[str, np.ndarray], phase_id: str, *, tokens: int = 0,
+                     is_stop: bool = False) -> AsyncIterator[PhaseResponse]:
+        """One call's responses, watched by the liveness deadline; counted as outstanding
+        work of ``endpoint`` while it runs (``tokens``: what it stands for)."""
         outputs = _PHASE_OUTPUTS + (
             ["context_phase_params"] if request_type is RequestType.CONTEXT_ONLY else [])
-        return self.clients[model].stream(model, inputs, request_id=phase_id,
-                                          parameters={REQUEST_TYPE_PARAMETER: request_type.value},
-                                          outputs=outputs, error_output=self.error_output)
+        labels = self._labels(endpoint)
+        if not is_stop:
+            self.metrics.add("calls", **labels)
 
-    async def _free_kv(self, request: RouterRequest, phase_id: str, prefill: _Prefill) -> None:
+        async def alive() -> str | None:
+            problem = await self.prober.check(endpoint)
+            if problem is not None:
+                self.metrics.add("stalled", **labels)
+            return problem
+
+        stream = self._client(endpoint).stream(
+            endpoint.spec.model, inputs, request_id=phase_id,
+            parameters={REQUEST_TYPE_PARAMETER: request_type.value}, outputs=outputs,
+            error_output=self.config.error_output)
+        with outstanding(endpoint, 0 if is_stop else tokens):
+            async with aclosing(watched(stream, liveness_s=self.config.liveness_s, alive=alive,
+                                        what=f"endpoint {endpoint.label}")) as responses:
+                async for r in responses:
+                    yield r
+
+    async def _free_kv(self, request: RouterRequest, prefill: _Prefill) -> None:
         """No decode will pull the prefill's KV: stop the prefill request so it frees it now,
         not after ``kv_transfer.timeout_s``."""
         if prefill.context_phase_params is not None:
-            await self._stop(self.prefill_model, request, phase_id)
+            await self._stop(prefill.endpoint, request, prefill.phase_id)
 
-    async def _stop(self, model: str, request: RouterRequest, phase_id: str) -> None:
-        """Stop ``phase_id`` on ``model`` (TensorRT-LLM's stop request); never raises."""
+    async def _stop(self, endpoint: Endpoint, request: RouterRequest, phase_id: str) -> None:
+        """Stop ``phase_id`` at ``endpoint`` (TensorRT-LLM's stop request); never raises. An
+        ejected endpoint is not asked (it would not answer; its KV went with it)."""
+        if not endpoint.healthy:
+            return
         try:
-            async for r in self._phase(model, RequestType.CONTEXT_AND_GENERATION,
-                                       request.stop_inputs(), phase_id):
-                if r.error is not None:
-                    log.warning("stop of %s on %s failed: %s", phase_id, model, r.error)
+            async with aclosing(self._phase(endpoint, RequestType.CONTEXT_AND_GENERATION,
+                                            request.stop_inputs(), phase_id,
+                                            is_stop=True)) as responses:
+                async for r in responses:
+                    if r.error is not None:
+                        log.warning("stop of %s at %s failed: %s", phase_id, endpoint.label,
+                                    r.error)
         except Exception:
-            log.exception("stop of %s on %s failed", phase_id, model)
+            log.exception("stop of %s at %s failed", phase_id, endpoint.label)
 
     def _queue_metric(self, key: str, response: PhaseResponse) -> None:
         arrival = response.outputs.get("arrival_time_ns")
@@ -350,5 +483,15 @@ class TritonPythonModel:
                 self.metrics.add(key, delta / 1e9)
 
 
-def _client(url: str, local: PhaseClient) -> PhaseClient:
-    return GrpcPhaseClient(url) if url else local
+def _failure(role: Role, endpoint: Endpoint, error: str) -> str:
+    """``decode failed: <error>``, naming the endpoint when it is not the phase's own model."""
+    where = "" if endpoint.label == str(role) else f" (endpoint {endpoint.label})"
+    return f"{role} failed{where}: {error}"
+
+
+def _after_tokens(exc: PhaseError, num_sent: int) -> PhaseError:
+    """``exc``, saying why it was not retried when tokens of the attempt reached the client."""
+    if num_sent <= 0:
+        return exc
+    return PhaseError(f"{exc.message}; not retried: {num_sent} token(s) of this attempt had "
+                      "reached the client, and a retry could repeat or change them")

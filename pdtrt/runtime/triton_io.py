@@ -21,9 +21,10 @@ is not a model and holds no request state; parsing what a request *means* is
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import ModuleType
@@ -46,6 +47,8 @@ class Incoming:
     request_id: str
     parameters: Mapping[str, Any]
     inputs: Mapping[str, np.ndarray]
+    # the outputs the caller asked for; empty: it named none, so it gets every output
+    requested_outputs: tuple[str, ...] = ()
     handle: Any = field(default=None, repr=False, compare=False)
     sender: Any = field(default=None, repr=False, compare=False)
 
@@ -96,13 +99,19 @@ class Triton(Protocol):
     def error_response(self, message: str) -> Any: ...
     # BLS: a decoupled request to another model of this server
     def bls_exec(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-                 parameters: Mapping[str, str], outputs: Sequence[str]) -> Any: ...
+                 parameters: Mapping[str, str], outputs: Sequence[str],
+                 skip_if: Callable[[], str | None] | None = None) -> Any: ...
     def bls_next(self, responses: Any, outputs: Sequence[str]
                  ) -> dict[str, np.ndarray] | None: ...
     # custom metrics
     def metric(self, spec: MetricSpec, labels: Mapping[str, str]) -> Any | None: ...
+    def metric_family(self, spec: MetricSpec, label_sets: Sequence[Mapping[str, str]]
+                ) -> list[Any] | None: ...
     def increment(self, metric: Any, value: float) -> None: ...
     def set_gauge(self, metric: Any, value: float) -> None: ...
+    # the model's end: the server stopping (SIGTERM), then finalize
+    def on_server_stop(self, callback: Callable[[], None]) -> None: ...
+    def release(self) -> None: ...
 
 
 # One lock per process: the stub is one per process, whichever object calls into it. A plain
@@ -116,7 +125,12 @@ class BackendTriton:
     def __init__(self, pb_utils: ModuleType) -> None:
         self._pb = pb_utils
         self._final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        self._families: list[Any] = []  # a Metric must not outlive its MetricFamily
+        # Every pb_utils metric object lives here, and only here (the models hold keys into
+        # _metrics), so release() can delete them all while the stub is alive. A Metric must
+        # not outlive its MetricFamily.
+        self._families: list[Any] = []
+        self._metrics: list[Any] = []
+        self._released = False  # release() ran: metric updates are no-ops
 
     # -- requests in -------------------------------------------------------------------------
     def receive(self, requests: Sequence[Any], names: Iterable[str], *,
@@ -136,6 +150,7 @@ class BackendTriton:
                 inputs[name] = np.array(t.as_numpy())
         return Incoming(request_id=request.request_id(),
                         parameters=_json_object(request.parameters()), inputs=inputs,
+                        requested_outputs=tuple(request.requested_output_names()),
                         handle=request,
                         sender=request.get_response_sender() if decoupled else None)
 
@@ -174,9 +189,19 @@ class BackendTriton:
 
     # -- BLS ---------------------------------------------------------------------------------
     def bls_exec(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-                 parameters: Mapping[str, str], outputs: Sequence[str]) -> Any:
-        """Send a decoupled request to ``model``; returns its response iterator (opaque)."""
+                 parameters: Mapping[str, str], outputs: Sequence[str],
+                 skip_if: Callable[[], str | None] | None = None) -> Any:
+        """Send a decoupled request to ``model``; returns its response iterator (opaque).
+
+        ``exec`` holds the lock until Triton has taken the request -- about a second when the
+        callee's stub has died (measured on 2.51), during which every other call of this
+        model waits. ``skip_if`` is asked under the lock, just before: a message instead of
+        None raises :class:`PhaseError` with it, and nothing is sent (so requests that queued
+        for the lock behind a call to a dead model do not each wait that second again).
+        """
         with _LOCK:
+            if skip_if is not None and (why := skip_if()) is not None:
+                raise PhaseError(why)
             request = self._pb.InferenceRequest(
                 model_name=model, inputs=self._tensors(inputs),
                 requested_output_names=list(outputs), request_id=request_id,
@@ -214,6 +239,12 @@ class BackendTriton:
     # -- metrics -----------------------------------------------------------------------------
     def metric(self, spec: MetricSpec, labels: Mapping[str, str]) -> Any | None:
         """A metric of a new family, or None when this backend has no custom metrics."""
+        made = self.metric_family(spec, [labels])
+        return None if made is None else made[0]
+
+    def metric_family(self, spec: MetricSpec, label_sets: Sequence[Mapping[str, str]]
+                      ) -> list[Any] | None:
+        """One metric per label set, all of one new family (or None: no custom metrics)."""
         with _LOCK:
             try:
                 family = self._pb.MetricFamily(name=spec.name, description=spec.description,
@@ -221,16 +252,54 @@ class BackendTriton:
             except Exception:  # older backends have no custom metrics
                 return None
             self._families.append(family)
-            return family.Metric(labels=dict(labels))
+            keys = []
+            for labels in label_sets:  # the models get keys; the seam keeps the objects
+                self._metrics.append(family.Metric(labels=dict(labels)))
+                keys.append(len(self._metrics) - 1)
+            return keys
 
     # Each update is a message through the stub's shared memory, like any other call.
     def increment(self, metric: Any, value: float) -> None:
         with _LOCK:
-            metric.increment(value)
+            if not self._released:
+                self._metrics[metric].increment(value)
 
     def set_gauge(self, metric: Any, value: float) -> None:
         with _LOCK:
-            metric.set(value)
+            if not self._released:
+                self._metrics[metric].set(value)
+
+    # -- the model's end ---------------------------------------------------------------------
+    def on_server_stop(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once, on a thread of its own) when the server is told to stop --
+        before Triton stops scheduling ensemble steps for good (:mod:`pdtrt.runtime.shutdown`
+        says why a model must end its requests then)."""
+        from pdtrt.runtime.shutdown import ShutdownWatch
+
+        ShutdownWatch(callback).install()
+
+    def release(self) -> None:
+        """Delete this model's metrics and metric families now; later metric updates are
+        no-ops. Call it last in ``finalize()``.
+
+        Why: a ``Metric`` or ``MetricFamily`` deletes itself in the server by a message through
+        the stub's shared memory, from its destructor, and frees its own piece of that memory.
+        Left to the garbage collector -- the model object sits in reference cycles (bound
+        methods held by its own threads) -- those destructors ran when the stub tore down after
+        ``finalize()``, its shared memory already gone: a SIGSEGV in every stub with metrics at
+        every server stop, in ``Metric::SaveToSharedMemory`` (stub offset 0xb4260, a read at
+        address 0x60; the kernel log) while the families were left, then -- families deleted,
+        metrics still held by the model -- in ``Metric::~Metric`` under ``Py_FinalizeEx``
+        (a core dump). Garbage made by the model (finished requests' senders, BLS iterators)
+        is collected here too, while the stub can still take its messages.
+        """
+        gc.collect()
+        with _LOCK:
+            self._released = True
+            metrics, self._metrics = self._metrics, []
+            del metrics  # each metric deletes itself in the server, then frees its memory
+            families, self._families = self._families, []
+            del families
 
 
 def _json_object(text: str | None) -> dict[str, Any]:
@@ -244,22 +313,40 @@ def _json_object(text: str | None) -> dict[str, Any]:
 class Metrics:
     """Prometheus metrics of one model on Triton's metrics endpoint, keyed by short names.
 
-    A backend without custom metrics makes every call a no-op.
+    Every metric carries ``labels``; a key listed in ``by`` is one family with one metric per
+    label set given there (e.g. one per endpoint), picked by the keyword labels of
+    :meth:`add` / :meth:`set`. A backend without custom metrics makes every call a no-op.
     """
 
     def __init__(self, triton: Triton, specs: Mapping[str, MetricSpec],
-                 labels: Mapping[str, str]) -> None:
+                 labels: Mapping[str, str],
+                 by: Mapping[str, Sequence[Mapping[str, str]]] | None = None) -> None:
         self._triton = triton
-        self._metrics = {key: metric for key, spec in specs.items()
+        by = by or {}
+        self._metrics = {key: metric for key, spec in specs.items() if key not in by
                          if (metric := triton.metric(spec, labels)) is not None}
+        self._labelled: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+        for key, sets in by.items():
+            made = triton.metric_family(specs[key], [{**labels, **extra} for extra in sets]) or []
+            for extra, metric in zip(sets, made, strict=False):
+                self._labelled[key, _label_key(extra)] = metric
 
-    def add(self, key: str, value: float = 1.0) -> None:
-        if key in self._metrics:
-            self._triton.increment(self._metrics[key], value)
+    def _find(self, key: str, labels: Mapping[str, str]) -> Any | None:
+        if labels:
+            return self._labelled.get((key, _label_key(labels)))
+        return self._metrics.get(key)
 
-    def set(self, key: str, value: float) -> None:
-        if key in self._metrics:
-            self._triton.set_gauge(self._metrics[key], value)
+    def add(self, key: str, value: float = 1.0, **labels: str) -> None:
+        if (metric := self._find(key, labels)) is not None:
+            self._triton.increment(metric, value)
+
+    def set(self, key: str, value: float, **labels: str) -> None:
+        if (metric := self._find(key, labels)) is not None:
+            self._triton.set_gauge(metric, value)
+
+
+def _label_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
 
 
 def model_params(args: dict[str, Any]) -> dict[str, str]:

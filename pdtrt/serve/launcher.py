@@ -5,8 +5,11 @@ the spot when missing; TensorRT-LLM engines must be built on their GPUs first), 
 model repository into the work directory, and works out the environment of the server: the
 UCX settings of the spec's ``kv_transfer`` section (and, for a trtllm-0.21 repository, the
 launch environment recorded in its ``pdtrt-repo.json``). Given a repository directory, it
-serves it as is. A detached server leaves a state file (``serve.json``) in the work
-directory that :func:`stop_detached` reads.
+serves it as is. The server runs in explicit model-control mode, so that ``pdtrt serve``'s
+supervisor (:mod:`pdtrt.serve.supervisor`) can reload a model whose process died and publish
+readiness. A detached server leaves a state file (``serve.json``) in the work directory --
+its pid, endpoints, shared-memory prefix and its supervisor's pid (a process of its own,
+:mod:`pdtrt.serve.detached`) -- that :func:`stop_detached` reads.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,15 +31,17 @@ from pdtrt.build.run import run_build
 from pdtrt.enums import Phase
 from pdtrt.errors import ServerError
 from pdtrt.repo.generate import RepoMode, generate_repo
+from pdtrt.serve.model_control import explicit_load_args
 from pdtrt.serve.triton_server import Endpoints, ServerConfig, remove_shm_regions
 from pdtrt.spec.load import load_deployment
 from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.registry import target_support
 
 __all__ = ["Prepared", "kv_environment", "pools_grpc_port", "pools_warnings", "prepare",
-           "read_state", "server_config", "stop_detached", "write_state"]
+           "read_state", "server_config", "spawn_supervisor", "stop_detached", "write_state"]
 
 STATE_FILE = "serve.json"
+SUPERVISOR_LOG = "supervisor.log"
 REPO_MANIFEST = "pdtrt-repo.json"
 
 
@@ -106,8 +113,8 @@ def prepare(path: Path, *, workdir: Path, engines_root: Path,
 
 def pools_grpc_port(spec: DeploymentSpec) -> int | None:
     """The gRPC port a ``--mode pools`` server listens on: its pools' endpoint port, when the
-    pools with an endpoint agree on one (the front's router dials exactly that)."""
-    ports = {int(ep.rsplit(":", 1)[1]) for ep in spec.endpoints.values()}
+    pools' endpoints in other servers agree on one (the front's router dials exactly that)."""
+    ports = {int(ep.rsplit(":", 1)[1]) for urls in spec.endpoints.values() for ep in urls}
     return ports.pop() if len(ports) == 1 else None
 
 
@@ -121,7 +128,7 @@ def pools_warnings(prepared: Prepared, config: ServerConfig) -> list[str]:
     if prepared.mode is not RepoMode.POOLS or spec is None:
         return []
     out = []
-    for endpoint in sorted(set(spec.endpoints.values())):
+    for endpoint in sorted({ep for urls in spec.endpoints.values() for ep in urls}):
         host, port = endpoint.rsplit(":", 1)
         if not host.startswith(_LOOPBACK) and config.host.startswith(_LOOPBACK):
             out.append(f"the front's router dials {endpoint}, but this server listens on "
@@ -151,16 +158,33 @@ def server_config(prepared: Prepared, *, host: str | None = None, grpc_port: int
         tritonserver=tritonserver,
         env=prepared.env,
         backend_dir=prepared.workdir / "backends",
+        extra_args=explicit_load_args(prepared.repository),
     )
 
 
 def write_state(workdir: Path, pid: int, endpoints: Endpoints, log_path: Path,
-                shm_prefix: str) -> Path:
+                shm_prefix: str, *, supervisor_pid: int | None = None) -> Path:
     state = workdir / STATE_FILE
     state.write_text(json.dumps({"pid": pid, "endpoints": endpoints.to_dict(),
-                                 "log": str(log_path), "shm_prefix": shm_prefix},
+                                 "log": str(log_path), "shm_prefix": shm_prefix,
+                                 "supervisor_pid": supervisor_pid},
                                 indent=2) + "\n")
     return state
+
+
+def spawn_supervisor(workdir: Path, repository: Path, endpoints: Endpoints,
+                     server_pid: int) -> int:
+    """Start the detached server's supervisor (:mod:`pdtrt.serve.detached`) in a session of
+    its own, logging to ``WORKDIR/supervisor.log``; returns its pid. It ends by itself when
+    the server has gone."""
+    with open(workdir / SUPERVISOR_LOG, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pdtrt.serve.detached", "--repository", str(repository),
+             "--grpc", endpoints.grpc_url, "--http", endpoints.http_url,
+             "--server-pid", str(server_pid)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+    return proc.pid
 
 
 def read_state(workdir: Path) -> dict[str, object]:
@@ -173,21 +197,39 @@ def read_state(workdir: Path) -> dict[str, object]:
 
 
 def stop_detached(workdir: Path, *, grace_s: float = 20.0) -> int:
-    """SIGTERM the detached server's process group, SIGKILL after ``grace_s``; returns its pid."""
+    """SIGTERM the detached server's supervisor, then the server's process group, SIGKILL
+    after ``grace_s``; returns the server's pid."""
     state = read_state(workdir)
     pid = int(state["pid"])
-    try:
-        os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            os.kill(pid, 0)
-            time.sleep(0.2)
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    if state.get("supervisor_pid"):  # first, so it does not reload what is being stopped
+        _end(int(str(state["supervisor_pid"])), os.kill, grace_s=5.0)
+    _end(pid, os.killpg, grace_s=grace_s)  # the server's group: its stubs too
     try:  # what a killed server or stub leaves in /dev/shm
         remove_shm_regions(str(state.get("shm_prefix", "")))
     except ValueError:  # a state file from an older pdtrt, or edited by hand
         pass
     (workdir / STATE_FILE).unlink(missing_ok=True)
     return pid
+
+
+def _end(pid: int, send: Callable[[int, int], None], *, grace_s: float) -> None:
+    """``send`` (``os.kill``, or ``os.killpg`` for a process group) SIGTERM to ``pid``, then
+    SIGKILL when it still runs after ``grace_s``."""
+    try:
+        send(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and _running(pid):
+            time.sleep(0.1)
+        send(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs: it exists and is not a zombie (an exited process whose
+    parent -- gone with ``pdtrt serve --detach`` -- has not reaped it yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"

@@ -9,16 +9,28 @@ first ``python3`` there). An explicit binary (e.g. inside an NGC container) is r
 
 :class:`TritonServer` starts the process in its own session (so the Python-backend stubs go
 down with it), waits until the server and every model are ready -- or reports which model
-failed and why, from the log -- and stops it with SIGTERM, then SIGKILL after a grace period,
-and removes the shared-memory regions a killed server or stub leaves in ``/dev/shm`` (each
-server's Python backend gets its own region prefix, so only that server's go).
+failed and why, from the log -- and stops it with SIGTERM to its whole process group (the
+stubs' pdtrt models end their requests in flight on it, :mod:`pdtrt.runtime.shutdown`), then
+SIGKILL after a grace period, and removes the shared-memory regions a killed server or stub
+leaves in ``/dev/shm``.
+
+Nothing is left behind when the starter dies either. The server gets a parent-death signal
+(``prctl(PR_SET_PDEATHSIG, SIGKILL)``): it dies with the *thread* that started it -- keep that
+thread alive as long as the server (``pdtrt serve`` starts it from its main thread); a detached
+server (``die_with_parent=False``) outlives its starter on purpose. Each server's Python backend
+gets its own shared-memory prefix, and an owner record next to its regions
+(``/dev/shm/<prefix>owner.json``: pid and start time of the server, or of its starter until the
+server runs, and the pid namespace) says whose they are; every start removes the regions of
+servers that no longer run (:func:`remove_stale_shm_regions`) and never touches a live one's,
+nor those it cannot judge (no record, another pid namespace).
 """
 
 from __future__ import annotations
 
+import ctypes
+import logging
 import os
 import re
-import secrets
 import signal
 import socket
 import subprocess
@@ -26,44 +38,56 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pdtrt.errors import ServerError
 from pdtrt.serve.embedded import EmbeddedTriton, find_embedded_triton
+from pdtrt.serve.shm import (
+    new_shm_prefix,
+    record_owners,
+    remove_shm_regions,
+    remove_stale_shm_regions,
+)
 
-__all__ = ["Endpoints", "ServerConfig", "TritonServer", "free_port", "prepare_backend_dir",
-           "remove_shm_regions"]
+log = logging.getLogger(__name__)
+
+__all__ = ["Endpoints", "ServerConfig", "TritonServer", "drain_stubs", "free_port",
+           "prepare_backend_dir", "remove_shm_regions", "remove_stale_shm_regions"]
 
 _STUB_TIMEOUT_S = 300
+# Triton's own bound on its stop after SIGTERM: waiting for requests in flight, then unloading
+# the models (4-8 s for the reference deployment on 2 busy cores). pdtrt's models have ended
+# their requests by then (drain_stubs); what can remain is an ensemble request Triton 2.51
+# never completes after a step failed (pdtrt.runtime.shutdown.SETTLE_S). Below
+# TritonServer.stop's grace: a server that runs out of it still exits before it is killed.
+_EXIT_TIMEOUT_S = 10
 _START_ATTEMPTS = 3
 _LOCK_EXCEPTION = "boost::interprocess::lock_exception"
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)'[^:]*: (.*)$", re.MULTILINE)
-_SHM_DIR = Path("/dev/shm")
-_SHM_PREFIX = re.compile(r"pdtrt_[0-9a-f]{12}_")
 
 
-def _new_shm_prefix() -> str:
-    """A fresh per-server Python-backend shm prefix (matches ``_SHM_PREFIX``)."""
-    return f"pdtrt_{secrets.token_hex(6)}_"
+# -- dying with the starter ---------------------------------------------------------------------
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def remove_shm_regions(prefix: str, shm_dir: Path = _SHM_DIR) -> int:
-    """Delete the Python backend's shared-memory regions of one server (``prefix*``).
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when the thread that forked it ends
+    (None where ``prctl`` is missing, i.e. not Linux). It runs between fork and exec, so it
+    only calls a function resolved beforehand."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (AttributeError, OSError):
+        return None
+    parent, kill = os.getpid(), int(signal.SIGKILL)
 
-    Triton removes them on a clean exit; a killed server or stub leaves them (1 MiB or more
-    each). Only pdtrt's own per-server prefixes are accepted. Returns how many were removed.
-    """
-    if not _SHM_PREFIX.fullmatch(prefix):
-        raise ValueError(f"not a pdtrt shared-memory prefix: {prefix!r}")
-    removed = 0
-    for region in shm_dir.glob(f"{prefix}*"):
-        try:
-            region.unlink()
-            removed += 1
-        except OSError:  # gone already, or not ours to remove
-            pass
-    return removed
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os._exit(1)
+
+    return hook
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -108,6 +132,8 @@ class ServerConfig:
     env: dict[str, str] = field(default_factory=dict)  # added to the server's environment
     backend_dir: Path | None = None  # embedded server: where to assemble the backend dir
     extra_args: tuple[str, ...] = ()
+    # SIGKILL the server when the thread that started it ends; False for a detached server
+    die_with_parent: bool = True
 
 
 def prepare_backend_dir(embedded: EmbeddedTriton, dest: Path) -> Path:
@@ -129,12 +155,49 @@ def prepare_backend_dir(embedded: EmbeddedTriton, dest: Path) -> Path:
     return dest
 
 
+_DRAIN_S = 1.0
+
+
+def drain_stubs(server_pid: int, *, drain_s: float = _DRAIN_S) -> int:
+    """SIGTERM the Python-backend stubs of a server (its child processes) and give them
+    ``drain_s`` to end their requests in flight, while the server still runs normally.
+
+    Why first, and apart: once ``tritonserver`` itself has SIGTERM it schedules no further
+    ensemble step and refuses new BLS calls, so an ensemble stream in flight then never gets
+    its end, and a BLS stream left unfinished keeps its stub from finalizing (measured on 2.51,
+    docs/serve.md). pdtrt's models end their requests on SIGTERM with an error
+    (:mod:`pdtrt.runtime.shutdown`); other Python models' stubs ignore SIGTERM. Returns how
+    many stubs were signalled."""
+    stubs = _children(server_pid)
+    for pid in stubs:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    if stubs:
+        time.sleep(drain_s)
+    return len(stubs)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
 class TritonServer:
     """One tritonserver process. Use as a context manager, or call start()/stop()."""
 
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
-        self.shm_prefix = _new_shm_prefix()  # this server's Python-backend shm
+        self.shm_prefix = new_shm_prefix()  # this server's Python-backend shm
         self.endpoints: Endpoints | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log = None
@@ -176,6 +239,7 @@ class TritonServer:
             # aborted with boost::interprocess::lock_exception).
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
             f"--backend-config=python,stub-timeout-seconds={_STUB_TIMEOUT_S}",
+            f"--exit-timeout-secs={_EXIT_TIMEOUT_S}",
             *cfg.extra_args,
         ]
         return cmd, env
@@ -198,7 +262,7 @@ class TritonServer:
                 kept = self.config.log_path.with_name(
                     f"{self.config.log_path.name}.attempt{attempt}")
                 self.config.log_path.replace(kept)
-                self.shm_prefix = _new_shm_prefix()
+                self.shm_prefix = new_shm_prefix()
         raise AssertionError("unreachable")
 
     def _start_once(self, timeout_s: float) -> Endpoints:
@@ -212,16 +276,21 @@ class TritonServer:
         cmd, env = self._command_and_env()
         cfg.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(cfg.log_path, "wb")  # noqa: SIM115 -- closed in stop()
+        for prefix in remove_stale_shm_regions():
+            log.info("removed the shared memory of a server that no longer runs: %s*", prefix)
+        record_owners(self.shm_prefix, [os.getpid()])  # the starter, until the server runs
         try:
-            self._proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                          env=env, stdin=subprocess.DEVNULL,
-                                          start_new_session=True)
+            self._proc = subprocess.Popen(
+                cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=_die_with_parent_hook() if cfg.die_with_parent else None)
         except OSError as exc:
             self.stop()
             raise ServerError(f"cannot run {cmd[0]}: {exc.strerror}",
                               hint="pass --tritonserver with the path of a tritonserver "
                               "binary, or omit it to use the embedded server") from None
         try:
+            record_owners(self.shm_prefix, [self._proc.pid])  # from now on: the server
             self._wait_ready(timeout_s)
         except BaseException:
             self.stop()
@@ -262,11 +331,13 @@ class TritonServer:
         return f"{what}: {details}"
 
     def stop(self, *, grace_s: float = 15.0) -> int | None:
-        """SIGTERM the server's process group, SIGKILL after ``grace_s``; returns the status."""
+        """End the requests in flight (:func:`drain_stubs`), then SIGTERM the server's process
+        group, SIGKILL after ``grace_s``; returns the server's exit status."""
         proc, self._proc = self._proc, None
         code = None
         if proc is not None:
             if proc.poll() is None:
+                drain_stubs(proc.pid)
                 self._signal(proc, signal.SIGTERM)
                 try:
                     proc.wait(timeout=grace_s)

@@ -16,9 +16,10 @@ from pdtrt.errors import SpecIssue
 from pdtrt.facts.catalog import GPU, Catalog
 from pdtrt.facts.memory import MemoryFit, fit
 from pdtrt.facts.model import ModelFacts
+from pdtrt.spec.pool_rules import POOL_RULES
 from pdtrt.spec.schema import UCX_TRANSPORTS, DeploymentSpec
 from pdtrt.suggest import did_you_mean
-from pdtrt.targets.registry import REGISTRY, target_support
+from pdtrt.targets.registry import target_support
 
 __all__ = ["phase_fit", "resolve_gpus", "resource_issues", "shape_issues"]
 
@@ -107,18 +108,6 @@ def _ports_distinct(spec: DeploymentSpec) -> Iterator[SpecIssue]:
         seen[port] = field
 
 
-def _endpoints(spec: DeploymentSpec) -> Iterator[SpecIssue]:
-    if target_support(spec.target).supports_remote_pools:
-        return
-    able = [str(s.target) for s in REGISTRY if s.supports_remote_pools]
-    for phase in spec.endpoints:
-        yield SpecIssue(path=f"{phase}.endpoint",
-                        message=f"pools in other Triton servers are supported on the "
-                        f"{' and '.join(able)} target{'s' if len(able) > 1 else ''} only, not on "
-                        f"{spec.target}; remove the endpoint and serve both pools from this "
-                        "repository")
-
-
 SHAPE_RULES: tuple[Rule, ...] = (
     _tokens_per_block_equal,
     _tokens_per_block_power_of_two,
@@ -128,7 +117,7 @@ SHAPE_RULES: tuple[Rule, ...] = (
     _target_rules,
     _transports_known,
     _ports_distinct,
-    _endpoints,
+    *POOL_RULES,
 )
 
 

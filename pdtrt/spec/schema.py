@@ -13,20 +13,24 @@ Numbers are strict: ``tp: "2"`` is an error, not 2. Enum-valued fields take thei
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from pdtrt.enums import DType, KVDType, KVTransferBackend, Phase, Target, WeightQuant
 
 __all__ = [
     "SLO",
     "DeploymentSpec",
+    "Endpoint",
     "EngineLimits",
     "KVTransfer",
     "ModelSection",
     "Pool",
+    "PoolEndpoint",
     "Router",
+    "RouterHealth",
     "Serving",
     "Workload",
 ]
@@ -111,12 +115,51 @@ def _check_endpoint(value: str | None) -> str | None:
     return value
 
 
+# A model name in a Triton repository that pdtrt generates (a directory name).
+MODEL_NAME = r"^[a-z][a-z0-9_]*$"
+AGGREGATED_MODEL = "aggregated"  # the aggregated path's model (on the prefill engine and pool)
+
+
+class Endpoint(_Section):
+    """One endpoint of a pool: a model of this deployment's server, or another server's."""
+
+    model: str | None = Field(
+        default=None, pattern=MODEL_NAME, max_length=64,
+        description="Without `url`: the name of a model this repository gets for the pool "
+        "(its own Python-backend processes, so it fails alone), e.g. decode_b. With `url`: "
+        "the model's name on that server [default: the pool's name, prefill / decode / "
+        "aggregated].")
+    url: Annotated[str | None, AfterValidator(_check_endpoint)] = Field(
+        default=None, description="gRPC address HOST:PORT of another Triton server that serves "
+        "the model; omit for a model of this server.")
+    instances: int | None = Field(
+        default=None, ge=1, description="Model instances behind this endpoint (its share of "
+        "the load) [default: the pool's `instances`].")
+
+    @model_validator(mode="after")
+    def _names_something(self) -> Endpoint:
+        if self.model is None and self.url is None:
+            raise ValueError("an endpoint needs `model` (a model of this server) or `url` "
+                             "(another Triton server), or both")
+        return self
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolEndpoint:
+    """An endpoint with its defaults filled in (:meth:`DeploymentSpec.pool_endpoints`)."""
+
+    model: str
+    url: str | None  # None: a model of this server
+    instances: int
+
+
 class Pool(_Section):
     gpu: str = Field(min_length=1, description="GPU type from the catalog (`pdtrt gpus`), or "
                      "`cpu` on the reference target.")
     tp: int = Field(default=1, ge=1, description="Tensor parallelism per instance.")
     pp: int = Field(default=1, ge=1, description="Pipeline parallelism per instance.")
-    instances: int = Field(default=1, ge=1, description="Model instances in this pool.")
+    instances: int = Field(default=1, ge=1, description="Model instances in this pool (per "
+                           "endpoint, when `endpoints` lists several).")
     price_per_hour_usd: float | None = Field(
         default=None, ge=0, description="Price of one GPU-hour; overrides the catalog default.")
     engine: EngineLimits = Field(default_factory=EngineLimits,
@@ -125,15 +168,45 @@ class Pool(_Section):
         default=None,
         description="gRPC address HOST:PORT of another Triton server that serves this pool's "
         "engine model (named `prefill` / `decode` there); this repository then has no local "
-        "model for the pool and the router calls it over gRPC. Omit to serve it here.")
+        "model for the pool and the router calls it over gRPC. Omit to serve it here. "
+        "Shorthand for `endpoints: [{url: HOST:PORT}]`.")
+    endpoints: tuple[Endpoint, ...] = Field(
+        default=(), strict=False,
+        description="Several endpoints for this pool -- models of this server and other "
+        "Triton servers; the router picks one per request by load and health and fails over "
+        "between them (docs/serve.md). Omit for one model of this server named after the "
+        "pool (or the one `endpoint`).")
+
+    @model_validator(mode="after")
+    def _one_way_to_name_endpoints(self) -> Pool:
+        if self.endpoint is not None and self.endpoints:
+            raise ValueError("set `endpoint` (one other server) or `endpoints` (a list), not "
+                             "both")
+        return self
+
+    def resolved_endpoints(self, name: str) -> tuple[PoolEndpoint, ...]:
+        """This pool's endpoints with their defaults: ``name`` is the pool's model name (the
+        phase), the one local model when none is listed and a remote model's default."""
+        if self.endpoints:
+            return tuple(PoolEndpoint(model=e.model or name, url=e.url,
+                                      instances=e.instances or self.instances)
+                         for e in self.endpoints)
+        return (PoolEndpoint(model=name, url=self.endpoint, instances=self.instances),)
 
     @property
     def gpus_per_instance(self) -> int:
         return self.tp * self.pp
 
     @property
+    def num_instances(self) -> int:
+        """Model instances of every endpoint (other servers' included)."""
+        if not self.endpoints:
+            return self.instances
+        return sum(e.instances or self.instances for e in self.endpoints)
+
+    @property
     def num_gpus(self) -> int:
-        return self.tp * self.pp * self.instances
+        return self.tp * self.pp * self.num_instances
 
 
 class KVTransfer(_Section):
@@ -157,6 +230,19 @@ class KVTransfer(_Section):
                              "a request's KV for the decode side to pull.")
 
 
+class RouterHealth(_Section):
+    liveness_s: float = Field(
+        default=1.0, gt=0, description="Seconds a phase call may go without a response before "
+        "the router probes its endpoint; an endpoint that fails the probe ends the call with "
+        "an error (and is ejected), one that answers is waited for.")
+    probe_timeout_s: float = Field(
+        default=4.0, gt=0, description="Seconds a health probe (a stop request for an unused "
+        "id) may take before the endpoint counts as not answering.")
+    probe_interval_s: float = Field(
+        default=2.0, gt=0, description="Seconds between the router's background probes of "
+        "every endpoint (how an ejected endpoint is re-admitted).")
+
+
 class Router(_Section):
     instances: int = Field(default=1, ge=1, description="Router (BLS) model instances.")
     early_first_token: bool = Field(
@@ -165,6 +251,20 @@ class Router(_Section):
     aggregated_below_tokens: int = Field(
         default=0, ge=0, description="Prompts shorter than this go to the aggregated path "
         "(0 disables).")
+    fallback_to_aggregated: bool = Field(
+        default=False, description="A request whose disaggregated path fails before any "
+        "decode token reached the client (no healthy prefill or decode endpoint left) is "
+        "served by the aggregated path instead (needs the aggregated model: --mode both).")
+    max_attempts: int = Field(
+        default=2, ge=1, description="Endpoints tried per phase of one request (1: no "
+        "retry on another endpoint).")
+    aggregated_endpoints: tuple[Endpoint, ...] = Field(
+        default=(), strict=False,
+        description="Endpoints of the aggregated path (short prompts, fallback); omit for "
+        "this repository's `aggregated` model. A `url` names another server serving "
+        "`aggregated` (e.g. a `pdtrt serve --mode both` of the same spec).")
+    health: RouterHealth = Field(default_factory=RouterHealth,
+                                 description="Liveness deadline and health probes.")
 
 
 class Serving(_Section):
@@ -224,10 +324,22 @@ class DeploymentSpec(_Section):
     def pool(self, phase: Phase) -> Pool:
         return self.prefill if phase is Phase.PREFILL else self.decode
 
+    def pool_endpoints(self, phase: Phase) -> tuple[PoolEndpoint, ...]:
+        """``phase``'s endpoints, defaults filled in (a model named after the phase)."""
+        return self.pool(phase).resolved_endpoints(str(phase))
+
+    def aggregated_endpoints(self) -> tuple[PoolEndpoint, ...]:
+        """The aggregated path's endpoints when ``router.aggregated_endpoints`` lists them
+        (else the repository's own ``aggregated`` model, when it has one)."""
+        return tuple(PoolEndpoint(model=e.model or AGGREGATED_MODEL, url=e.url,
+                                  instances=e.instances or self.prefill.instances)
+                     for e in self.router.aggregated_endpoints)
+
     @property
-    def endpoints(self) -> dict[Phase, str]:
-        """The pools served by another Triton server: phase -> its ``HOST:PORT``."""
-        return {p: ep for p in Phase if (ep := self.pool(p).endpoint) is not None}
+    def endpoints(self) -> dict[Phase, tuple[str, ...]]:
+        """The pools with endpoints in other Triton servers: phase -> their ``HOST:PORT``s."""
+        return {p: urls for p in Phase
+                if (urls := tuple(e.url for e in self.pool_endpoints(p) if e.url))}
 
     def weights(self, phase: Phase) -> WeightQuant:
         return self.pool(phase).engine.weights or self.model.weights

@@ -13,7 +13,8 @@ the target's :class:`TargetSupport` (found in :mod:`pdtrt.targets.registry`):
   checks of the build host, and how it runs its in-process steps;
 - **repository** -- its engine model (backend, I/O table, decoupling, parameters), where
   pre/postprocessing find the tokenizer, and how the repository is launched (a
-  :class:`~pdtrt.targets.launch.LaunchPlan` and the files that start it, or none).
+  :class:`~pdtrt.targets.launch.LaunchPlan` and the files that start it, or none), and what
+  its engine backend needs of an engine model's parameters (``repo validate``).
 
 A target is one module (``pdtrt/targets/<name>.py``, with its data under
 ``pdtrt/data/targets/``) defining one subclass, registered in :mod:`pdtrt.targets.registry`.
@@ -28,7 +29,7 @@ stays in :mod:`pdtrt.build` and :mod:`pdtrt.repo`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,12 @@ class TargetSupport(ABC):
     def supports_remote_pools(self) -> bool:
         """Whether a pool may be served by another Triton server (``<pool>.endpoint``)."""
 
+    @property
+    def supports_endpoint_pools(self) -> bool:
+        """Whether a pool may have several models of this repository (``<pool>.endpoints``
+        with ``model`` names): each an engine model of its own."""
+        return False
+
     @abstractmethod
     def spec_issues(self, spec: DeploymentSpec) -> Iterator[SpecIssue]:
         """The violations of this target's own spec rules (the shared ones are
@@ -220,3 +227,11 @@ class TargetSupport(ABC):
     @abstractmethod
     def launch_files(self, dep: Deployment, launch: LaunchPlan) -> tuple[TemplateFile, ...]:
         """The root files that start a repository with ``launch``."""
+
+    def engine_config_problems(self, model: str, parameters: Mapping[str, str], *,
+                               instance_count: int) -> list[str]:
+        """Why the target's engine backend would not load ``model`` (a config of
+        :attr:`engine_backend`, generated or hand-edited) or would ignore one of its
+        ``parameters``; each message starts with ``model``. pdtrt's own Python engine models
+        check their parameters in ``repo validate`` (``pdtrt_role``): none here."""
+        return []

@@ -58,6 +58,7 @@ class ReferenceTarget(TargetSupport):
     target = Target.REFERENCE
     needs_gpu = False
     supports_remote_pools = True
+    supports_endpoint_pools = True
     # the same as trtllm-build's, so a spec's limits mean the same on every target
     engine_defaults = TRTLLM_BUILD_DEFAULTS
     container_image = None
@@ -152,7 +153,7 @@ class ReferenceTarget(TargetSupport):
                      launch: LaunchPlan | None) -> ModelPlan:
         return python_model(engine.model, engine.role, batch=engine.limits.max_batch_size,
                             decoupled=self.engine_decoupled(dep.spec), io=self.engine_io,
-                            count=dep.spec.pool(engine.phase).instances,
+                            count=engine.instances,
                             params=engine_parameters(dep, engine))
 
     def launch_files(self, dep: Deployment, launch: LaunchPlan) -> tuple[TemplateFile, ...]:

@@ -9,15 +9,15 @@ with the exact toolchain (:mod:`pdtrt.targets.toolchain`). The engine model is N
 (:mod:`pdtrt.targets.trtllm_launch`), started by the generated ``launch.sh`` with ``pdtrt.env``.
 
 The fixed ``tensorrt_llm`` parameters below are the values pdtrt chooses for TensorRT-LLM 0.21's
-Triton backend (parameter names from NVIDIA's ``inflight_batcher_llm/tensorrt_llm/config.pbtxt``;
-``recv_poll_period_ms`` is read by the backend but absent from NVIDIA's template).
+Triton backend; every parameter the backend requires is written (its contract, with the source
+line of each read: :mod:`pdtrt.targets.trtllm_backend`), and ``repo validate`` checks any
+``tensorrtllm`` config against the same contract.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +38,12 @@ from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild,
 from pdtrt.targets.launch import LaunchPlan
 from pdtrt.targets.schema import TargetSchema, load_target_schema
 from pdtrt.targets.toolchain import Toolchain, check_toolchain
+from pdtrt.targets.trtllm_backend import load_backend_contract
 from pdtrt.targets.trtllm_build import check_gpus, check_model_dir, engine_steps, model_dir
-from pdtrt.targets.trtllm_launch import EnginePlacement, plan_launch
+from pdtrt.targets.trtllm_launch import EnginePlacement, launch_script_values, plan_launch
 from pdtrt.targets.trtllm_rules import apply_rules
 
-__all__ = ["ENGINE_FIXED_PARAMETERS", "GPT_MODEL_PATH", "Trtllm021Target"]
+__all__ = ["ENGINE_FIXED_PARAMETERS", "GPT_MODEL_PATH", "UNSET_PARAMETERS", "Trtllm021Target"]
 
 GPT_MODEL_PATH = "gpt_model_path"  # the engine directory parameter of the tensorrtllm backend
 
@@ -62,6 +63,13 @@ ENGINE_FIXED_PARAMETERS = (
     ("request_stats_max_iterations", "0"),
     # Unset, the orchestrator busy-polls its workers (tensorrtllm_backend #653: high CPU).
     ("recv_poll_period_ms", "1"),
+)
+# Read by the backend without a default: absent, the model does not load. Empty means unset
+# (no guided decoding, which is also what the C++ path would need tokenizer_dir for).
+UNSET_PARAMETERS = (
+    ("tokenizer_dir", ""),
+    ("xgrammar_tokenizer_info_path", ""),
+    ("guided_decoding_backend", ""),
 )
 # rendered before the per-deployment parameters, as in NVIDIA's template
 _LEADING_FIXED = ("max_beam_width", "FORCE_CPU_ONLY_INPUT_TENSORS", "gpt_model_type")
@@ -143,10 +151,10 @@ class Trtllm021Target(TargetSupport):
         placements = [EnginePlacement(model=e.model, gpu=dep.gpus[e.phase].key,
                                       tp=spec.pool(e.phase).tp, pp=spec.pool(e.phase).pp,
                                       instances=spec.pool(e.phase).instances) for e in engines]
-        mounts = [str(layout.deployment_dir)]
-        if spec.model.path is not None:
-            mounts.append(tokenizer_dir)
-        return plan_launch(spec, placements, image=self.container_image, mounts=mounts)
+        engines_dir = str(layout.deployment_dir)
+        mounts = [engines_dir] + ([tokenizer_dir] if spec.model.path is not None else [])
+        return plan_launch(spec, placements, image=self.container_image, mounts=mounts,
+                           worker_mounts=[engines_dir])
 
     def engine_model(self, dep: Deployment, engine: EngineUse, *,
                      launch: LaunchPlan | None) -> ModelPlan:
@@ -165,6 +173,7 @@ class Trtllm021Target(TargetSupport):
             ("gpu_device_ids", ranks.gpu_device_ids_param),
             ("participant_ids", ranks.participant_ids_param),
             ("executor_worker_path", EXECUTOR_WORKER_PATH),
+            *UNSET_PARAMETERS,
         )
         return ModelPlan(
             name=engine.model, role=engine.role, backend=self.engine_backend,
@@ -174,14 +183,14 @@ class Trtllm021Target(TargetSupport):
             shim_module=None)
 
     def launch_files(self, dep: Deployment, launch: LaunchPlan) -> tuple[TemplateFile, ...]:
-        last = len(launch.rank_commands) - 1
         return (
             TemplateFile(path="pdtrt.env", template="pdtrt.env.j2",
                          values={"name": dep.spec.name, "env": launch.env}),
-            TemplateFile(path="launch.sh", template="launch.sh.j2", executable=True, values={
-                "name": dep.spec.name, "target": str(self.target), "image": launch.image,
-                "world_size": launch.world_size, "last_rank": last,
-                "mounts": [shlex.quote(p) for p in launch.mounts],
-                "rank_commands": [(c, "" if i == last else " : \\")
-                                  for i, c in enumerate(launch.rank_commands)]}),
+            TemplateFile(path="launch.sh", template="launch.sh.j2", executable=True,
+                         values=launch_script_values(dep, launch, target=str(self.target))),
         )
+
+    def engine_config_problems(self, model: str, parameters: Mapping[str, str], *,
+                               instance_count: int) -> list[str]:
+        return load_backend_contract().config_problems(model, parameters,
+                                                       instance_count=instance_count)

@@ -1,4 +1,4 @@
-"""How a trtllm-0.21 repository is started: one MPI world, its ranks, its environment.
+"""How a trtllm-0.21 repository is started: one MPI world, its hosts, ranks and environment.
 
 NVIDIA's backend in orchestrator mode with ``TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES=0`` needs one
 MPI world: rank 0 is the orchestrator (the ``tritonserver`` that serves every model), ranks
@@ -7,25 +7,42 @@ engine models loaded (NVIDIA's ``launch_triton_server.py --multi-model --disable
 does the same). ``participant_ids`` give each instance its ranks, ``gpu_device_ids`` their local
 GPU ordinals (``;`` between instances, ``,`` within one).
 
-GPU ordinals are counted per GPU type: pools on different GPU types are assumed to sit on
-different hosts (an H100 node and an L40S node), pools of one type on one host. KV transfer is
-UCX, selected by ``TRTLLM_USE_UCX_KVCACHE=1`` (TensorRT-LLM <= 0.21).
+Placement: pools on different GPU types sit on different hosts (an H100 host and an L40S host),
+pools of one type on one host; GPU ordinals are counted per host. Rank 0 runs on the host of
+the first engine model (prefill's: the clients' entry point), and the aggregated baseline on the
+host its engine was built for (prefill's GPU type). ``launch.sh`` places every rank with
+``mpirun --host <host>:<slots>`` per rank and forwards the environment (``-x``) to every rank --
+ranks started over SSH on the other host see neither the container's nor ``pdtrt.env``'s
+variables otherwise. Every rank loads every engine model, so every engine directory must exist
+at the same path on every host (the backend checks it before it knows whether the rank serves
+the model).
+
+KV transfer is UCX, selected by ``TRTLLM_USE_UCX_KVCACHE=1`` (TensorRT-LLM 0.21 chooses the
+transport by environment; its Triton backend sets no cache-transceiver config -- docs/repo.md).
+The address the prefill side publishes in ``context_phase_params`` is that of the NIC named by
+``TRTLLM_UCX_INTERFACE`` (default: the first IPv4 interface that is not ``lo`` or ``docker*``),
+set per host from ``PDTRT_UCX_INTERFACE_<GPU>``.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 from pdtrt import envvars
 from pdtrt.errors import RepoError
+from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
-from pdtrt.targets.launch import LaunchPlan, RankPlan
+from pdtrt.targets.launch import HostPlan, LaunchPlan, RankPlan, host_command
 
-__all__ = ["EnginePlacement", "plan_launch", "transfer_buffer_size"]
+__all__ = ["EnginePlacement", "launch_script_values", "plan_launch", "transfer_buffer_size"]
 
 TRITON_DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 _SHELL_SAFE = re.compile(r"^[A-Za-z0-9_.,:/=+@-]*$")
+# What the ranks started on another host over SSH need from the launching container besides
+# pdtrt.env: the same image, so the same values.
+_CONTAINER_ENV = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +50,7 @@ class EnginePlacement:
     """One engine model of the repository and the GPUs its instances need."""
 
     model: str
-    gpu: str  # catalog key; ordinals are counted per key
+    gpu: str  # catalog key; one host per key, ordinals counted per key
     tp: int
     pp: int
     instances: int
@@ -82,12 +99,34 @@ def _rank_command(spec: DeploymentSpec, rank: int, engine_models: list[str]) -> 
     return " ".join(args)
 
 
+def _suffix(gpu: str) -> str:
+    """``h100-sxm`` -> ``H100_SXM``: the per-host part of launch.sh's names."""
+    return re.sub(r"[^A-Z0-9]", "_", gpu.upper())
+
+
+def _hosts(engines: list[EnginePlacement], rank_gpus: list[str]) -> tuple[HostPlan, ...]:
+    """One host per GPU type, in order of first use; rank 0 goes with the first engine."""
+    gpus = list(dict.fromkeys(e.gpu for e in engines))
+    hosts = []
+    for i, gpu in enumerate(gpus):
+        ranks = tuple(r for r, g in enumerate(rank_gpus) if g == gpu)
+        models = tuple(e.model for e in engines if e.gpu == gpu)
+        num_gpus = sum(e.tp * e.pp * e.instances for e in engines if e.gpu == gpu)
+        # one host: mpirun starts every rank locally, no address needed
+        host_var = envvars.PDTRT_HOST_PREFIX + _suffix(gpu) if len(gpus) > 1 else ""
+        interface_var = envvars.PDTRT_UCX_INTERFACE_PREFIX + _suffix(gpu)
+        hosts.append(HostPlan(gpu=gpu, host_var=host_var, interface_var=interface_var,
+                              ranks=ranks, models=models, num_gpus=num_gpus, launcher=i == 0))
+    return tuple(hosts)
+
+
 def plan_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, image: str,
-                mounts: list[str]) -> LaunchPlan:
-    """Ranks, device ids, environment and per-rank commands for ``engines`` (in that order)."""
+                mounts: list[str], worker_mounts: list[str] | None = None) -> LaunchPlan:
+    """Ranks, device ids, hosts, environment and per-rank commands for ``engines`` (in order)."""
     next_rank = 1
     next_device: dict[str, int] = {}
     ranks = []
+    rank_gpus = [engines[0].gpu if engines else ""]  # rank 0: the first engine's host
     for eng in engines:
         per_instance = eng.tp * eng.pp
         pids, gids = [], []
@@ -97,12 +136,67 @@ def plan_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, image: 
             gids.append(tuple(range(first, first + per_instance)))
             next_rank += per_instance
             next_device[eng.gpu] = first + per_instance
+            rank_gpus += [eng.gpu] * per_instance
         ranks.append(RankPlan(model=eng.model, participant_ids=tuple(pids),
                               gpu_device_ids=tuple(gids)))
-    world_size = next_rank
+    hosts = _hosts(engines, rank_gpus)
+    index = {h.gpu: i for i, h in enumerate(hosts)}
     names = [e.model for e in engines]
+    env = _env(spec)
+    multi = len(hosts) > 1
+    host_vars = tuple(h.host_var for h in hosts) if multi else ()
+    ssh = (envvars.PDTRT_SSH_DIR,) if multi else ()
     return LaunchPlan(
-        world_size=world_size, ranks=tuple(ranks), env=_env(spec), image=image,
+        world_size=next_rank, ranks=tuple(ranks), env=env, image=image,
         mounts=tuple(sorted(set(mounts))),
-        rank_commands=tuple(_rank_command(spec, r, names) for r in range(world_size)),
-    )
+        worker_mounts=tuple(sorted(set(mounts if worker_mounts is None else worker_mounts))),
+        hosts=hosts,
+        rank_hosts=tuple(index.get(g, 0) for g in rank_gpus),
+        rank_commands=tuple(_rank_command(spec, r, names) for r in range(next_rank)),
+        forwarded_env=tuple(k for k, _ in env) + _CONTAINER_ENV,
+        launcher_env=(envvars.PDTRT_SRC, *ssh, *host_vars), worker_env=ssh)
+
+
+def _array(host: HostPlan) -> str:
+    """The bash array of ``host``'s mpirun options in launch.sh (``L40S``)."""
+    return _suffix(host.gpu)
+
+
+def _usage(plan: LaunchPlan) -> list[str]:
+    if not plan.multi_host:
+        return [f"on the host:           {host_command(plan, plan.hosts[0])}",
+                "inside the container:  PYTHONPATH=/path/to/pdtrt-checkout ./launch.sh "
+                "--in-container"]
+    return [f"{n}. on the {h.gpu} host:  {host_command(plan, h)}"
+            for n, h in enumerate(plan.start_order, 1)]
+
+
+def launch_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
+                         ) -> dict[str, object]:
+    """The values ``launch.sh.j2`` formats: every line prepared, the template only loops."""
+    multi = [True] if plan.multi_host else []
+    last = plan.world_size - 1
+    slots = {h.gpu: len(h.ranks) for h in plan.hosts}
+    checks = [f': "${{{name}:?set {name} (see docs/repo.md)}}"'
+              for name in plan.launcher_env]
+    passed = [f'-e {name}="${{{name}:-}}"' for name in (
+        *(h.host_var for h in plan.hosts), *(h.interface_var for h in plan.hosts),
+        envvars.PDTRT_SSH_PORT)] if plan.multi_host else []
+    arrays = []
+    for h in plan.hosts:
+        place = f'--host "${{{h.host_var}}}:{slots[h.gpu]}" ' if plan.multi_host else ""
+        arrays.append((_array(h), f'{place}"${{FORWARD[@]}}" '
+                       f'-x {envvars.TRTLLM_UCX_INTERFACE}="${{{h.interface_var}:-}}"'))
+    return {
+        "name": dep.spec.name, "target": target, "image": plan.image,
+        "world_size": plan.world_size, "last_rank": last,
+        "hosts": [h.summary for h in plan.hosts], "usage": _usage(plan),
+        "launcher_checks": checks, "passed_env": passed, "multi_host": multi,
+        "mounts": [shlex.quote(p) for p in plan.mounts],
+        "worker_mounts": [shlex.quote(p) for p in plan.worker_mounts],
+        "forward": " ".join(f"-x {name}" for name in plan.forwarded_env),
+        "host_arrays": arrays,
+        "rank_commands": [(f'"${{{_array(plan.hosts[plan.rank_hosts[r]])}[@]}}"', c,
+                           "" if r == last else " : \\")
+                          for r, c in enumerate(plan.rank_commands)],
+    }

@@ -34,7 +34,8 @@ def test_dry_run_prints_both_pipelines(run, monkeypatch):
 @pytest.mark.parametrize("example", ["llama3-8b-h100-l40s", "reference-cpu"])
 def test_golden_dry_run_output(example, run, monkeypatch, golden):
     monkeypatch.delenv("PDTRT_TRTLLM_EXAMPLES", raising=False)
-    result = run("build", str(EXAMPLES / f"{example}.yaml"), "--dry-run")
+    monkeypatch.chdir(EXAMPLES.parent.parent)  # the per-host commands name the spec as given
+    result = run("build", f"docs/examples/{example}.yaml", "--dry-run")
     assert result.exit_code == 0, result.output
     golden(f"build/dry-run-{example}.txt", result.stdout)
 
@@ -52,6 +53,23 @@ def test_dry_run_json_phase_and_engines_dir(run, tmp_path):
     assert step["output_dir"] == f"{tmp_path}/llama3-8b-h100-l40s/decode"
     settings = data["plan"]["phases"][0]["settings"]
     assert settings["max_batch_size"]["source"] == "computed"
+    assert data["hosts"] == [{"gpu": "l40s", "compute_capability": "8.9", "phases": ["decode"],
+                              "steps": [1, 2], "args": ["--phase", "decode"]}]
+
+
+def test_dry_run_says_what_each_build_host_runs(run, tmp_path):
+    result = run("build", SEED, "--dry-run", "--engines-dir", str(tmp_path))
+    tail = result.stdout.splitlines()[-6:]
+    assert tail[0] == ("hosts: each engine is built on its own GPU type, inside "
+                       "nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3 (docs/build.md):")
+    assert tail[1:5] == [
+        "  h100-sxm host (compute 9.0): steps 1-2 (prefill)",
+        f"    $ pdtrt build {SEED} --engines-dir {tmp_path} --phase prefill",
+        "  l40s host (compute 8.9): steps 3-4 (decode)",
+        f"    $ pdtrt build {SEED} --engines-dir {tmp_path} --phase decode"]
+    assert tail[5].endswith(f"`pdtrt engines check {SEED} --engines-dir {tmp_path}`")
+    reference = run("build", REF, "--dry-run").stdout
+    assert "hosts:" not in reference  # built here, in-process
 
 
 def test_real_run_refuses_without_the_gpu_and_force_reaches_the_toolchain(run, tmp_path):

@@ -18,16 +18,25 @@ def test_repo_writes_trtllm_repository(run, tmp_path):
     assert lines[0] == f"wrote {out}: trtllm-0.21 repository, mode disaggregated"
     assert lines[2].split() == ["prefill", "tensorrtllm", "max_batch_size", "8", "instances",
                                 "1", "decoupled"]
-    assert lines[6].split() == ["ensemble", "ensemble", "preprocessing", "->", "router", "->",
+    assert lines[6].split() == ["health", "python", "max_batch_size", "1", "instances", "1"]
+    assert lines[7].split() == ["ensemble", "ensemble", "preprocessing", "->", "router", "->",
                                 "postprocessing"]
-    assert lines[-1] == (f"  launch: {out / 'launch.sh'} (MPI world size 4, environment in "
-                         f"{out / 'pdtrt.env'})")
+    assert lines[-5:] == [
+        f"  launch: {out / 'launch.sh'} (MPI world size 4, environment in {out / 'pdtrt.env'}); "
+        "each host runs, in this order:",
+        "    l40s host (PDTRT_HOST_L40S): ranks 2,3 -- decode; 2 GPU(s); waits for mpirun (sshd)",
+        f"      $ PDTRT_SSH_DIR=/path/to/ssh-keys {out / 'launch.sh'} --worker",
+        "    h100-sxm host (PDTRT_HOST_H100_SXM): ranks 0,1 -- orchestrator, prefill; 1 GPU(s); "
+        "runs mpirun",
+        "      $ PDTRT_SRC=/path/to/pdtrt-checkout PDTRT_SSH_DIR=/path/to/ssh-keys "
+        f"PDTRT_HOST_H100_SXM=<h100-sxm address> PDTRT_HOST_L40S=<l40s address> "
+        f"{out / 'launch.sh'}"]
     assert sorted(p.name for p in out.iterdir()) == [
-        "decode", "ensemble", "launch.sh", "pdtrt-repo.json", "pdtrt.env", "postprocessing",
-        "prefill", "preprocessing", "router"]
+        "decode", "ensemble", "health", "launch.sh", "pdtrt-repo.json", "pdtrt.env",
+        "postprocessing", "prefill", "preprocessing", "router"]
     valid = run("repo", "validate", str(out))
     assert valid.exit_code == 0, valid.output
-    assert valid.stdout == f"ok: {out}: 6 models, target trtllm-0.21, 4 warning(s)\n"
+    assert valid.stdout == f"ok: {out}: 7 models, target trtllm-0.21, 4 warning(s)\n"
     assert valid.stderr.count("warning: ") == 4
     assert ("warning: preprocessing: tokenizer_dir meta-llama/Meta-Llama-3.1-8B does not exist "
             "here (the model loads its tokenizer from that local directory)") in valid.stderr
@@ -41,10 +50,22 @@ def test_repo_generate_alias_and_json(run, tmp_path):
     data = json.loads(result.stdout)
     assert data["mode"] == "both" and data["target"] == "reference"
     assert data["models"] == ["preprocessing", "prefill", "decode", "aggregated", "router",
-                              "postprocessing", "ensemble", "ensemble_aggregated"]
+                              "postprocessing", "health", "ensemble", "ensemble_aggregated"]
     assert data["engine_dirs"]["aggregated"] == str(tmp_path / "eng" / "reference-cpu" /
                                                     "prefill")
-    assert "mpi_world_size" not in data
+    assert "mpi_world_size" not in data and "hosts" not in data
+
+
+def test_repo_json_says_what_each_host_runs(run, tmp_path):
+    out = tmp_path / "out"
+    result = run("repo", LLAMA, "-o", str(out), "--mode", "both", "--json")
+    data = json.loads(result.stdout)
+    assert [h["command"] for h in data["hosts"]] == [
+        f"PDTRT_SSH_DIR=/path/to/ssh-keys {out / 'launch.sh'} --worker",
+        "PDTRT_SRC=/path/to/pdtrt-checkout PDTRT_SSH_DIR=/path/to/ssh-keys PDTRT_HOST_H100_SXM="
+        f"<h100-sxm address> PDTRT_HOST_L40S=<l40s address> {out / 'launch.sh'}"]
+    assert data["hosts"][1]["host"].startswith("h100-sxm host (PDTRT_HOST_H100_SXM): ranks "
+                                               "0,1,4 -- orchestrator, prefill, aggregated;")
 
 
 def test_repo_refuses_existing_dir_unless_force(run, tmp_path):

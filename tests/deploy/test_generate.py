@@ -64,7 +64,8 @@ def test_trtllm_objects(objects):
     assert triton["command"] == ["/var/run/pdtrt/repo/launch.sh"]
     assert triton["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert {"name": "UCX_TLS", "value": "rc,cuda_copy,tcp"} in triton["env"]
-    assert triton["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    assert triton["readinessProbe"]["httpGet"] == {"path": "/v2/models/health/ready",
+                                                   "port": "http"}
     assert triton["securityContext"] == {"allowPrivilegeEscalation": False,
                                          "readOnlyRootFilesystem": True,
                                          "capabilities": {"drop": ["ALL"]}}

@@ -72,8 +72,8 @@ def test_role_specs(deps, role):
     rs = role_spec(dep.spec, role, names_for(dep.spec.name)).spec
     assert (rs.serving.host, rs.serving.http_port, rs.serving.grpc_port,
             rs.serving.metrics_port) == ("0.0.0.0", 8000, 8001, 8002)
-    want = ({p: f"llama3-8b-h100-l40s-{p}:8001" for p in Phase} if role is PodRole.FRONT
-            else {role.phase: f"llama3-8b-h100-l40s-{role.phase}:8001"})
+    want = ({p: (f"llama3-8b-h100-l40s-{p}:8001",) for p in Phase} if role is PodRole.FRONT
+            else {role.phase: (f"llama3-8b-h100-l40s-{role.phase}:8001",)})
     assert rs.endpoints == want
     if role.phase is not None:
         assert rs.pool(role.phase).instances == 1
@@ -92,9 +92,9 @@ def test_role_spec_points_model_path_at_the_checkpoint_on_the_volume(deps):
 
 @pytest.mark.parametrize(("role", "mode", "models"), [
     (PodRole.FRONT, RepoMode.DISAGGREGATED, ["preprocessing", "router", "postprocessing",
-                                             "ensemble"]),
-    (PodRole.PREFILL, RepoMode.POOLS, ["prefill"]),
-    (PodRole.DECODE, RepoMode.POOLS, ["decode"]),
+                                             "health", "ensemble"]),
+    (PodRole.PREFILL, RepoMode.POOLS, ["prefill", "health"]),
+    (PodRole.DECODE, RepoMode.POOLS, ["decode", "health"]),
 ], ids=["front", "prefill", "decode"])
 def test_each_reference_pod_generates_the_repository_of_its_role(deps, tmp_path, role, mode,
                                                                   models):

@@ -129,6 +129,9 @@ def test_reference_parameters_follow_the_runtime_contract(tmp_path):
         "pdtrt_role": "router", "prefill_model": "prefill", "decode_model": "decode",
         "aggregated_model": "aggregated", "aggregated_below_tokens": "0",
         "early_first_token": "true", "prefill_url": "", "decode_url": "",
+        "prefill_endpoints": "", "decode_endpoints": "", "aggregated_endpoints": "",
+        "fallback_to_aggregated": "false", "max_attempts": "2", "liveness_s": "1",
+        "probe_timeout_s": "4", "probe_interval_s": "2",
         "phase_error_output": "pdtrt_error",
         "max_input_len": "384", "max_seq_len": "512"}
     assert _params(plan, "preprocessing") == {"pdtrt_role": "preprocessing",
@@ -242,7 +245,7 @@ def test_pools_with_an_endpoint_have_no_local_model_and_the_router_calls_them(tm
 def test_a_pools_repository_holds_only_the_pools_with_an_endpoint(tmp_path):
     dep = load_deployment(EXAMPLES / "reference-remote.yaml")
     plan = plan_repo(dep, mode=RepoMode.POOLS, engines_root=tmp_path)
-    assert [m.name for m in plan.models] == ["prefill", "decode"]
+    assert [m.name for m in plan.models] == ["prefill", "decode", "health"]
     assert plan.ensembles == () and plan.remote == {}  # this server *is* the remote pools
     assert _params(plan, "prefill")[Param.UCX_TLS] == _params(plan, "decode")[Param.UCX_TLS] != ""
     # one pool remote: the pools server holds that one only
@@ -250,7 +253,7 @@ def test_a_pools_repository_holds_only_the_pools_with_an_endpoint(tmp_path):
         update={"endpoint": None})})
     plan = plan_repo(dataclasses.replace(dep, spec=spec), mode=RepoMode.POOLS,
                      engines_root=tmp_path)
-    assert [m.name for m in plan.models] == ["decode"]
+    assert [m.name for m in plan.models] == ["decode", "health"]
     with pytest.raises(RepoError, match="no pool with an endpoint"):
         plan_repo(load_deployment(EXAMPLES / "reference-cpu.yaml"), mode=RepoMode.POOLS,
                   engines_root=tmp_path)

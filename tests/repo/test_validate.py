@@ -250,3 +250,53 @@ def test_a_removed_pool_with_a_url_is_served_elsewhere(repo):
     _edit(repo, "router", 'key: "decode_url"\n  value: { string_value: ""',
           'key: "decode_url"\n  value: { string_value: "10.0.0.7:8001"')
     assert validate_repo(repo).problems == ()
+
+
+@pytest.fixture(scope="module")
+def trtllm_pristine(tmp_path_factory):
+    """A generated trtllm-0.21 repository of the seed example (both ensembles)."""
+    root = tmp_path_factory.mktemp("trtllm")
+    generate_repo(load_deployment(EXAMPLES / "llama3-8b-h100-l40s.yaml"), root / "repo",
+                  mode=RepoMode.BOTH, engines_root=root / "engines")
+    return root / "repo"
+
+
+_REQUIRED = ("gpt_model_type", "tokenizer_dir", "xgrammar_tokenizer_info_path",
+             "guided_decoding_backend", "gpt_model_path")
+
+
+@pytest.mark.parametrize("model", ["prefill", "decode", "aggregated"])
+@pytest.mark.parametrize("name", _REQUIRED)
+def test_a_missing_backend_parameter_is_a_load_failure(trtllm_pristine, tmp_path, model, name):
+    repo = tmp_path / "repo"
+    shutil.copytree(trtllm_pristine, repo)
+    assert validate_repo(repo).problems == ()
+    config = repo / model / "config.pbtxt"
+    text = config.read_text()
+    block = re.search(rf'\nparameters {{\n  key: "{name}"\n  value: {{[^\n]*\n}}\n', text)
+    assert block is not None
+    config.write_text(text.replace(block.group(0), ""))
+    [problem] = validate_repo(repo).problems
+    assert problem.startswith(f"{model}: parameter '{name}' is missing: the tensorrtllm backend "
+                              "of TensorRT-LLM 0.21.0 does not load the model")
+    assert "triton-inference-server/tensorrtllm_backend@c2e65b8:" in problem
+
+
+def test_a_hand_edited_tensorrtllm_model_is_checked_too(trtllm_pristine, tmp_path):
+    """No pdtrt-repo.json, NVIDIA's own model name: the backend decides what is checked."""
+    repo = tmp_path / "repo"
+    shutil.copytree(trtllm_pristine / "decode", repo / "tensorrt_llm")
+    _edit(repo, "tensorrt_llm", 'name: "decode"', 'name: "tensorrt_llm"')
+    _edit(repo, "tensorrt_llm", 'string_value: "0;1"', 'string_value: "0,1"')  # gpu_device_ids
+    _edit(repo, "tensorrt_llm", 'value: { string_value: "false" }\n}\n\nparameters {\n  key: '
+          '"enable_chunked_context"', 'value: { string_value: "off" }\n}\n\nparameters {\n  key: '
+          '"enable_chunked_context"')
+    problems = validate_repo(repo).problems
+    assert problems == (
+        "tensorrt_llm: parameter 'enable_kv_cache_reuse': 'off' is not a boolean (true/false, "
+        "1/0): the backend ignores it and uses its default (true)",
+        "tensorrt_llm: parameter 'gpu_device_ids' has 1 instance group(s) for 2 model "
+        "instance(s): instance i takes group i modulo the groups, so instances would share "
+        "ranks or GPUs",
+        "tensorrt_llm: instance 1: 1 rank(s) but 2 GPU(s) x num_nodes 1: an instance's "
+        "gpu_device_ids x num_nodes must equal its tp x pp x cp ranks")

@@ -29,3 +29,20 @@ def hf_greedy(model, prompt, n):
     out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False,
                          eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt):].tolist()
+
+
+@pytest.fixture
+def router():
+    """``router(phases, **params)``: a router model on the fake seam
+    (``test_router_model.new_router``), finalized after the test."""
+    from tests.runtime.test_router_model import new_router
+
+    made = []
+
+    def make(phases, **params):
+        made.append(new_router(phases, **params))
+        return made[-1]
+
+    yield make
+    for model, _triton in made:
+        model.finalize()

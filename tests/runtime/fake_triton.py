@@ -6,7 +6,8 @@ cancelling), scripts what the phase models answer to BLS calls (``phases``: a fu
 :class:`PhaseCall` to an iterable of responses -- an outputs mapping, a :class:`Fail` for an
 error response, or an exception to raise in the caller), and reads back every response each
 request got (:attr:`FakeRequest.responses`), every phase call (:attr:`FakeTriton.calls`) and
-every metric (:attr:`FakeTriton.metrics`, by Prometheus name).
+every metric (:attr:`FakeTriton.metrics`, by Prometheus name; a labelled one as
+``name{label=value,...}``).
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ class Sent:
 
 class FakeRequest:
     def __init__(self, request_id: str = "", inputs: Mapping[str, Any] | None = None,
-                 parameters: Mapping[str, Any] | None = None) -> None:
+                 parameters: Mapping[str, Any] | None = None,
+                 requested_outputs: Sequence[str] = ()) -> None:
         self.request_id = request_id
+        self.requested_outputs = tuple(requested_outputs)
         self.inputs = {k: np.asarray(v) for k, v in (inputs or {}).items()}
         self.parameters = dict(parameters or {})
         self.responses: list[Sent] = []
@@ -113,6 +116,8 @@ class FakeTriton:
         self.phases: Phases = phases or (lambda call: ())
         self.calls: list[PhaseCall] = []
         self.metrics: dict[str, float] = {}
+        self.released = False  # the model's finalize() released the seam
+        self._on_stop: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
     def calls_to(self, model: str, *, stop: bool = False) -> list[PhaseCall]:
@@ -124,6 +129,7 @@ class FakeTriton:
         names = set(names)
         return [Incoming(request_id=r.request_id, parameters=dict(r.parameters),
                          inputs={k: v for k, v in r.inputs.items() if k in names},
+                         requested_outputs=r.requested_outputs,
                          handle=r, sender=r if decoupled else None) for r in requests]
 
     def is_cancelled(self, request: Incoming) -> bool:
@@ -149,7 +155,10 @@ class FakeTriton:
 
     # -- BLS ---------------------------------------------------------------------------------
     def bls_exec(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-                 parameters: Mapping[str, str], outputs: Sequence[str]) -> Iterator[Any]:
+                 parameters: Mapping[str, str], outputs: Sequence[str],
+                 skip_if: Callable[[], str | None] | None = None) -> Iterator[Any]:
+        if skip_if is not None and (why := skip_if()) is not None:
+            raise PhaseError(why)
         call = PhaseCall(model, dict(inputs), request_id, dict(parameters), tuple(outputs))
         with self._lock:
             self.calls.append(call)
@@ -171,12 +180,33 @@ class FakeTriton:
         self.metrics[spec.name] = 0.0
         return spec.name
 
+    def metric_family(self, spec: MetricSpec, label_sets: Sequence[Mapping[str, str]]
+                      ) -> list[str]:
+        """Labelled metrics are recorded as ``name{label=value,...}`` (labels other than
+        ``model``, sorted)."""
+        names = [spec.name + "{" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())
+                                            if k != "model") + "}" for labels in label_sets]
+        for name in names:
+            self.metrics[name] = 0.0
+        return names
+
     def increment(self, metric: str, value: float) -> None:
         with self._lock:
             self.metrics[metric] += value
 
     def set_gauge(self, metric: str, value: float) -> None:
         self.metrics[metric] = value
+
+    def on_server_stop(self, callback: Callable[[], None]) -> None:
+        self._on_stop.append(callback)
+
+    def stop_server(self) -> None:
+        """What SIGTERM to the server does in a stub: the models' callbacks run."""
+        for callback in self._on_stop:
+            callback()
+
+    def release(self) -> None:
+        self.released = True
 
 
 def tokens_out(*ids: int, **extra: Any) -> dict[str, np.ndarray]:

@@ -128,9 +128,9 @@ def ended_once(req, error=None):
     [(Role.AGGREGATED, request(ids=[]), "input 'input_ids' is required and must not be empty"),
      (Role.AGGREGATED, request(ids=[1] * 17), "prompt of 17 tokens; this engine takes 1..16"),
      (Role.AGGREGATED, request(input_lengths=np.array([0], dtype=np.int32)),
-      "prompt of 0 tokens"),
+      "input 'input_lengths' is 0 but 'input_ids' holds 4 tokens; allowed: exactly 4"),
      (Role.AGGREGATED, request(input_lengths=np.array([9], dtype=np.int32)),
-      "input_lengths 9 is outside 0..4"),
+      "input 'input_lengths' is 9 but 'input_ids' holds 4 tokens; allowed: exactly 4"),
      (Role.AGGREGATED, request(max_new=61), "exceeds max_seq_len 64"),
      (Role.AGGREGATED, request(max_new=0), "(or is < 1)"),
      (Role.AGGREGATED, request(ids=[5, 512]), "input_ids outside the vocabulary [0, 512)"),
@@ -156,6 +156,99 @@ def test_a_bad_request_gets_one_error_and_the_model_keeps_serving(engine_model, 
     model.execute([ok])
     assert ended_once(ok) and len(ok.tokens) == 4
     assert triton.metrics["pdtrt_engine_active_sequences"] == 0
+
+
+# -- strict input: TensorRT-LLM's sampling rules (pdtrt/runtime/requests.py cites them) ---------
+def _f32(value):
+    return np.array([value], dtype=np.float32)
+
+
+def _i32(value):
+    return np.array([value], dtype=np.int32)
+
+
+NO_WORDS = np.array([[[0], [-1]]], dtype=np.int32)  # what the preprocessing sends: no words
+STRICT_CASES = [
+    ("temperature-nan", {"temperature": _f32(np.nan)},
+     "input 'temperature' is nan; allowed: a finite number >= 0"),
+    ("temperature-negative", {"temperature": _f32(-1)},
+     "input 'temperature' is -1.0; allowed: a finite number >= 0"),
+    ("temperature-inf", {"temperature": _f32(np.inf)},
+     "input 'temperature' is inf; allowed: a finite number >= 0"),
+    ("top-p-7", {"runtime_top_p": _f32(7)},
+     "input 'runtime_top_p' (the ensemble's 'top_p') is 7.0; allowed: (0, 1], or 0 for none"),
+    ("top-p-negative", {"runtime_top_p": _f32(-0.5)},
+     "input 'runtime_top_p' (the ensemble's 'top_p') is -0.5; allowed: (0, 1], or 0 for none"),
+    ("top-k-negative", {"runtime_top_k": _i32(-3)},
+     "input 'runtime_top_k' (the ensemble's 'top_k') is -3; allowed: >= 0"),
+    ("repetition-penalty-0", {"repetition_penalty": _f32(0)},
+     "input 'repetition_penalty' is 0.0; allowed: a finite number > 0"),
+    ("length-penalty-negative", {"len_penalty": _f32(-1)},
+     "input 'len_penalty' (the ensemble's 'length_penalty') is -1.0; allowed: a finite number "
+     ">= 0"),
+    ("min-length-negative", {"min_length": _i32(-1)},
+     "input 'min_length' is -1; allowed: >= 0"),
+    ("presence-penalty-nan", {"presence_penalty": _f32(np.nan)},
+     "input 'presence_penalty' is nan; allowed: a finite number"),
+    ("beam-width-4", {"beam_width": _i32(4)},
+     "input 'beam_width' is 4; allowed: 1..1 (the engine's max_beam_width)"),
+    ("beam-width-0", {"beam_width": _i32(0)},
+     "input 'beam_width' is 0; allowed: 1..1 (the engine's max_beam_width)"),
+    ("two-prompts", {"input_ids": np.array([[5, 6], [7, 8]], dtype=np.int32),
+                     "input_lengths": _i32([2, 2]).reshape(-1)},
+     "input 'input_ids' holds 2 prompts; pdtrt serves one prompt per request"),
+    ("repetition-penalty-not-implemented", {"repetition_penalty": _f32(1.3)},
+     "input 'repetition_penalty' is 1.2999999523162842; allowed: 1.0 (the reference engine "
+     "does not implement repetition_penalty)"),
+    ("log-probs-not-implemented", {"return_log_probs": np.array([True])},
+     "input 'return_log_probs' is True; allowed: false"),
+    ("stop-words-not-implemented",
+     {"stop_words_list": np.array([[[7, 8], [2, -1]]], dtype=np.int32)},
+     "input 'stop_words_list' is a non-empty word list; allowed: no words"),
+]
+
+
+@pytest.mark.parametrize(("inputs", "error"), [c[1:] for c in STRICT_CASES],
+                         ids=[c[0] for c in STRICT_CASES])
+def test_input_tensorrt_llm_refuses_is_refused_naming_it(engine_model, inputs, error):
+    model, triton = engine_model()
+    req = request(**inputs)
+    model.execute([req])
+    assert ended_once(req, error=error) and len(req.responses) == 1
+    assert triton.metrics["pdtrt_engine_active_sequences"] == 0
+    ok = request(request_id="ok")
+    model.execute([ok])
+    assert ended_once(ok) and len(ok.tokens) == 4
+
+
+@pytest.mark.parametrize("inputs", [
+    {"temperature": _f32(0)}, {"runtime_top_p": _f32(0)}, {"runtime_top_p": _f32(1)},
+    {"runtime_top_k": _i32(0)}, {"beam_width": _i32(1)}, {"repetition_penalty": _f32(1)},
+    {"len_penalty": _f32(0)}, {"min_length": _i32(1)}, {"stop_words_list": NO_WORDS,
+                                                        "bad_words_list": NO_WORDS}],
+    ids=["temperature-0-greedy", "top-p-0-none", "top-p-1", "top-k-0", "beam-width-1",
+         "repetition-penalty-1", "length-penalty-0", "min-length-1", "empty-word-lists"])
+def test_the_edges_tensorrt_llm_allows_are_served(engine_model, inputs):
+    model, _ = engine_model()
+    req = request(**inputs)
+    model.execute([req])
+    assert ended_once(req) and len(req.tokens) == 4
+
+
+@pytest.mark.parametrize("built", [1, 4])
+def test_the_beam_width_limit_comes_from_the_engine_manifest(tmp_path, built):
+    from pdtrt.build.manifest import EngineManifest, KVLayout, write_manifest
+    from pdtrt.enums import KVDType, Phase, Target, WeightQuant
+    from pdtrt.runtime.engine_model import _max_beam_width
+
+    write_manifest(tmp_path, EngineManifest(
+        phase=Phase.DECODE, target=Target.REFERENCE, model="m", gpu_name=None,
+        compute_capability=None, tp=1, pp=1, weights=WeightQuant.NONE,
+        kv_layout=KVLayout(num_layers=1, num_kv_heads=1, head_dim=8, kv_dtype=KVDType.FP32,
+                           tokens_per_block=16),
+        versions={}, build_settings={"settings": {"max_beam_width": {"value": built}}},
+        input_hashes={}, pdtrt_version="0"))
+    assert _max_beam_width(tmp_path) == built
 
 
 # -- one final response ------------------------------------------------------------------------
@@ -252,9 +345,80 @@ def test_an_engine_failure_after_data_goes_in_band_then_ends_once(engine_model):
     assert triton.metrics["pdtrt_engine_failed_total"] == 1
 
 
+def test_a_bls_caller_gets_a_failure_after_data_in_band_and_no_error_response(engine_model):
+    """The router names its outputs, the in-band one among them: an error response after data
+    would keep its BLS stream from ever ending (and its stub from finalizing)."""
+    model, _ = engine_model(faults=FaultInjection(("fault-",)))
+    req = request(max_new=8, request_id="fault-4")
+    req.requested_outputs = ("output_ids", "sequence_length", ERROR_OUTPUT)
+    model.execute([req])
+    req.wait_final()
+    tokens, in_band, final = req.responses
+    assert tokens.tokens and not tokens.final
+    assert in_band.outputs[ERROR_OUTPUT].reshape(-1)[0].decode() == (
+        "engine failure: injected decode-step fault (PDTRT_FAULT_INJECTION) for request "
+        "'fault-4'")
+    assert req.errors == [] and final.final and final.outputs == {}
+
+
+def test_an_ensemble_step_gets_a_failure_after_data_as_one_final_error(engine_model):
+    """An ensemble asks for its step's outputs only and runs its next step on every response:
+    no in-band response, one error response that ends the request."""
+    model, _ = engine_model(faults=FaultInjection(("fault-",)))
+    req = request(max_new=8, request_id="fault-3")
+    req.requested_outputs = ("output_ids", "sequence_length")
+    model.execute([req])
+    assert ended_once(req, error="injected decode-step fault")
+    tokens, error = req.responses
+    assert tokens.tokens and not tokens.final
+    assert error.final and error.outputs == {}
+
+
 def test_an_engine_failure_before_data_is_one_error_response(engine_model):
     model, _ = engine_model(faults=FaultInjection(("fault-",)))
     req = request(max_new=8, request_id="fault-2", streaming=False)
     model.execute([req])
     assert ended_once(req, error="engine failure: injected decode-step fault")
     assert len(req.responses) == 1 and req.responses[0].final
+
+
+# -- the server stops --------------------------------------------------------------------------
+def _first_token(req):
+    for _ in range(500):  # the first token comes from the prefill, before any decode step
+        if req.responses:
+            return True
+        threading.Event().wait(0.01)
+    return False
+
+
+def test_a_drain_ends_every_request_in_flight_with_an_error_and_refuses_new_ones(engine_model):
+    gate = Gate()
+    model, triton = engine_model(faults=gate)
+    streams = [request(max_new=50, request_id=f"s{i}") for i in range(3)]
+    model.execute(streams)
+    assert all(_first_token(r) for r in streams)
+    triton.stop_server()  # SIGTERM to the server: the stub's models hear of it
+    late = request(request_id="late")
+    model.execute([late])
+    gate.open()
+    for req in streams:
+        assert ended_once(req, error="the server is shutting down") and len(req.tokens) < 50
+    assert ended_once(late, error="the server is shutting down") and late.tokens == []
+    for _ in range(200):
+        if model.scheduler.num_active == 0:
+            break
+        threading.Event().wait(0.01)
+    assert model.scheduler.num_active == 0  # the stopped sequences left the engine
+    assert triton.metrics["pdtrt_engine_active_sequences"] == 0
+
+
+def test_finalize_ends_what_is_left_stops_its_threads_and_releases_the_seam(engine_model):
+    gate = Gate()
+    model, triton = engine_model(Role.PREFILL, ucx=FakeKVNode(), faults=gate)
+    req = request(max_new=50)
+    model.execute([req])
+    assert _first_token(req)
+    gate.open()
+    model.finalize()
+    assert ended_once(req, error="the server is shutting down")
+    assert triton.released and not model.scheduler._thread.is_alive()  # noqa: SLF001

@@ -21,7 +21,7 @@ PARAMS = np.frombuffer(b'{"opaque": "context_phase_params"}', dtype=np.uint8).re
 ROUTER_PARAMS = {Param.PREFILL_MODEL: "prefill", Param.DECODE_MODEL: "decode",
                  Param.AGGREGATED_MODEL: "", Param.AGGREGATED_BELOW_TOKENS: "0",
                  Param.EARLY_FIRST_TOKEN: "true", Param.ERROR_OUTPUT: ERROR_OUTPUT,
-                 Param.PREFILL_URL: "", Param.DECODE_URL: ""}
+                 Param.PREFILL_URL: "", Param.DECODE_URL: "", Param.PROBE_INTERVAL_S: "0"}
 
 
 def engines(*, chunk=1, prefill=None, decode=None):
@@ -50,21 +50,12 @@ def request(prompt_len=5, max_new=4, *, streaming=True, exclude_input=True, requ
         "streaming": np.array([streaming]), "exclude_input_in_output": np.array([exclude_input])})
 
 
-@pytest.fixture
-def router():
-    """``router(phases, **params)``: an initialised router model on a fake seam."""
-    made = []
-
-    def make(phases, **params):
-        triton = FakeTriton(phases)
-        model = TritonPythonModel(triton)
-        model.initialize(model_args("router", {**ROUTER_PARAMS, **params}))
-        made.append(model)
-        return model, triton
-
-    yield make
-    for model in made:
-        model.finalize()
+def new_router(phases, **params):
+    """An initialised router model on a fake seam: (model, FakeTriton)."""
+    triton = FakeTriton(phases)
+    model = TritonPythonModel(triton)
+    model.initialize(model_args("router", {**ROUTER_PARAMS, **params}))
+    return model, triton
 
 
 def route(model, *requests):
@@ -247,4 +238,5 @@ def test_input_lengths_beyond_the_ids_is_a_request_error(router):
     req = request(3)
     req.inputs["input_lengths"] = np.array([9], dtype=np.int32)
     route(model, req)
-    assert ended_once(req, error="input_lengths 9 is outside 0..3") and triton.calls == []
+    assert ended_once(req, error="input 'input_lengths' is 9 but 'input_ids' holds 3 tokens")
+    assert triton.calls == []

@@ -111,6 +111,10 @@ def recording_pb_utils(rec: Recorder) -> SimpleNamespace:
             rec.note("parameters")
             return '{"request_type": "context_only"}'
 
+        def requested_output_names(self):
+            rec.note("requested_output_names")
+            return ["output_ids"]
+
         def get_response_sender(self):
             rec.note("get_response_sender")
             return Sender()

@@ -55,9 +55,11 @@ def front(remote_spec, pools, reference_engines, tmp_path_factory):
 
 
 def _models(server) -> set[str]:
+    """The models the server has loaded (the readiness marker is loaded by a supervisor)."""
     client = grpcclient.InferenceServerClient(server.endpoints.grpc_url)
     try:
-        return {m.name for m in client.get_model_repository_index().models}
+        return {m.name for m in client.get_model_repository_index().models
+                if m.state == "READY"}
     finally:
         client.close()
 

@@ -9,7 +9,14 @@ import pytest
 
 from pdtrt.build.manifest import EngineLayout
 from pdtrt.build.plan import plan_build
-from pdtrt.engine_io import CORE_ENGINE_IO, ModelName, Param, Role, engine_io
+from pdtrt.engine_io import (
+    CORE_ENGINE_IO,
+    ModelName,
+    Param,
+    Role,
+    engine_input_name,
+    engine_io,
+)
 from pdtrt.enums import Phase, Target
 from pdtrt.errors import UnsupportedTargetError
 from pdtrt.repo.limits import EngineDefaults, resolve_limits
@@ -107,7 +114,8 @@ def test_build_answers(support: TargetSupport, deployments, tmp_path):
 def test_repository_answers(support: TargetSupport, deployments, tmp_path):
     dep = deployments[support.target]
     assert support.engine_io is engine_io(support.target)  # the contract table of engine_io.py
-    assert set(CORE_ENGINE_IO.input_names) <= set(support.engine_io.input_names)
+    assert {engine_input_name(support.target, n) for n in CORE_ENGINE_IO.input_names} <= set(
+        support.engine_io.input_names)
     layout = EngineLayout(tmp_path, dep.spec.name)
     engines = [EngineUse(model=ModelName(str(p)), role=Role(str(p)), phase=p,
                          engine_dir=layout.phase_dir(p), limits=resolve_limits(

@@ -3,19 +3,22 @@
 # Serves llama3-8b-h100-l40s (trtllm-0.21) in nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3:
 # one MPI world of 2 ranks -- rank 0 is the orchestrator and serves every model,
 # ranks 1..1 run the engine instances (participant_ids in their config.pbtxt).
+#   h100-sxm host: ranks 0,1 -- orchestrator, aggregated; 1 GPU(s); runs mpirun
 #
 #   on the host:           PDTRT_SRC=/path/to/pdtrt-checkout ./launch.sh
 #   inside the container:  PYTHONPATH=/path/to/pdtrt-checkout ./launch.sh --in-container
 #
-# pdtrt's Python models (preprocessing, router, postprocessing) import pdtrt: the host run
-# mounts PDTRT_SRC read-only at /opt/pdtrt-src and puts it on PYTHONPATH. Extra mpirun
-# arguments (hosts for a multi-node world) go in PDTRT_MPI_ARGS.
+# pdtrt's Python models (preprocessing, router, postprocessing) import pdtrt: the launcher
+# mounts PDTRT_SRC read-only at /opt/pdtrt-src and puts it on PYTHONPATH. Every rank gets
+# pdtrt.env through mpirun (-x). Extra mpirun arguments go in PDTRT_MPI_ARGS. Step by step,
+# with the prerequisites of two hosts: docs/repo.md.
 set -euo pipefail
 IMAGE=nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+MODE="${1:-}"
 
-if [[ "${1:-}" != "--in-container" ]]; then
-  : "${PDTRT_SRC:?set PDTRT_SRC to the pdtrt source checkout (the directory holding pdtrt/)}"
+if [[ -z "$MODE" ]]; then
+  : "${PDTRT_SRC:?set PDTRT_SRC (see docs/repo.md)}"
   exec docker run --rm --gpus all --net host --ipc host \
     --ulimit memlock=-1 --ulimit stack=67108864 \
     --env-file "$REPO/pdtrt.env" \
@@ -30,7 +33,11 @@ set -a
 # shellcheck source=/dev/null
 source "$REPO/pdtrt.env"
 set +a
+export PYTHONPATH="${PYTHONPATH:-}" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
+FORWARD=(-x TRTLLM_USE_UCX_KVCACHE -x TRTLLM_ORCHESTRATOR -x TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES -x TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE -x UCX_TLS -x UCX_MEMTYPE_CACHE -x PATH -x LD_LIBRARY_PATH -x PYTHONPATH)
+H100_SXM=("${FORWARD[@]}" -x TRTLLM_UCX_INTERFACE="${PDTRT_UCX_INTERFACE_H100_SXM:-}")
+RSH=()
 # shellcheck disable=SC2086
-exec mpirun --allow-run-as-root ${PDTRT_MPI_ARGS:-} \
-  -n 1 tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=127.0.0.1 --http-port=8000 --http-address=127.0.0.1 --metrics-port=8002 --metrics-address=127.0.0.1 --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix0_ : \
-  -n 1 tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=127.0.0.1 --http-port=8000 --http-address=127.0.0.1 --metrics-port=8002 --metrics-address=127.0.0.1 --model-control-mode=explicit --load-model=aggregated --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix1_
+exec mpirun --allow-run-as-root --bind-to none "${RSH[@]}" ${PDTRT_MPI_ARGS:-} \
+  -n 1 "${H100_SXM[@]}" tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=127.0.0.1 --http-port=8000 --http-address=127.0.0.1 --metrics-port=8002 --metrics-address=127.0.0.1 --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix0_ : \
+  -n 1 "${H100_SXM[@]}" tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=127.0.0.1 --http-port=8000 --http-address=127.0.0.1 --metrics-port=8002 --metrics-address=127.0.0.1 --model-control-mode=explicit --load-model=aggregated --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix1_

@@ -3,36 +3,81 @@
 # Serves llama3-8b-h100-l40s (trtllm-0.21) in nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3:
 # one MPI world of 4 ranks -- rank 0 is the orchestrator and serves every model,
 # ranks 1..3 run the engine instances (participant_ids in their config.pbtxt).
+#   h100-sxm host (PDTRT_HOST_H100_SXM): ranks 0,1 -- orchestrator, prefill; 1 GPU(s); runs mpirun
+#   l40s host (PDTRT_HOST_L40S): ranks 2,3 -- decode; 2 GPU(s); waits for mpirun (sshd)
 #
-#   on the host:           PDTRT_SRC=/path/to/pdtrt-checkout ./launch.sh
-#   inside the container:  PYTHONPATH=/path/to/pdtrt-checkout ./launch.sh --in-container
+#   1. on the l40s host:  PDTRT_SSH_DIR=/path/to/ssh-keys ./launch.sh --worker
+#   2. on the h100-sxm host:  PDTRT_SRC=/path/to/pdtrt-checkout PDTRT_SSH_DIR=/path/to/ssh-keys PDTRT_HOST_H100_SXM=<h100-sxm address> PDTRT_HOST_L40S=<l40s address> ./launch.sh
 #
-# pdtrt's Python models (preprocessing, router, postprocessing) import pdtrt: the host run
-# mounts PDTRT_SRC read-only at /opt/pdtrt-src and puts it on PYTHONPATH. Extra mpirun
-# arguments (hosts for a multi-node world) go in PDTRT_MPI_ARGS.
+# pdtrt's Python models (preprocessing, router, postprocessing) import pdtrt: the launcher
+# mounts PDTRT_SRC read-only at /opt/pdtrt-src and puts it on PYTHONPATH. Every rank gets
+# pdtrt.env through mpirun (-x). Extra mpirun arguments go in PDTRT_MPI_ARGS. Step by step,
+# with the prerequisites of two hosts: docs/repo.md.
 set -euo pipefail
 IMAGE=nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+MODE="${1:-}"
 
-if [[ "${1:-}" != "--in-container" ]]; then
-  : "${PDTRT_SRC:?set PDTRT_SRC to the pdtrt source checkout (the directory holding pdtrt/)}"
+if [[ -z "$MODE" ]]; then
+  : "${PDTRT_SRC:?set PDTRT_SRC (see docs/repo.md)}"
+  : "${PDTRT_SSH_DIR:?set PDTRT_SSH_DIR (see docs/repo.md)}"
+  : "${PDTRT_HOST_H100_SXM:?set PDTRT_HOST_H100_SXM (see docs/repo.md)}"
+  : "${PDTRT_HOST_L40S:?set PDTRT_HOST_L40S (see docs/repo.md)}"
   exec docker run --rm --gpus all --net host --ipc host \
     --ulimit memlock=-1 --ulimit stack=67108864 \
     --env-file "$REPO/pdtrt.env" \
     -e PYTHONPATH=/opt/pdtrt-src -e PDTRT_MPI_ARGS="${PDTRT_MPI_ARGS:-}" \
+    -e PDTRT_HOST_H100_SXM="${PDTRT_HOST_H100_SXM:-}" \
+    -e PDTRT_HOST_L40S="${PDTRT_HOST_L40S:-}" \
+    -e PDTRT_UCX_INTERFACE_H100_SXM="${PDTRT_UCX_INTERFACE_H100_SXM:-}" \
+    -e PDTRT_UCX_INTERFACE_L40S="${PDTRT_UCX_INTERFACE_L40S:-}" \
+    -e PDTRT_SSH_PORT="${PDTRT_SSH_PORT:-}" \
+    -v "$PDTRT_SSH_DIR:/opt/pdtrt-ssh:ro" \
     -v "$PDTRT_SRC:/opt/pdtrt-src:ro" \
     -v "$REPO:$REPO:ro" \
     -v /pdtrt-golden/engines/llama3-8b-h100-l40s:/pdtrt-golden/engines/llama3-8b-h100-l40s:ro \
     "$IMAGE" "$REPO/launch.sh" --in-container
 fi
 
+# A host without rank 0: a container that waits for mpirun to start its ranks over SSH.
+if [[ "$MODE" == "--worker" ]]; then
+  : "${PDTRT_SSH_DIR:?set PDTRT_SSH_DIR (see docs/repo.md)}"
+  exec docker run --rm --gpus all --net host --ipc host \
+    --ulimit memlock=-1 --ulimit stack=67108864 \
+    --env-file "$REPO/pdtrt.env" -e PDTRT_SSH_PORT="${PDTRT_SSH_PORT:-2222}" \
+    -v "$PDTRT_SSH_DIR:/opt/pdtrt-ssh:ro" \
+    -v "$REPO:$REPO:ro" \
+    -v /pdtrt-golden/engines/llama3-8b-h100-l40s:/pdtrt-golden/engines/llama3-8b-h100-l40s:ro \
+    "$IMAGE" "$REPO/launch.sh" --worker-in-container
+fi
+if [[ "$MODE" == "--worker-in-container" ]]; then
+  command -v sshd >/dev/null || { apt-get update -q &&
+    apt-get install -y -q --no-install-recommends openssh-server; }
+  mkdir -p /run/sshd /root/.ssh && chmod 700 /root/.ssh
+  install -m 600 /opt/pdtrt-ssh/id_ed25519.pub /root/.ssh/authorized_keys
+  ssh-keygen -A >/dev/null
+  # An SSH session does not inherit the container's environment; mpirun's daemon needs it.
+  env | grep -E '^(PATH|LD_LIBRARY_PATH|OPAL_PREFIX)=' >/root/.ssh/environment
+  echo "waiting for mpirun on port ${PDTRT_SSH_PORT:-2222}"
+  exec "$(command -v sshd)" -D -e -p "${PDTRT_SSH_PORT:-2222}" -o PermitRootLogin=prohibit-password \
+    -o PasswordAuthentication=no -o PermitUserEnvironment=yes
+fi
+
 set -a
 # shellcheck source=/dev/null
 source "$REPO/pdtrt.env"
 set +a
+export PYTHONPATH="${PYTHONPATH:-}" LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
+FORWARD=(-x TRTLLM_USE_UCX_KVCACHE -x TRTLLM_ORCHESTRATOR -x TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES -x TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE -x UCX_TLS -x UCX_MEMTYPE_CACHE -x PATH -x LD_LIBRARY_PATH -x PYTHONPATH)
+H100_SXM=(--host "${PDTRT_HOST_H100_SXM}:2" "${FORWARD[@]}" -x TRTLLM_UCX_INTERFACE="${PDTRT_UCX_INTERFACE_H100_SXM:-}")
+L40S=(--host "${PDTRT_HOST_L40S}:2" "${FORWARD[@]}" -x TRTLLM_UCX_INTERFACE="${PDTRT_UCX_INTERFACE_L40S:-}")
+RSH=()
+command -v ssh >/dev/null || { apt-get update -q &&
+  apt-get install -y -q --no-install-recommends openssh-client; }
+RSH=(--mca plm_rsh_args "-p ${PDTRT_SSH_PORT:-2222} -i /opt/pdtrt-ssh/id_ed25519 -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null")
 # shellcheck disable=SC2086
-exec mpirun --allow-run-as-root ${PDTRT_MPI_ARGS:-} \
-  -n 1 tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=127.0.0.1 --http-port=8000 --http-address=127.0.0.1 --metrics-port=8002 --metrics-address=127.0.0.1 --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix0_ : \
-  -n 1 tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=127.0.0.1 --http-port=8000 --http-address=127.0.0.1 --metrics-port=8002 --metrics-address=127.0.0.1 --model-control-mode=explicit --load-model=prefill --load-model=decode --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix1_ : \
-  -n 1 tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=127.0.0.1 --http-port=8000 --http-address=127.0.0.1 --metrics-port=8002 --metrics-address=127.0.0.1 --model-control-mode=explicit --load-model=prefill --load-model=decode --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix2_ : \
-  -n 1 tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=127.0.0.1 --http-port=8000 --http-address=127.0.0.1 --metrics-port=8002 --metrics-address=127.0.0.1 --model-control-mode=explicit --load-model=prefill --load-model=decode --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix3_
+exec mpirun --allow-run-as-root --bind-to none "${RSH[@]}" ${PDTRT_MPI_ARGS:-} \
+  -n 1 "${H100_SXM[@]}" tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=127.0.0.1 --http-port=8000 --http-address=127.0.0.1 --metrics-port=8002 --metrics-address=127.0.0.1 --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix0_ : \
+  -n 1 "${H100_SXM[@]}" tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=127.0.0.1 --http-port=8000 --http-address=127.0.0.1 --metrics-port=8002 --metrics-address=127.0.0.1 --model-control-mode=explicit --load-model=prefill --load-model=decode --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix1_ : \
+  -n 1 "${L40S[@]}" tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=127.0.0.1 --http-port=8000 --http-address=127.0.0.1 --metrics-port=8002 --metrics-address=127.0.0.1 --model-control-mode=explicit --load-model=prefill --load-model=decode --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix2_ : \
+  -n 1 "${L40S[@]}" tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=127.0.0.1 --http-port=8000 --http-address=127.0.0.1 --metrics-port=8002 --metrics-address=127.0.0.1 --model-control-mode=explicit --load-model=prefill --load-model=decode --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix3_

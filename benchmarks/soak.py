@@ -1,0 +1,478 @@
+"""Soak and load of the CPU reference deployment under `pdtrt serve` (issue 15, item 7).
+
+    .venv/bin/python benchmarks/soak.py --burst 500 --duration-s 0            # 500 at once
+    .venv/bin/python benchmarks/soak.py --duration-s 1800 --rate 2 --streams 64 \\
+        --kill-every-s 180 --cancel-share 0.1 --seed 0                          # the full soak
+
+Starts `pdtrt serve SPEC` (supervised: a phase whose process dies is reloaded) on loopback and
+free ports, then, over Triton gRPC streams to the `router` model (token ids, so every token is
+checked, and the model a client cancels at): first `--burst` requests at once, then Poisson
+arrivals at `--rate` per second for `--duration-s` (at most `--streams` in flight; an arrival
+waits for a free stream), a `--cancel-share` of them cancelled by the client after a random
+number of tokens, and every `--kill-every-s` the prefill or the decode process (alternately)
+killed with SIGKILL. Prompts are seeded random token ids; each completed request must carry
+exactly the greedy continuation `transformers` computes for its prompt (EOS off), a cancelled
+or failed one a prefix of it. Everything is seeded (`--seed`), bounded in time (the duration,
+a per-request timeout) and in count (rate x duration + burst).
+
+Recorded: requests ok / failed / cancelled, the router's retries and fallbacks (its metrics),
+tokens lost, duplicated or changed, TTFT and ITL p50 / p99 per `--window-s`, each kill and how
+long until `/v2/models/health/ready` said 200 again, and every `--sample-every-s`: RSS and
+threads of the server and each stub, open sockets (server, stubs, this client), held KV
+buffers, the server's `/dev/shm` regions. Writes `soak.json` and `soak.md` into `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+PHASES = ("prefill", "decode")
+
+
+# -- the server ----------------------------------------------------------------------------------
+@dataclass
+class Server:
+    proc: subprocess.Popen[str]  # pdtrt serve
+    info: dict
+
+    @property
+    def pid(self) -> int:
+        """tritonserver's pid (a child of pdtrt serve)."""
+        return next(p for p in _children(self.proc.pid) if "tritonserver" in _cmdline(p))
+
+    def stub(self, model: str) -> int | None:
+        return next((p for p in _children(self.pid) if f"{model}_0_0" in _cmdline(p)), None)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry.name))
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
+
+
+def start_server(spec: Path, workdir: Path, timeout_s: float) -> Server:
+    cmd = [str(Path(sys.executable).parent / "pdtrt"), "serve", str(spec), "--workdir",
+           str(workdir), "--engines-dir", str(workdir / "engines"), "--json",
+           "--timeout", str(timeout_s)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(workdir / "serve.err", "w"),
+                            text=True, cwd=ROOT)
+    text = ""
+    while True:  # its --json object, printed once it serves (indented: several lines)
+        line = proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"pdtrt serve did not start; see {workdir / 'serve.err'}")
+        text += line
+        if line.startswith("}"):
+            return Server(proc, json.loads(text))
+
+
+def stop_server(server: Server, timeout_s: float = 60) -> dict:
+    """SIGTERM `pdtrt serve` as a supervisor would; what it left behind."""
+    pid, prefix = server.pid, _shm_prefix(server.pid)
+    stubs = _children(pid)
+    before = _segfaults()
+    start = time.monotonic()
+    server.proc.send_signal(signal.SIGTERM)
+    code = server.proc.wait(timeout_s)
+    while Path(f"/proc/{pid}").exists() and time.monotonic() - start < timeout_s:
+        time.sleep(0.2)
+    after = _segfaults()
+    crashed = None if before is None or after is None else sorted(
+        line for line in after - before if any(f"[{stub}]" in line for stub in stubs))
+    log = Path(server.info["log"]).read_text(errors="replace")
+    return {"serve_exit": code, "stop_s": round(time.monotonic() - start, 2),
+            "stub_segfaults": crashed, "exit_timeout_hit": "Exit timeout expired" in log,
+            "shm_left": sorted(p.name for p in Path("/dev/shm").glob(f"{prefix}*"))}
+
+
+def _segfaults() -> set[str] | None:
+    """The kernel log's segfault lines (None: not readable here)."""
+    out = subprocess.run(["dmesg"], capture_output=True, text=True, check=False)
+    return {ln for ln in out.stdout.splitlines() if "segfault" in ln} if out.returncode == 0 \
+        else None
+
+
+def _shm_prefix(server_pid: int) -> str:
+    key = "shm-region-prefix-name="
+    return next(a.split(key)[1] for a in _cmdline(server_pid).split() if key in a)
+
+
+def _metric(url: str, name: str) -> float:
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def _ready(http_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{http_url}/v2/models/health/ready",
+                                    timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+# -- the oracle ----------------------------------------------------------------------------------
+def make_prompts(repository: Path, num: int, max_tokens: int, rng: np.random.Generator
+                 ) -> list[tuple[list[int], list[int]]]:
+    """``num`` seeded token-id prompts and the greedy continuation of each (EOS off)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    manifest = json.loads((repository / "pdtrt-repo.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(manifest["engine_dirs"]["prefill"],
+                                                 local_files_only=True).eval()
+    vocab = int(model.config.vocab_size)
+    out = []
+    for _ in range(num):
+        ids = [int(t) for t in rng.integers(3, vocab, size=int(rng.integers(8, 64)))]
+        gen = model.generate(torch.tensor([ids]), max_new_tokens=max_tokens, do_sample=False,
+                             eos_token_id=None, pad_token_id=0)
+        out.append((ids, gen[0, len(ids):].tolist()))
+    return out
+
+
+# -- one request ---------------------------------------------------------------------------------
+@dataclass
+class Record:
+    index: int
+    start_s: float  # since the run began
+    prompt: int
+    cancel_after: int | None
+    tokens: list[int] = field(default_factory=list)
+    times_s: list[float] = field(default_factory=list)  # per response, since the run began
+    error: str | None = None
+    final: bool = False
+    cancelled: bool = False
+
+
+def _request(rec: Record, ids: list[int], max_tokens: int):
+    """A ``ModelStreamInferRequest`` for the router, empty final response asked for (the
+    tritonclient aio API cannot ask for it, hence the protobuf types)."""
+    from tritonclient.grpc import service_pb2
+
+    req = service_pb2.ModelInferRequest(model_name="router", id=f"soak-{rec.index}")
+    for name, value, dtype in (
+            ("input_ids", np.array([ids], dtype=np.int32), "INT32"),
+            ("input_lengths", np.array([[len(ids)]], dtype=np.int32), "INT32"),
+            ("request_output_len", np.array([[max_tokens]], dtype=np.int32), "INT32"),
+            ("end_id", np.array([[-1]], dtype=np.int32), "INT32"),  # no EOS: exact length
+            ("streaming", np.array([[True]]), "BOOL")):
+        tensor = req.inputs.add(name=name, datatype=dtype)
+        tensor.shape.extend(value.shape)
+        req.raw_input_contents.append(value.tobytes())
+    req.parameters["triton_enable_empty_final_response"].bool_param = True
+    return req
+
+
+async def run_request(stub, rec: Record, ids: list[int], max_tokens: int, t0: float,
+                      timeout_s: float) -> None:
+    done = asyncio.Event()
+
+    async def requests():
+        yield _request(rec, ids, max_tokens)
+        await done.wait()  # half-close only after the final response
+
+    call = stub.ModelStreamInfer(requests())
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for response in call:
+                if response.error_message:
+                    rec.error = response.error_message
+                    return
+                out = response.infer_response
+                names = [o.name for o in out.outputs]
+                if "output_ids" in names:
+                    raw = out.raw_output_contents[names.index("output_ids")]
+                    rec.tokens += np.frombuffer(raw, dtype=np.int32).tolist()
+                    rec.times_s.append(time.monotonic() - t0)
+                if out.parameters["triton_final_response"].bool_param:
+                    rec.final = True
+                    return
+                if rec.cancel_after is not None and len(rec.tokens) >= rec.cancel_after:
+                    rec.cancelled = True
+                    call.cancel()
+                    return
+    except TimeoutError:
+        rec.error = f"no final response after {timeout_s:g} s"
+        call.cancel()
+    except Exception as exc:  # the stream broke: recorded, not raised
+        rec.error = rec.error or f"{type(exc).__name__}: {exc}"
+    finally:
+        done.set()
+
+
+# -- samples and kills ---------------------------------------------------------------------------
+def _proc_stats(pid: int) -> dict:
+    status = Path(f"/proc/{pid}/status").read_text()
+    rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS"))
+    threads = next(int(line.split()[1]) for line in status.splitlines()
+                   if line.startswith("Threads"))
+    sockets = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            sockets += os.readlink(fd).startswith("socket:")
+        except OSError:
+            pass
+    return {"rss_mib": round(rss / 1024, 1), "threads": threads, "sockets": sockets}
+
+
+def sample(server: Server, t0: float) -> dict:
+    metrics = server.info["endpoints"]["metrics"]
+    out = {"t_s": round(time.monotonic() - t0, 1), "server": _proc_stats(server.pid),
+           "client": _proc_stats(os.getpid())}
+    for pid in _children(server.pid):
+        name = next((a for a in _cmdline(pid).split() if a.endswith("_0_0")), str(pid))
+        try:
+            out[name.removesuffix("_0_0")] = _proc_stats(pid)
+        except OSError:  # a stub that just died
+            pass
+    prefix = _shm_prefix(server.pid)
+    regions = [p for p in Path("/dev/shm").glob(f"{prefix}*")]
+    out["shm"] = {"files": len(regions),
+                  "mib": round(sum(p.stat().st_size for p in regions) / 2**20, 1)}
+    out["kv_held"] = _metric(metrics, "pdtrt_kv_held_buffers")
+    out["active_sequences"] = _metric(metrics, "pdtrt_engine_active_sequences")
+    return out
+
+
+async def sampler(server: Server, t0: float, every_s: float, stop: asyncio.Event,
+                  samples: list[dict]) -> None:
+    while not stop.is_set():
+        samples.append(await asyncio.to_thread(sample, server, t0))
+        try:
+            await asyncio.wait_for(stop.wait(), every_s)
+        except TimeoutError:
+            pass
+
+
+async def killer(server: Server, t0: float, every_s: float, stop: asyncio.Event,
+                 kills: list[dict]) -> None:
+    turn = 0
+    while True:
+        try:
+            await asyncio.wait_for(stop.wait(), every_s)
+            return
+        except TimeoutError:
+            pass
+        phase = PHASES[turn % 2]
+        turn += 1
+        pid = server.stub(phase)
+        if pid is None:
+            kills.append({"t_s": round(time.monotonic() - t0, 1), "phase": phase,
+                          "skipped": "no process"})
+            continue
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        kill = {"t_s": round(killed - t0, 1), "phase": phase, "pid": pid}
+        kills.append(kill)
+        await asyncio.sleep(1.5)  # the supervisor needs two rounds to see it gone
+        while not await asyncio.to_thread(_ready, server.info["endpoints"]["http"]):
+            if time.monotonic() - killed > 300:
+                kill["ready_again_s"] = None
+                break
+            await asyncio.sleep(0.5)
+        else:
+            kill["ready_again_s"] = round(time.monotonic() - killed, 1)
+        kill["reloaded_pid"] = server.stub(phase)
+
+
+# -- the run -------------------------------------------------------------------------------------
+def schedule(args: argparse.Namespace, rng: np.random.Generator) -> list[Record]:
+    starts = [0.0] * args.burst
+    t = 0.0
+    while args.rate > 0:
+        t += float(rng.exponential(1 / args.rate))
+        if t >= args.duration_s:
+            break
+        starts.append(t + (1.0 if args.burst else 0.0))
+    recs = []
+    for i, start in enumerate(starts):
+        cancel = (int(rng.integers(1, args.max_tokens)) if rng.random() < args.cancel_share
+                  else None)
+        recs.append(Record(index=i, start_s=start, prompt=int(rng.integers(args.prompts)),
+                           cancel_after=cancel))
+    return recs
+
+
+async def soak(args: argparse.Namespace, server: Server,
+               prompts: list[tuple[list[int], list[int]]], recs: list[Record]) -> dict:
+    import grpc
+    from tritonclient.grpc import service_pb2_grpc
+
+    channel = grpc.aio.insecure_channel(server.info["endpoints"]["grpc"])
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    metrics = server.info["endpoints"]["metrics"]
+    counters = ("pdtrt_router_retries_total", "pdtrt_router_fallbacks_total",
+                "pdtrt_router_errors_total", "pdtrt_router_cancelled_total")
+    before = {name: _metric(metrics, name) for name in counters}
+    samples: list[dict] = []
+    kills: list[dict] = []
+    stop = asyncio.Event()
+    slots = asyncio.Semaphore(max(args.streams, args.burst))
+    t0 = time.monotonic()
+    background = [asyncio.create_task(sampler(server, t0, args.sample_every_s, stop, samples))]
+    if args.kill_every_s > 0:
+        background.append(asyncio.create_task(killer(server, t0, args.kill_every_s, stop,
+                                                      kills)))
+
+    async def one(rec: Record) -> None:
+        await asyncio.sleep(max(0.0, rec.start_s - (time.monotonic() - t0)))
+        async with slots:
+            rec.start_s = time.monotonic() - t0  # when it was sent
+            ids, _expected = prompts[rec.prompt]
+            await run_request(stub, rec, ids, args.max_tokens, t0, args.timeout_s)
+
+    await asyncio.gather(*(one(r) for r in recs))
+    stop.set()
+    await asyncio.gather(*background)
+    samples.append(await asyncio.to_thread(sample, server, t0))
+    await channel.close()
+    after = {name: _metric(metrics, name) for name in counters}
+    return {"elapsed_s": round(time.monotonic() - t0, 1), "samples": samples, "kills": kills,
+            "router": {name: after[name] - before[name] for name in counters}}
+
+
+def check(rec: Record, expected: list[int]) -> dict:
+    """Tokens lost, duplicated or changed against the greedy oracle."""
+    got = rec.tokens
+    changed = sum(a != b for a, b in zip(got, expected, strict=False))
+    complete = rec.final and rec.error is None
+    return {"changed": changed, "duplicated": max(0, len(got) - len(expected)),
+            "lost": max(0, len(expected) - len(got)) if complete else 0}
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)) * 1000, 1) if values else None
+
+
+def summarize(args: argparse.Namespace, recs: list[Record],
+              prompts: list[tuple[list[int], list[int]]], run: dict) -> dict:
+    checks = [check(r, prompts[r.prompt][1]) for r in recs]
+    ok = [r for r in recs if r.final and r.error is None]
+    windows = []
+    end = max([r.times_s[-1] for r in recs if r.times_s] + [0.0])
+    for lo in np.arange(0, end + args.window_s, args.window_s):
+        ws = [r for r in recs if lo <= r.start_s < lo + args.window_s]
+        ttft = [r.times_s[0] - r.start_s for r in ws if r.times_s]
+        itl = [b - a for r in ws for a, b in zip(r.times_s, r.times_s[1:], strict=False)]
+        if ws:
+            windows.append({"from_s": float(lo), "requests": len(ws),
+                            "ok": sum(r.final and r.error is None for r in ws),
+                            "failed": sum(r.error is not None and not r.cancelled for r in ws),
+                            "ttft_p50_ms": _pct(ttft, 50), "ttft_p99_ms": _pct(ttft, 99),
+                            "itl_p50_ms": _pct(itl, 50), "itl_p99_ms": _pct(itl, 99)})
+    return {
+        "args": vars(args) | {"spec": str(args.spec), "out": str(args.out)},
+        "requests": len(recs), "ok": len(ok),
+        "failed": sum(r.error is not None and not r.cancelled for r in recs),
+        "cancelled": sum(r.cancelled for r in recs),
+        "completed_exact": sum(r.tokens == prompts[r.prompt][1] for r in ok),
+        "tokens_received": sum(len(r.tokens) for r in recs),
+        "tokens_lost_completed": sum(c["lost"] for c in checks),
+        "tokens_duplicated": sum(c["duplicated"] for c in checks),
+        "tokens_changed": sum(c["changed"] for c in checks),
+        "errors": sorted({(r.error or "")[:160] for r in recs if r.error and not r.cancelled}),
+        **run, "windows": windows,
+        "records": [asdict(r) for r in recs] if args.keep_records else [],
+    }
+
+
+def markdown(result: dict) -> str:
+    a = result["args"]
+    lines = [f"# Soak: {result['requests']} requests, {a['duration_s']} s at {a['rate']}/s, "
+             f"burst {a['burst']}, kills every {a['kill_every_s']} s, "
+             f"cancel share {a['cancel_share']}, seed {a['seed']}", "",
+             "| requests | ok (exact) | failed | cancelled | router retries | fallbacks | "
+             "tokens lost / duplicated / changed | elapsed s |", "|" + "---|" * 8,
+             f"| {result['requests']} | {result['ok']} ({result['completed_exact']}) | "
+             f"{result['failed']} | {result['cancelled']} | "
+             f"{result['router']['pdtrt_router_retries_total']:g} | "
+             f"{result['router']['pdtrt_router_fallbacks_total']:g} | "
+             f"{result['tokens_lost_completed']} / {result['tokens_duplicated']} / "
+             f"{result['tokens_changed']} | {result['elapsed_s']} |", "",
+             "| window from s | requests | ok | failed | TTFT p50 / p99 ms | ITL p50 / p99 ms |",
+             "|" + "---|" * 6]
+    lines += [f"| {w['from_s']:g} | {w['requests']} | {w['ok']} | {w['failed']} | "
+              f"{w['ttft_p50_ms']} / {w['ttft_p99_ms']} | {w['itl_p50_ms']} / "
+              f"{w['itl_p99_ms']} |" for w in result["windows"]]
+    lines += ["", "| t s | server RSS MiB / threads / sockets | stubs RSS MiB (prefill, decode,"
+              " router) | client sockets | KV held | /dev/shm files (MiB) |", "|" + "---|" * 6]
+    for s in result["samples"]:
+        rss = ", ".join(str(s.get(m, {}).get("rss_mib", "-")) for m in (*PHASES, "router"))
+        lines.append(f"| {s['t_s']} | {s['server']['rss_mib']} / {s['server']['threads']} / "
+                     f"{s['server']['sockets']} | {rss} | {s['client']['sockets']} | "
+                     f"{s['kv_held']:g} | {s['shm']['files']} ({s['shm']['mib']}) |")
+    if result["kills"]:
+        lines += ["", "| kill at s | phase | ready again after s |", "|---|---|---|"]
+        lines += [f"| {k['t_s']} | {k['phase']} | {k.get('ready_again_s', k.get('skipped'))} |"
+                  for k in result["kills"]]
+    lines += ["", f"stop: {result['stop']}", "", "errors: " + "; ".join(result["errors"][:8])]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--spec", type=Path, default=ROOT / "docs/examples/reference-cpu.yaml")
+    p.add_argument("--duration-s", type=float, default=1800)
+    p.add_argument("--rate", type=float, default=2.0, help="arrivals per second (Poisson)")
+    p.add_argument("--streams", type=int, default=64, help="most requests in flight")
+    p.add_argument("--burst", type=int, default=0, help="requests sent at once first")
+    p.add_argument("--kill-every-s", type=float, default=180, help="0: no kills")
+    p.add_argument("--cancel-share", type=float, default=0.1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--prompts", type=int, default=32, help="distinct prompts")
+    p.add_argument("--timeout-s", type=float, default=300, help="per request")
+    p.add_argument("--window-s", type=float, default=60)
+    p.add_argument("--sample-every-s", type=float, default=30)
+    p.add_argument("--keep-records", action="store_true", help="every request in the JSON")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/soak")
+    args = p.parse_args()
+    rng = np.random.default_rng(args.seed)
+    workdir = Path(tempfile.mkdtemp(prefix="pdtrt-soak-"))
+    server = start_server(args.spec, workdir, timeout_s=600)
+    stop: dict = {}
+    try:
+        prompts = make_prompts(Path(server.info["repository"]), args.prompts, args.max_tokens,
+                               rng)
+        recs = schedule(args, rng)
+        run = asyncio.run(soak(args, server, prompts, recs))
+    finally:
+        stop = stop_server(server)
+    result = summarize(args, recs, prompts, run | {"stop": stop, "workdir": str(workdir)})
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "soak.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / "soak.md").write_text(markdown(result))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The endpoints a router pool may send a phase to, their load and their health.
+
+An **endpoint** is one place that serves a phase model: a model of this Triton server (called
+over BLS) or the model of another Triton server (``MODEL@HOST:PORT``, called over gRPC), with
+the number of model instances behind it. A **pool** is the list of endpoints of one phase
+(prefill, decode, or the aggregated path). The router's model parameters name them in one
+line each (:func:`parse_endpoints`, written by ``pdtrt repo`` from the spec's ``endpoints``)::
+
+    decode_endpoints: "decode*2,decode_b,decode@10.0.0.7:8001*4"
+
+:class:`EndpointPool` chooses per request the *healthy* endpoint with the least outstanding
+work per instance (tokens the router still expects from it, then requests), the least
+recently chosen first among equals, so load spreads over the pool; it never returns an
+ejected endpoint. An endpoint is **ejected** when a health probe fails (it did not answer a
+cheap request in time, or answered it with an error -- a dead Python-backend stub answers
+"Stub process ... is not healthy") and **re-admitted** when a probe succeeds again. Probing
+itself is :mod:`pdtrt.runtime.health`'s business; this module is plain state, owned by the
+router's event loop, with times passed in (``now_s``) -- no Triton, no clock, no threads.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = ["Endpoint", "EndpointPool", "EndpointSpec", "EndpointState", "eject",
+           "format_endpoints", "outstanding", "parse_endpoints", "readmit"]
+
+_ITEM = re.compile(r"^(?P<model>[A-Za-z0-9_.\-]+)(?:@(?P<url>[A-Za-z0-9._\-]+:[0-9]{1,5}|"
+                   r"\[[0-9A-Fa-f:]+\]:[0-9]{1,5}))?(?:\*(?P<instances>[1-9][0-9]*))?$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EndpointSpec:
+    """One endpoint as the router's parameters name it."""
+
+    model: str  # the phase model's name where it is served
+    url: str = ""  # gRPC HOST:PORT of another Triton server; "" = this server (BLS)
+    instances: int = 1  # model instances behind it: its share of the load
+
+    @property
+    def label(self) -> str:
+        """``model`` or ``model@HOST:PORT``: how logs, errors and metrics name it."""
+        return f"{self.model}@{self.url}" if self.url else self.model
+
+    @property
+    def is_local(self) -> bool:
+        return not self.url
+
+
+def parse_endpoints(text: str) -> tuple[EndpointSpec, ...]:
+    """``MODEL[@HOST:PORT][*INSTANCES]``, comma-separated; raises :class:`ValueError` naming
+    the item that does not parse, or an endpoint named twice."""
+    out: list[EndpointSpec] = []
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        m = _ITEM.match(item)
+        if m is None:
+            raise ValueError(f"endpoint {item!r} is not MODEL[@HOST:PORT][*INSTANCES]")
+        spec = EndpointSpec(model=m["model"], url=m["url"] or "",
+                            instances=int(m["instances"] or 1))
+        if any(e.label == spec.label for e in out):
+            raise ValueError(f"endpoint {spec.label!r} is named twice")
+        out.append(spec)
+    return tuple(out)
+
+
+def format_endpoints(endpoints: Iterable[EndpointSpec]) -> str:
+    """The parameter text of ``endpoints`` (what :func:`parse_endpoints` reads back)."""
+    return ",".join(e.label + (f"*{e.instances}" if e.instances != 1 else "")
+                    for e in endpoints)
+
+
+class EndpointState(StrEnum):
+    HEALTHY = "healthy"
+    EJECTED = "ejected"
+
+
+@dataclass(eq=False, kw_only=True)
+class Endpoint:
+    """One endpoint's live state: its load as the router sees it, and its health."""
+
+    spec: EndpointSpec
+    state: EndpointState = EndpointState.HEALTHY
+    num_outstanding: int = 0  # phase calls in flight
+    outstanding_tokens: int = 0  # tokens those calls still stand for
+    problem: str = ""  # why it was ejected
+    changed_s: float = 0.0  # when the state last changed (the caller's clock)
+    num_failed_probes: int = 0  # failures (probes, dead stub) since it last answered a probe
+    failed_s: float = 0.0  # when the last of them was
+    num_chosen: int = 0  # requests sent to it
+    last_chosen: int = -1  # the pool's choice counter when it was last chosen
+
+    @property
+    def label(self) -> str:
+        return self.spec.label
+
+    @property
+    def healthy(self) -> bool:
+        return self.state is EndpointState.HEALTHY
+
+    def load(self) -> tuple[float, float]:
+        return (self.outstanding_tokens / self.spec.instances,
+                self.num_outstanding / self.spec.instances)
+
+
+@dataclass(kw_only=True)
+class EndpointPool:
+    """The endpoints of one phase; see the module docstring for the choice."""
+
+    phase: str
+    endpoints: Sequence[Endpoint]
+    _num_choices: int = field(default=0, repr=False)
+
+    def choose(self, exclude: Iterable[Endpoint] = ()) -> Endpoint | None:
+        """The healthy endpoint with the least load per instance (not in ``exclude``), or
+        None when there is none."""
+        skip = set(map(id, exclude))
+        candidates = [e for e in self.endpoints if e.healthy and id(e) not in skip]
+        if not candidates:
+            return None
+        best = min(candidates, key=lambda e: (*e.load(), e.last_chosen))
+        best.last_chosen = self._num_choices
+        best.num_chosen += 1
+        self._num_choices += 1
+        return best
+
+    @property
+    def healthy(self) -> list[Endpoint]:
+        return [e for e in self.endpoints if e.healthy]
+
+    @property
+    def ejected(self) -> list[Endpoint]:
+        return [e for e in self.endpoints if not e.healthy]
+
+    def describe(self) -> str:
+        """Each endpoint and its state, for an error message: ``decode (ejected: ...)``."""
+        return ", ".join(e.label if e.healthy else f"{e.label} (ejected: {e.problem})"
+                         for e in self.endpoints)
+
+
+@contextmanager
+def outstanding(endpoint: Endpoint, tokens: int) -> Iterator[None]:
+    """Count one phase call (standing for ``tokens`` tokens) as in flight at ``endpoint``."""
+    endpoint.num_outstanding += 1
+    endpoint.outstanding_tokens += tokens
+    try:
+        yield
+    finally:
+        endpoint.num_outstanding -= 1
+        endpoint.outstanding_tokens -= tokens
+
+
+def eject(endpoint: Endpoint, problem: str, now_s: float) -> bool:
+    """Take ``endpoint`` out of its pools; True when it was healthy until now."""
+    endpoint.problem, endpoint.failed_s = problem, now_s
+    endpoint.num_failed_probes += 1
+    if endpoint.state is EndpointState.EJECTED:
+        return False
+    endpoint.state, endpoint.changed_s = EndpointState.EJECTED, now_s
+    return True
+
+
+def readmit(endpoint: Endpoint, now_s: float) -> bool:
+    """Put ``endpoint`` back; True when it was ejected until now."""
+    endpoint.num_failed_probes = 0
+    if endpoint.state is EndpointState.HEALTHY:
+        return False
+    endpoint.state, endpoint.changed_s, endpoint.problem = EndpointState.HEALTHY, now_s, ""
+    return True

@@ -1,0 +1,98 @@
+"""The client's side of one routed request: each output token once, and exactly one final
+response (DESIGN §3, router points 1 and 5).
+
+Phases report their tokens by position -- a decode stream starts again with the prefill's
+first token -- and :class:`Reply` keeps each position once. When the router retries a phase
+on another endpoint, the reply forgets what the client has not been sent
+(:meth:`Reply.rollback`), and a position the client *has* been sent must come back with the
+same token, or the request ends with an error instead of a changed or repeated token.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+
+from pdtrt.errors import PhaseError
+from pdtrt.runtime.requests import RouterRequest
+from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, token_outputs
+
+__all__ = ["Reply"]
+
+log = logging.getLogger(__name__)
+
+
+class Reply:
+    """What one client has been sent, and the one final response that ends it."""
+
+    def __init__(self, triton: Triton, incoming: Incoming, metrics: Metrics,
+                 start_s: float) -> None:
+        self.triton, self.incoming, self.metrics, self.start_s = triton, incoming, metrics, start_s
+        self.tokens: list[int] = []  # the output so far, each position once
+        self.num_streamed = 0  # of which already sent (streaming)
+        self.done = False  # the final response went out
+
+    def cancelled(self) -> bool:
+        return self.triton.is_cancelled(self.incoming)
+
+    def extend(self, position: int, tokens: Sequence[int]) -> None:
+        """Tokens of the output from ``position`` on; positions already known are dropped.
+
+        Raises :class:`PhaseError` when a known position comes with another token (a retried
+        phase that sampled differently): the client must not get a changed output.
+        """
+        known = max(0, len(self.tokens) - position)
+        for i, token in enumerate(tokens[:known]):
+            if token != self.tokens[position + i]:
+                raise PhaseError(
+                    f"a retried phase gave token {token} at position {position + i}, where the "
+                    f"output already has {self.tokens[position + i]}; ending the request rather "
+                    "than changing it")
+        self.tokens += tokens[known:]
+
+    def rollback(self) -> None:
+        """Forget the tokens not sent to the client yet (a phase is about to be retried)."""
+        del self.tokens[self.num_streamed:]
+
+    def stream(self) -> None:
+        """Send the tokens not sent yet, if any, as one (non-final) response."""
+        new = self.tokens[self.num_streamed:]
+        if new:
+            self._first_token_out()
+            self.triton.send(self.incoming, token_outputs(new))
+            self.num_streamed = len(self.tokens)
+
+    def finish(self, request: RouterRequest) -> None:
+        """The final response: the unsent rest (streaming) or the whole output."""
+        if not request.streaming:
+            full = self.tokens if request.exclude_input else [*request.prompt, *self.tokens]
+            self.triton.send(self.incoming, token_outputs(full), final=True)
+        elif rest := self.tokens[self.num_streamed:]:
+            self._first_token_out()
+            self.triton.send(self.incoming, token_outputs(rest), final=True)
+        else:
+            self.triton.close(self.incoming)
+        self.done = True
+
+    def close(self) -> None:
+        """An empty final response (the client has gone)."""
+        self.triton.close(self.incoming)
+        self.done = True
+
+    def fail(self, message: str) -> None:
+        """End the request with an error, unless it has ended already."""
+        if self.done:
+            log.warning("request %r already ended; not sent: %s", self.incoming.request_id,
+                        message)
+            return
+        self.done = True
+        try:
+            self.triton.send_error(self.incoming, message)
+        except Exception:  # nothing is left to tell the client with
+            log.exception("cannot send the error of request %r: %s", self.incoming.request_id,
+                          message)
+
+    def _first_token_out(self) -> None:
+        if self.num_streamed == 0:
+            self.metrics.add("ttft_s", time.perf_counter() - self.start_s)

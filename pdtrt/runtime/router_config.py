@@ -1,0 +1,74 @@
+"""The router's ``config.pbtxt`` parameters, read once into a typed object.
+
+``pdtrt repo`` writes them from the spec (:mod:`pdtrt.repo.plan`); the router reads them at
+``initialize``, and ``pdtrt serve``'s supervisor reads the same ones to know which endpoints
+each phase has. A hand-written repository may name each phase's one endpoint the older way
+(``prefill_model`` + ``prefill_url``); the ``*_endpoints`` parameters win when present.
+Parameters left out take the spec's defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pdtrt.engine_io import Param, Role
+from pdtrt.runtime.endpoints import EndpointSpec, parse_endpoints
+
+__all__ = ["PHASE_ROLES", "RouterConfig"]
+
+PHASE_ROLES = (Role.PREFILL, Role.DECODE, Role.AGGREGATED)  # the router's pools, in order
+
+# Defaults of parameters a hand-written repository may leave out (= the spec's defaults).
+DEFAULT_MAX_ATTEMPTS = 2
+DEFAULT_LIVENESS_S = 1.0
+DEFAULT_PROBE_TIMEOUT_S = 4.0
+DEFAULT_PROBE_INTERVAL_S = 2.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouterConfig:
+    pools: Mapping[Role, tuple[EndpointSpec, ...]]  # prefill, decode, aggregated (may be empty)
+    aggregated_below: int  # prompts shorter than this take the aggregated path; 0: never
+    early_first_token: bool
+    error_output: str  # the engines' in-band error output; "" for none
+    fallback_to_aggregated: bool  # a failed disaggregated path falls back to the aggregated one
+    max_attempts: int  # endpoints tried per phase of one request
+    liveness_s: float  # silence of a phase call before its endpoint is probed; 0: never
+    probe_timeout_s: float
+    probe_interval_s: float  # background probes of every endpoint; 0: none
+
+    @classmethod
+    def from_params(cls, p: Mapping[str, str]) -> RouterConfig:
+        """Raises :class:`ValueError` for an endpoint list that does not parse or a phase
+        without endpoints."""
+        pools = {role: _pool(p, role) for role in PHASE_ROLES}
+        for role in (Role.PREFILL, Role.DECODE):
+            if not pools[role]:
+                raise ValueError(f"the router has no {role} endpoint: set '{_KEYS[role][0]}'")
+        return cls(
+            pools=pools,
+            aggregated_below=int(p.get(Param.AGGREGATED_BELOW_TOKENS) or 0),
+            early_first_token=p.get(Param.EARLY_FIRST_TOKEN, "true") == "true",
+            error_output=p.get(Param.ERROR_OUTPUT, ""),
+            fallback_to_aggregated=p.get(Param.FALLBACK_TO_AGGREGATED, "false") == "true",
+            max_attempts=int(p.get(Param.MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS),
+            liveness_s=float(p.get(Param.LIVENESS_S) or DEFAULT_LIVENESS_S),
+            probe_timeout_s=float(p.get(Param.PROBE_TIMEOUT_S) or DEFAULT_PROBE_TIMEOUT_S),
+            probe_interval_s=float(p.get(Param.PROBE_INTERVAL_S, DEFAULT_PROBE_INTERVAL_S)
+                                   or 0))
+
+
+_KEYS = {Role.PREFILL: (Param.PREFILL_ENDPOINTS, Param.PREFILL_MODEL, Param.PREFILL_URL),
+         Role.DECODE: (Param.DECODE_ENDPOINTS, Param.DECODE_MODEL, Param.DECODE_URL),
+         Role.AGGREGATED: (Param.AGGREGATED_ENDPOINTS, Param.AGGREGATED_MODEL, None)}
+
+
+def _pool(p: Mapping[str, str], role: Role) -> tuple[EndpointSpec, ...]:
+    listed, model_key, url_key = _KEYS[role]
+    if p.get(listed):
+        return parse_endpoints(p[listed])
+    model = p.get(model_key, "")
+    if not model:
+        return ()
+    return (EndpointSpec(model=model, url=p.get(url_key, "") if url_key else ""),)

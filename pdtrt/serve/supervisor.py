@@ -1,0 +1,260 @@
+"""``pdtrt serve``'s supervisor: reloads a phase whose process died, and publishes readiness
+that tells the truth (DESIGN §3, router point 9).
+
+Triton 2.51 never restarts a Python-backend stub that was killed (an OOM kill, a crash) and
+keeps answering 200 on ``/v2/health/ready`` and on the model's own ready endpoint while every
+request to that model fails. Once a second the supervisor:
+
+1. finds the models of the repository whose stubs are missing
+   (:func:`~pdtrt.serve.model_control.live_stubs`, against each model's instance count);
+2. probes every endpoint the deployment's paths need -- the router's pools, read from its
+   ``config.pbtxt`` (:class:`~pdtrt.runtime.router_config.RouterConfig`): local models on this
+   server and other servers' models, with the router's own probe (a stop request for an unused
+   id, :func:`~pdtrt.runtime.phase_client.probe`); a repository without a router (``--mode
+   pools``, ``aggregated``) needs each of its engine roles;
+3. publishes readiness: the ``health`` model is loaded while a full path exists (every pool
+   of a path has an endpoint that answers, and the router and tokenizer models are alive)
+   and unloaded while none does, so ``/v2/models/health/ready``
+   (:data:`~pdtrt.engine_io.READINESS_PATH`) is the honest readiness -- before the reload;
+4. reloads (model-control ``load``) each model whose stub was missing in two rounds running,
+   without restarting the server; the router's background probes re-admit its endpoints.
+
+The server must run in explicit model-control mode
+(:func:`~pdtrt.serve.model_control.explicit_load_args`). Only Python-backend models are watched
+for dead stubs (a ``tensorrtllm`` model has none); other servers' models are probed, never
+reloaded -- their own ``pdtrt serve`` does that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pdtrt.engine_io import ModelName, Param, Role
+from pdtrt.enums import TritonBackend
+from pdtrt.errors import PdtrtError, ServerError
+from pdtrt.repo.pbtxt import ModelConfig, parse_config
+from pdtrt.runtime.endpoints import EndpointSpec
+from pdtrt.runtime.phase_client import GrpcPhaseClient, probe
+from pdtrt.runtime.router_config import DEFAULT_PROBE_TIMEOUT_S, PHASE_ROLES, RouterConfig
+from pdtrt.serve.model_control import HttpModelControl, ModelControl, ModelState, live_stubs
+
+__all__ = ["Health", "Supervisor", "Topology", "read_topology"]
+
+log = logging.getLogger(__name__)
+
+INTERVAL_S = 1.0
+_T = TypeVar("_T")
+_ALIVE_ROLES = (Role.ROUTER, Role.PREPROCESSING, Role.POSTPROCESSING)  # no path without them
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topology:
+    """What must be alive for a repository to serve, read from its configs."""
+
+    stubs: Mapping[str, int]  # Python-backend models (the marker aside): stubs they run
+    pools: Mapping[Role, tuple[EndpointSpec, ...]]  # the endpoints of each pool
+    paths: tuple[tuple[Role, ...], ...]  # alternatives: every pool of one must be healthy
+    alive: tuple[str, ...]  # local models every path goes through (router, tokenizers)
+    error_output: str = ""
+    probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S
+    has_marker: bool = False
+
+
+def _configs(repository: Path) -> dict[str, ModelConfig]:
+    return {d.name: parse_config((d / "config.pbtxt").read_text())
+            for d in sorted(repository.iterdir()) if (d / "config.pbtxt").is_file()}
+
+
+def _param(cfg: ModelConfig, key: str) -> str:
+    return cfg.parameters[key].string_value if key in cfg.parameters else ""
+
+
+def read_topology(repository: Path) -> Topology:
+    """Raises :class:`PdtrtError` when a config does not parse or the router's endpoints
+    do not."""
+    configs = _configs(repository)
+    stubs = {name: sum(g.count or 1 for g in cfg.instance_group) or 1
+             for name, cfg in configs.items()
+             if cfg.backend == TritonBackend.PYTHON and name != ModelName.HEALTH}
+    roles = {name: _param(cfg, Param.ROLE) for name, cfg in configs.items()}
+    alive = tuple(n for n, r in roles.items() if r in _ALIVE_ROLES)
+    router = next((cfg for name, cfg in configs.items() if roles[name] == Role.ROUTER), None)
+    if router is None:  # each engine role of the repository is a pool of its local models
+        pools = {role: tuple(EndpointSpec(model=n) for n, r in roles.items() if r == role)
+                 for role in PHASE_ROLES}
+        pools = {role: eps for role, eps in pools.items() if eps}
+        return Topology(stubs=stubs, pools=pools, paths=(tuple(pools),), alive=alive,
+                        has_marker=ModelName.HEALTH in configs)
+    try:
+        rc = RouterConfig.from_params({k: v.string_value for k, v in router.parameters.items()})
+    except ValueError as exc:
+        raise PdtrtError(f"router/config.pbtxt: {exc}") from None
+    main = (Role.PREFILL, Role.DECODE) + ((Role.AGGREGATED,) if rc.aggregated_below else ())
+    paths = (main, (Role.AGGREGATED,)) if rc.fallback_to_aggregated else (main,)
+    needed = {role for path in paths for role in path}
+    return Topology(stubs=stubs, pools={r: rc.pools[r] for r in PHASE_ROLES if r in needed},
+                    paths=paths, alive=alive, error_output=rc.error_output,
+                    probe_timeout_s=rc.probe_timeout_s,
+                    has_marker=ModelName.HEALTH in configs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Health:
+    """One round of the supervisor: what it found and did."""
+
+    ready: bool
+    problems: tuple[str, ...] = ()  # why not ready, one line each
+    dead: tuple[str, ...] = ()  # models whose stub is missing
+    reloaded: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ready": self.ready, "problems": list(self.problems), "dead": list(self.dead),
+                "reloaded": list(self.reloaded)}
+
+
+class Supervisor:
+    """Watches the Triton server at ``grpc_url`` / ``control`` that serves ``repository``.
+
+    ``stubs`` counts live stubs per model (:func:`live_stubs` by default), ``probe`` asks one
+    endpoint whether it answers (None: yes; the router's probe over gRPC by default), and
+    ``topology`` is read from the repository unless given: seams for tests.
+    """
+
+    def __init__(self, repository: Path, *, grpc_url: str, control: ModelControl,
+                 stubs: Callable[[], Mapping[str, int]] | None = None,
+                 probe: Callable[[EndpointSpec], Awaitable[str | None]] | None = None,
+                 topology: Topology | None = None) -> None:
+        self.repository, self.grpc_url, self.control = repository, grpc_url, control
+        self.stubs = stubs or (lambda: live_stubs(repository))
+        self.probe = probe or self._grpc_probe
+        self.topology = topology or read_topology(repository)
+        self._suspects: set[str] = set()  # models with a missing stub in the last round
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._clients: dict[str, GrpcPhaseClient] = {}
+        self.last: Health | None = None
+
+    @classmethod
+    def for_server(cls, repository: Path, *, grpc_url: str, http_url: str) -> Supervisor:
+        return cls(repository, grpc_url=grpc_url, control=HttpModelControl(http_url))
+
+    # -- one round ---------------------------------------------------------------------------
+    def tick(self) -> Health:
+        """Look, publish readiness, reload what died; raises :class:`ServerError` when the
+        server does not answer."""
+        states = self.control.states()
+        live = self.stubs()
+        dead = tuple(m for m, want in self.topology.stubs.items()
+                     if states.get(m) is ModelState.READY and live.get(m, 0) < want)
+        problems = [f"{m}: its Python-backend stub is not running" for m in self.topology.alive
+                    if m in dead]
+        problems += self._path_problems(set(dead))
+        ready = not problems
+        self._publish(ready, states)
+        reloaded = self._reload([m for m in dead if m in self._suspects])
+        self._suspects = set(dead) - set(reloaded)
+        self.last = Health(ready=ready, problems=tuple(problems), dead=dead, reloaded=reloaded)
+        return self.last
+
+    def _path_problems(self, dead: set[str]) -> list[str]:
+        """Why no path can serve ([] when one can)."""
+        why = self._loop_run(self._probe_pools(dead))
+        healthy = {role for role, reasons in why.items() if reasons is None}
+        if any(all(role in healthy for role in path) for path in self.topology.paths):
+            return []
+        return [f"{role}: no healthy endpoint ({reasons})" for role, reasons in why.items()
+                if reasons is not None]
+
+    async def _probe_pools(self, dead: set[str]) -> dict[Role, str | None]:
+        """Per pool: None when an endpoint answers, else each endpoint's problem."""
+        pools = self.topology.pools
+        checks = [self._check(e, dead) for role in pools for e in pools[role]]
+        results = iter(await asyncio.gather(*checks))
+        out: dict[Role, str | None] = {}
+        for role, endpoints in pools.items():
+            problems = [(e.label, next(results)) for e in endpoints]
+            ok = any(problem is None for _label, problem in problems)
+            out[role] = None if ok else "; ".join(f"{label}: {p}" for label, p in problems)
+        return out
+
+    async def _check(self, endpoint: EndpointSpec, dead: set[str]) -> str | None:
+        if endpoint.is_local and endpoint.model in dead:
+            return "its Python-backend stub is not running"
+        return await self.probe(endpoint)
+
+    async def _grpc_probe(self, endpoint: EndpointSpec) -> str | None:
+        url = endpoint.url or self.grpc_url
+        client = self._clients.setdefault(url, GrpcPhaseClient(url))
+        return await probe(client, endpoint.model, timeout_s=self.topology.probe_timeout_s,
+                           error_output=self.topology.error_output)
+
+    def _publish(self, ready: bool, states: Mapping[str, ModelState]) -> None:
+        if not self.topology.has_marker:
+            return
+        loaded = states.get(ModelName.HEALTH) is ModelState.READY
+        try:
+            if ready and not loaded:
+                self.control.load(ModelName.HEALTH)
+                log.info("ready: every phase has a healthy endpoint")
+            elif not ready and loaded:
+                self.control.unload(ModelName.HEALTH)
+                log.warning("not ready: no full path can serve")
+        except ServerError as exc:
+            log.warning("cannot publish readiness: %s", exc.message)
+
+    def _reload(self, models: list[str]) -> tuple[str, ...]:
+        done = []
+        for model in models:
+            log.warning("%s: its Python-backend stub died; reloading the model", model)
+            start = time.monotonic()
+            try:
+                self.control.load(model)
+            except ServerError as exc:
+                log.warning("%s: reload failed: %s", model, exc.message)
+                continue
+            log.info("%s: reloaded in %.1f s", model, time.monotonic() - start)
+            done.append(model)
+        return tuple(done)
+
+    def _loop_run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        if self._loop is None:  # one loop for the supervisor's life: the gRPC channels live on it
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+    # -- over time ---------------------------------------------------------------------------
+    def wait_ready(self, timeout_s: float, *, interval_s: float = INTERVAL_S) -> Health:
+        """Rounds until the deployment is ready or ``timeout_s`` has passed; the last round
+        (not ready: its problems say why). A round the server does not answer counts as not
+        ready."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                health = self.tick()
+            except ServerError as exc:
+                health = Health(ready=False, problems=(exc.message,))
+            if health.ready or time.monotonic() >= deadline:
+                return health
+            time.sleep(interval_s)
+
+    def run(self, stop: threading.Event, *, interval_s: float = INTERVAL_S,
+            alive: Callable[[], bool] = lambda: True) -> None:
+        """Rounds every ``interval_s`` until ``stop`` is set or ``alive()`` is false."""
+        while not stop.is_set() and alive():
+            try:
+                self.tick()
+            except PdtrtError as exc:
+                log.warning("supervisor round failed: %s", exc.message)
+            except Exception:  # a bug: keep supervising, and keep the traceback
+                log.exception("supervisor round failed")
+            stop.wait(interval_s)
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None

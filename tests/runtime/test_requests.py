@@ -1,0 +1,101 @@
+"""Requests parsed at the edge: the router refuses exactly what the engine models refuse, with
+the same message, before any phase is asked; the preprocessing refuses more than one prompt."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from pdtrt.errors import InvalidRequestError
+from pdtrt.runtime.requests import parse_router_request
+from pdtrt.runtime.triton_io import Incoming
+from tests.runtime.fake_triton import FakeRequest, FakeTriton, model_args, tokens_out
+from tests.runtime.test_engine_model import STRICT_CASES
+
+# The engine-only cases: features the reference engine lacks (a router may front an engine that
+# has them) -- everything else the router refuses itself.
+_ENGINE_ONLY = ("not-implemented",)
+ROUTER_CASES = [c for c in STRICT_CASES if not c[0].endswith(_ENGINE_ONLY)]
+
+
+def _incoming(**inputs: np.ndarray) -> Incoming:
+    arrays = {"input_ids": np.array([[5, 6, 7, 8]], dtype=np.int32),
+              "input_lengths": np.array([4], dtype=np.int32),
+              "request_output_len": np.array([4], dtype=np.int32), **inputs}
+    return Incoming(request_id="r1", parameters={}, inputs=arrays)
+
+
+@pytest.mark.parametrize(("inputs", "error"), [c[1:] for c in ROUTER_CASES],
+                         ids=[c[0] for c in ROUTER_CASES])
+def test_the_router_refuses_what_the_engines_refuse_with_their_message(inputs, error):
+    with pytest.raises(InvalidRequestError) as info:
+        parse_router_request(_incoming(**inputs))
+    assert error in info.value.message
+
+
+def test_the_router_refuses_before_asking_any_phase():
+    from pdtrt.engine_io import Param
+    from pdtrt.runtime.router_model import TritonPythonModel
+
+    triton = FakeTriton(lambda call: [tokens_out(7)])
+    model = TritonPythonModel(triton)
+    model.initialize(model_args("router", {Param.PREFILL_MODEL: "prefill",
+                                           Param.DECODE_MODEL: "decode"}))
+    try:
+        req = FakeRequest("r1", {**_incoming().inputs,
+                                 "temperature": np.array([np.nan], dtype=np.float32)})
+        asyncio.run(model.execute([req]))
+        assert req.num_finals == 1 and req.errors == [
+            "input 'temperature' is nan; allowed: a finite number >= 0"]
+        assert [c for c in triton.calls if c.request_id.startswith("r1")] == []  # no phase asked
+    finally:
+        model.finalize()
+
+
+def test_the_beam_width_behind_the_router_is_one():
+    with pytest.raises(InvalidRequestError, match=r"'beam_width' is 2; allowed: 1\.\.1"):
+        parse_router_request(_incoming(beam_width=np.array([2], dtype=np.int32)))
+    assert parse_router_request(_incoming(beam_width=np.array([1], dtype=np.int32))).prompt == (
+        5, 6, 7, 8)
+
+
+class _Tokenizer:
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+
+@pytest.fixture
+def preprocessing():
+    from pdtrt.runtime.preprocessing_model import TritonPythonModel
+
+    model = TritonPythonModel(FakeTriton())
+    model.tokenizer, model.end_id, model.pad_id = _Tokenizer(), 2, 0
+    return model
+
+
+def _query(*texts: str, **extra: np.ndarray) -> FakeRequest:
+    return FakeRequest("r1", {"QUERY": np.array([[t.encode()] for t in texts], dtype=object),
+                              "REQUEST_OUTPUT_LEN": np.array([[4]] * len(texts), dtype=np.int32),
+                              **extra})
+
+
+def test_the_preprocessing_refuses_two_prompts_naming_the_ensemble_input(preprocessing):
+    (refused,) = preprocessing.execute([_query("Hello", "World")])
+    assert refused.error == ("input 'text_input' holds 2 prompts; pdtrt serves one prompt per "
+                             "request: send each prompt as its own request")
+    (ok,) = preprocessing.execute([_query("Hello")])
+    assert ok.error is None and ok.outputs["INPUT_ID"].tolist() == [[72, 101, 108, 108, 111]]
+    assert ok.outputs["REQUEST_INPUT_LEN"].tolist() == [[5]]
+
+
+@pytest.mark.parametrize(("name", "ensemble_name"), [("STOP_WORDS_DICT", "stop_words"),
+                                                     ("BAD_WORDS_DICT", "bad_words")])
+def test_the_preprocessing_refuses_word_lists_it_would_drop(preprocessing, name, ensemble_name):
+    (refused,) = preprocessing.execute([_query("Hello", **{
+        name: np.array([[b"stop here"]], dtype=object)})])
+    assert refused.error == (f"input '{ensemble_name}' is not supported by pdtrt's "
+                             "preprocessing yet; leave it out")
+    (empty,) = preprocessing.execute([_query("Hello", **{name: np.array([[b""]], dtype=object)})])
+    assert empty.error is None

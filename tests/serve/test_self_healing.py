@@ -1,0 +1,117 @@
+"""A phase whose process dies, on the real server: no stream waits, readiness tells the truth,
+and the deployment heals itself without a server restart (DESIGN §3, router point 9).
+
+The reference deployment is started the operator's way, ``pdtrt serve SPEC --detach``
+(supervised by its own process). Streams decode through the router when the decode model's
+Python-backend stub is SIGKILLed, as an OOM kill would: Triton 2.51 would leave those streams
+open forever and keep answering every later request with "Stub process 'decode_0_0' is not
+healthy", while ``/v2/health/ready`` says 200.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from conftest import EXAMPLES
+from e2e_client import engine_inputs, ensemble_inputs, generate, metric, wait_for
+from supervised_server import kill_model, readiness, serve_detached, stop
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+
+PROMPT = "The keeper lit the lamp on the rock"
+NUM_STREAMS = 6
+
+
+@pytest.fixture(scope="module")
+def served(reference_engines, tmp_path_factory):
+    root, _dep = reference_engines
+    work = tmp_path_factory.mktemp("self-healing")
+    info = serve_detached(EXAMPLES / "reference-cpu.yaml", root, work)
+    yield info, work
+    stop(work)
+
+
+def _no_eos() -> grpcclient.InferInput:
+    end = grpcclient.InferInput("end_id", [1, 1], "INT32")
+    end.set_data_from_numpy(np.array([[-1]], dtype=np.int32))
+    return end
+
+
+def test_readiness_is_the_health_model_and_it_is_ready(served):
+    info, _work = served
+    assert info["readiness"].endswith("/v2/models/health/ready") and info["ready"]
+    assert readiness(info["endpoints"]["http"]) == 200
+
+
+def test_a_killed_decode_process_ends_its_streams_says_not_ready_and_heals(served):
+    info, work = served
+    url, http = info["endpoints"]["grpc"], info["endpoints"]["http"]
+    metrics_url = info["endpoints"]["metrics"]
+    repository = work / "repo"
+    expected = generate(url, "ensemble", ensemble_inputs(PROMPT, 12)).texts
+    assert expected == generate(url, "ensemble_aggregated", ensemble_inputs(PROMPT, 12)).texts
+
+    ended: dict[int, tuple[float, object]] = {}
+
+    def stream(i: int) -> None:
+        got = generate(url, "router", engine_inputs([1, 40 + i, 41, 42], 400, [_no_eos()]),
+                       request_id=f"doomed-{i}", output="output_ids", timeout_s=60)
+        ended[i] = (time.monotonic(), got)
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(NUM_STREAMS)]
+    for t in threads:
+        t.start()
+    assert wait_for(lambda: metric(metrics_url, "pdtrt_engine_active_sequences",
+                                   model="decode") == NUM_STREAMS, timeout_s=30)
+    killed_at = time.monotonic()
+    kill_model(repository, "decode")
+
+    statuses: list[tuple[float, int]] = []  # readiness until it is back
+    while time.monotonic() - killed_at < 60:
+        statuses.append((time.monotonic() - killed_at, readiness(http)))
+        if statuses[-1][1] == 200 and any(s != 200 for _t, s in statuses):
+            break
+        time.sleep(0.1)
+    for t in threads:
+        t.join(30)
+
+    # Every stream in flight ended with a request error within 5 s, after some tokens.
+    assert sorted(ended) == list(range(NUM_STREAMS))
+    for i, (at, got) in ended.items():
+        assert at - killed_at < 5.0, (i, at - killed_at)
+        assert got.texts and not got.final_seen
+        assert "stopped answering" in got.error and "is not healthy" in got.error, got.error
+    # Readiness said so while no decode endpoint was healthy, soon after the kill.
+    not_ready = [t for t, s in statuses if s != 200]
+    assert not_ready and not_ready[0] < 5.0, statuses
+    # Within 30 s: ready again, and the same greedy tokens as before, from the same server.
+    back = next(t for t, s in statuses if s == 200 and t > not_ready[0])
+    assert back < 30.0, statuses
+    assert wait_for(lambda: generate(url, "ensemble", ensemble_inputs(PROMPT, 12)).texts
+                    == expected, timeout_s=max(1.0, 30.0 - (time.monotonic() - killed_at)))
+    os.kill(info["state_file"]["pid"], 0)  # the server was never restarted
+    assert "decode: reloaded" in (work / "supervisor.log").read_text()
+    # The prefill side holds no KV for the streams that died.
+    assert wait_for(lambda: metric(metrics_url, "pdtrt_kv_held_buffers", model="prefill") == 0)
+    assert metric(metrics_url, "pdtrt_router_stalled_calls_total", phase="decode") >= 1
+
+
+def test_stop_ends_the_supervisor_with_the_server(served):
+    info, work = served
+    supervisor = info["state_file"]["supervisor_pid"]
+    stop(work)
+    assert not (work / "serve.json").exists()
+    assert wait_for(lambda: not _running(supervisor), timeout_s=10)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -1,0 +1,169 @@
+"""pdtrt serve's supervisor without a server: what a repository needs alive, the rounds that
+unload the readiness marker, reload a model whose stub died and load the marker again, and
+the stub count read from /proc."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import yaml
+from conftest import EXAMPLES
+
+from pdtrt.engine_io import Role
+from pdtrt.repo.generate import RepoMode, generate_repo
+from pdtrt.runtime.endpoints import EndpointSpec
+from pdtrt.serve.model_control import ModelState, explicit_load_args, live_stubs
+from pdtrt.serve.supervisor import Supervisor, read_topology
+from pdtrt.spec.load import load_deployment
+
+READY = ModelState.READY
+
+
+def _repo(tmp_path, spec: dict | None = None, mode=RepoMode.BOTH, example="reference-cpu"):
+    data = yaml.safe_load((EXAMPLES / f"{example}.yaml").read_text())
+    for key, value in (spec or {}).items():
+        data[key] = {**data.get(key, {}), **value}
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "repo"
+    generate_repo(load_deployment(path), out, mode=mode, engines_root=tmp_path / "engines")
+    return out
+
+
+TWO_DECODES = {"decode": {"endpoints": [{"model": "decode"}, {"model": "decode_b"}]}}
+
+
+def test_what_a_repository_needs_alive(tmp_path):
+    topo = read_topology(_repo(tmp_path / "a"))
+    assert dict(topo.stubs) == {m: 1 for m in ("aggregated", "decode", "postprocessing",
+                                               "prefill", "preprocessing", "router")}
+    assert topo.pools == {Role.PREFILL: (EndpointSpec(model="prefill"),),
+                          Role.DECODE: (EndpointSpec(model="decode"),)}
+    assert topo.paths == ((Role.PREFILL, Role.DECODE),)
+    assert topo.alive == ("postprocessing", "preprocessing", "router") and topo.has_marker
+    pools = read_topology(_repo(tmp_path / "b", {
+        **TWO_DECODES, "router": {"fallback_to_aggregated": True}}))
+    assert pools.pools[Role.DECODE] == (EndpointSpec(model="decode"),
+                                        EndpointSpec(model="decode_b"))
+    assert pools.paths == ((Role.PREFILL, Role.DECODE), (Role.AGGREGATED,))
+    remote = read_topology(_repo(tmp_path / "c", mode=RepoMode.POOLS, example="reference-remote"))
+    assert remote.paths == ((Role.PREFILL, Role.DECODE),) and remote.alive == ()
+
+
+class FakeControl:
+    """Triton's model-repository API: states, and load/unload calls recorded."""
+
+    def __init__(self, models, *, on_load=lambda model: None):
+        self.state = {m: READY for m in models}
+        self.state["health"] = READY  # the marker was loaded: the deployment was ready
+        self.calls: list[tuple[str, str]] = []
+        self.on_load = on_load
+
+    def states(self):
+        return dict(self.state)
+
+    def load(self, model):
+        self.calls.append(("load", model))
+        self.state[model] = READY
+        self.on_load(model)
+
+    def unload(self, model):
+        self.calls.append(("unload", model))
+        self.state[model] = ModelState.UNAVAILABLE
+
+
+def supervisor(repo, *, down=(), probe_errors=None):
+    """A supervisor whose stubs are all alive except ``down`` (until reloaded), and whose
+    probes fail for those and for ``probe_errors`` (label -> message)."""
+    topo = read_topology(repo)
+    stubs = dict(topo.stubs)
+    for model in down:
+        stubs[model] = 0
+    control = FakeControl(topo.stubs, on_load=lambda m: stubs.__setitem__(m, topo.stubs.get(m, 1)))
+
+    async def probe(endpoint):
+        return (probe_errors or {}).get(endpoint.label)
+
+    return Supervisor(repo, grpc_url="127.0.0.1:1", control=control, stubs=lambda: stubs,
+                      probe=probe), control
+
+
+def test_a_dead_phase_unloads_the_marker_is_reloaded_and_the_marker_comes_back(tmp_path):
+    sup, control = supervisor(_repo(tmp_path), down=["decode"])
+    first = sup.tick()
+    assert not first.ready and first.dead == ("decode",) and first.reloaded == ()
+    assert first.problems == ("decode: no healthy endpoint (decode: its Python-backend stub is "
+                              "not running)",)
+    assert control.calls == [("unload", "health")]  # readiness says so before the reload
+    second = sup.tick()  # missing twice: reloaded, without a server restart
+    assert second.reloaded == ("decode",) and control.calls[-1] == ("load", "decode")
+    third = sup.tick()
+    assert third.ready and third.dead == () and control.calls[-1] == ("load", "health")
+    assert sup.tick().ready and len(control.calls) == 3  # nothing more to do
+
+
+def test_a_pool_with_another_healthy_endpoint_stays_ready_while_the_dead_one_is_reloaded(
+        tmp_path):
+    sup, control = supervisor(_repo(tmp_path, TWO_DECODES), down=["decode_b"])
+    assert [sup.tick().ready for _ in range(3)] == [True, True, True]
+    assert control.calls == [("load", "decode_b")]  # the marker was never unloaded
+
+
+def test_a_router_model_without_its_stub_means_not_ready(tmp_path):
+    sup, control = supervisor(_repo(tmp_path), down=["router"])
+    health = sup.tick()
+    assert not health.ready
+    assert health.problems == ("router: its Python-backend stub is not running",)
+
+
+def test_other_servers_are_probed_not_reloaded(tmp_path):
+    repo = _repo(tmp_path, example="reference-remote")
+    sup, control = supervisor(repo, probe_errors={
+        "decode@127.0.0.1:8001": "the Triton server at 127.0.0.1:8001: UNAVAILABLE: refused"})
+    health = sup.tick()
+    assert health.problems == ("decode: no healthy endpoint (decode@127.0.0.1:8001: the Triton "
+                               "server at 127.0.0.1:8001: UNAVAILABLE: refused)",)
+    assert control.calls == [("unload", "health")]
+    waited = sup.wait_ready(0.05, interval_s=0.01)
+    assert not waited.ready and waited.problems == health.problems
+
+
+def test_explicit_model_control_loads_everything_but_the_marker(tmp_path):
+    args = explicit_load_args(_repo(tmp_path))
+    assert args[0] == "--model-control-mode=explicit"
+    assert "--load-model=decode" in args and "--load-model=ensemble" in args
+    assert not any("health" in a for a in args)
+
+
+def test_live_stubs_are_counted_per_model_from_proc(tmp_path):
+    repo = tmp_path / "repo"
+    proc = tmp_path / "proc"
+    stub = "/opt/backends/python/triton_python_backend_stub"
+    for pid, argv in {
+        "11": [stub, f"{repo}/decode/1/model.py", "shm", "decode_0_0", "DEFAULT", ""],
+        "12": [stub, f"{repo}/decode/1/model.py", "shm", "decode_0_1", "DEFAULT", ""],
+        "13": [stub, f"{repo}/router/1/model.py", "shm", "router_0_0", "DEFAULT", ""],
+        "14": [stub, f"{tmp_path}/other/decode/1/model.py"],  # another server's
+        "15": [sys.executable, f"{repo}/decode/1/model.py"],  # not a stub
+        "16": [],  # a zombie: no command line
+    }.items():
+        (proc / pid).mkdir(parents=True)
+        (proc / pid / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv))
+    (proc / "self").mkdir()
+    assert live_stubs(repo, proc) == {"decode": 2, "router": 1}
+
+
+def test_a_probe_that_never_answers_is_a_problem_not_a_hang(tmp_path):
+    from pdtrt.runtime.phase_client import probe
+
+    class Silent:
+        where = "nowhere"
+
+        async def stream(self, *args, **kwargs):
+            await asyncio.sleep(60)
+            yield None
+
+    assert asyncio.run(probe(Silent(), "decode", timeout_s=0.05)) == (
+        "no answer to a health probe within 0.05 s")

@@ -1,0 +1,78 @@
+"""Helpers of the real-server failure tests: a supervised deployment started the operator's
+way (``pdtrt serve SPEC --detach``), its Python-backend stubs found by their command line,
+and its honest readiness."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from pdtrt.engine_io import READINESS_PATH
+from pdtrt.serve.embedded import find_embedded_triton
+from pdtrt.serve.launcher import STATE_FILE, stop_detached
+
+PDTRT = str(Path(sys.executable).with_name("pdtrt"))  # the console script of this venv
+
+
+def serve_detached(spec: Path, engines_root: Path, workdir: Path, *,
+                   timeout_s: float = 300) -> dict:
+    """``pdtrt serve SPEC --detach --json``: the command's JSON (endpoints, readiness, state),
+    plus the state file's content under ``"state_file"``. Skips without the embedded Triton
+    server or ucxx."""
+    if find_embedded_triton() is None or importlib.util.find_spec("ucxx") is None:
+        pytest.skip("needs the embedded Triton server (nvidia-pytriton) and ucxx")
+    out = subprocess.run([PDTRT, "serve", str(spec), "--engines-dir", str(engines_root),
+                          "--workdir", str(workdir), "--detach", "--json"],
+                         capture_output=True, text=True, timeout=timeout_s)
+    assert out.returncode == 0, f"pdtrt serve: {out.stderr}{out.stdout}"
+    info = json.loads(out.stdout)
+    info["state_file"] = json.loads((workdir / STATE_FILE).read_text())
+    return info
+
+
+def stop(workdir: Path) -> None:
+    """``pdtrt stop`` of a deployment that may have been stopped already."""
+    if (workdir / STATE_FILE).is_file():
+        stop_detached(workdir)
+
+
+def stubs_of(repository: Path, model: str) -> list[int]:
+    """Pids of the Python-backend stubs of ``model`` in *this* repository (never another's)."""
+    script = f"{repository}/{model}/1/model.py".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[0].endswith(b"triton_python_backend_stub") and argv[1:2] == [script]:
+                pids.append(int(entry.name))
+    return pids
+
+
+def kill_model(repository: Path, model: str) -> list[int]:
+    """SIGKILL ``model``'s stubs, as an OOM kill or a crash would."""
+    pids = stubs_of(repository, model)
+    assert pids, f"no stub of {model} under {repository}"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def readiness(http_url: str) -> int:
+    """The HTTP status of the deployment's readiness (``READINESS_PATH``)."""
+    try:
+        with urllib.request.urlopen(f"http://{http_url}{READINESS_PATH}", timeout=2) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
