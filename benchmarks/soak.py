@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
@@ -230,9 +231,13 @@ async def run_request(stub, rec: Record, ids: list[int], max_tokens: int, t0: fl
 
 
 # -- samples and kills ---------------------------------------------------------------------------
-def _proc_stats(pid: int) -> dict:
+def _proc_stats(pid: int) -> dict | None:
+    """RSS, threads and open sockets of a process; None for one that has ended (a zombie)."""
     status = Path(f"/proc/{pid}/status").read_text()
-    rss = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS"))
+    rss = next((int(line.split()[1]) for line in status.splitlines()
+                if line.startswith("VmRSS")), None)
+    if rss is None:
+        return None
     threads = next(int(line.split()[1]) for line in status.splitlines()
                    if line.startswith("Threads"))
     sockets = 0
@@ -251,7 +256,8 @@ def sample(server: Server, t0: float) -> dict:
     for pid in _children(server.pid):
         name = next((a for a in _cmdline(pid).split() if a.endswith("_0_0")), str(pid))
         try:
-            out[name.removesuffix("_0_0")] = _proc_stats(pid)
+            if (stats := _proc_stats(pid)) is not None:  # a killed stub is a zombie a while
+                out[name.removesuffix("_0_0")] = stats
         except OSError:  # a stub that just died
             pass
     prefix = _shm_prefix(server.pid)
@@ -263,25 +269,22 @@ def sample(server: Server, t0: float) -> dict:
     return out
 
 
-async def sampler(server: Server, t0: float, every_s: float, stop: asyncio.Event,
-                  samples: list[dict]) -> None:
+# Sampling and killing run on plain threads: asyncio.to_thread next to grpc.aio's poller
+# stalled the event loop here (a finished worker's result never woke it).
+def sampler(server: Server, t0: float, every_s: float, stop: threading.Event,
+            samples: list[dict]) -> None:
     while not stop.is_set():
-        samples.append(await asyncio.to_thread(sample, server, t0))
         try:
-            await asyncio.wait_for(stop.wait(), every_s)
-        except TimeoutError:
-            pass
+            samples.append(sample(server, t0))
+        except Exception as exc:  # a sample is a measurement, not a reason to stop
+            samples.append({"t_s": round(time.monotonic() - t0, 1), "error": repr(exc)})
+        stop.wait(every_s)
 
 
-async def killer(server: Server, t0: float, every_s: float, stop: asyncio.Event,
-                 kills: list[dict]) -> None:
+def killer(server: Server, t0: float, every_s: float, stop: threading.Event,
+           kills: list[dict]) -> None:
     turn = 0
-    while True:
-        try:
-            await asyncio.wait_for(stop.wait(), every_s)
-            return
-        except TimeoutError:
-            pass
+    while not stop.wait(every_s):
         phase = PHASES[turn % 2]
         turn += 1
         pid = server.stub(phase)
@@ -293,12 +296,10 @@ async def killer(server: Server, t0: float, every_s: float, stop: asyncio.Event,
         killed = time.monotonic()
         kill = {"t_s": round(killed - t0, 1), "phase": phase, "pid": pid}
         kills.append(kill)
-        await asyncio.sleep(1.5)  # the supervisor needs two rounds to see it gone
-        while not await asyncio.to_thread(_ready, server.info["endpoints"]["http"]):
-            if time.monotonic() - killed > 300:
-                kill["ready_again_s"] = None
+        stop.wait(1.5)  # the supervisor needs two rounds to see it gone
+        while not _ready(server.info["endpoints"]["http"]):
+            if time.monotonic() - killed > 300 or stop.wait(0.5):
                 break
-            await asyncio.sleep(0.5)
         else:
             kill["ready_again_s"] = round(time.monotonic() - killed, 1)
         kill["reloaded_pid"] = server.stub(phase)
@@ -335,13 +336,16 @@ async def soak(args: argparse.Namespace, server: Server,
     before = {name: _metric(metrics, name) for name in counters}
     samples: list[dict] = []
     kills: list[dict] = []
-    stop = asyncio.Event()
+    stop = threading.Event()
     slots = asyncio.Semaphore(max(args.streams, args.burst))
     t0 = time.monotonic()
-    background = [asyncio.create_task(sampler(server, t0, args.sample_every_s, stop, samples))]
+    background = [threading.Thread(target=sampler, daemon=True,
+                                   args=(server, t0, args.sample_every_s, stop, samples))]
     if args.kill_every_s > 0:
-        background.append(asyncio.create_task(killer(server, t0, args.kill_every_s, stop,
-                                                      kills)))
+        background.append(threading.Thread(target=killer, daemon=True,
+                                           args=(server, t0, args.kill_every_s, stop, kills)))
+    for thread in background:
+        thread.start()
 
     async def one(rec: Record) -> None:
         await asyncio.sleep(max(0.0, rec.start_s - (time.monotonic() - t0)))
@@ -352,8 +356,9 @@ async def soak(args: argparse.Namespace, server: Server,
 
     await asyncio.gather(*(one(r) for r in recs))
     stop.set()
-    await asyncio.gather(*background)
-    samples.append(await asyncio.to_thread(sample, server, t0))
+    for thread in background:
+        thread.join(60)
+    samples.append(sample(server, t0))
     await channel.close()
     after = {name: _metric(metrics, name) for name in counters}
     return {"elapsed_s": round(time.monotonic() - t0, 1), "samples": samples, "kills": kills,
@@ -426,6 +431,9 @@ def markdown(result: dict) -> str:
     lines += ["", "| t s | server RSS MiB / threads / sockets | stubs RSS MiB (prefill, decode,"
               " router) | client sockets | KV held | /dev/shm files (MiB) |", "|" + "---|" * 6]
     for s in result["samples"]:
+        if "error" in s:
+            lines.append(f"| {s['t_s']} | sample failed: {s['error']} | | | | |")
+            continue
         rss = ", ".join(str(s.get(m, {}).get("rss_mib", "-")) for m in (*PHASES, "router"))
         lines.append(f"| {s['t_s']} | {s['server']['rss_mib']} / {s['server']['threads']} / "
                      f"{s['server']['sockets']} | {rss} | {s['client']['sockets']} | "
