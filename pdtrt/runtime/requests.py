@@ -118,7 +118,9 @@ def _input_name(name: str) -> str:
 
 
 def _refuse(name: str, value: object, allowed: str) -> InvalidRequestError:
-    return InvalidRequestError(f"input {_input_name(name)} is {value}; allowed: {allowed}")
+    # The inputs are FP32: shown as such (1.3, not 1.2999999523162842).
+    shown = str(np.float32(value)) if isinstance(value, float) else value
+    return InvalidRequestError(f"input {_input_name(name)} is {shown}; allowed: {allowed}")
 
 
 def check_sampling(request: Incoming, *, max_beam_width: int) -> None:
