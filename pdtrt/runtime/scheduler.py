@@ -133,7 +133,9 @@ class Scheduler:
         for seq in admitted:
             self._start(seq)
         self._starting = []
-        self._running = [s for s in self._running if not self._cancelled(s)]
+        # Over a copy: a cancelled sequence removes itself from _running (_finish), and
+        # filtering the list it shrinks skipped -- and so lost -- the sequence after it.
+        self._running = [s for s in list(self._running) if not self._cancelled(s)]
         if self._running:
             self._decode()
 
