@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -214,6 +215,7 @@ class Supervisor:
             log.warning("%s: its Python-backend stub died; reloading the model", model)
             start = time.monotonic()
             try:
+                self._mark_changed(model)
                 self.control.load(model)
             except ServerError as exc:
                 log.warning("%s: reload failed: %s", model, exc.message)
@@ -221,6 +223,35 @@ class Supervisor:
             log.info("%s: reloaded in %.1f s", model, time.monotonic() - start)
             done.append(model)
         return tuple(done)
+
+    def _mark_changed(self, model: str) -> None:
+        """Make Triton see ``model``'s files as changed, so that ``load`` really reloads it.
+
+        Measured on Triton 2.51: ``load`` of a loaded model whose directory did not change
+        since it was loaded does nothing ("loading" / "successfully loaded" in a millisecond,
+        the dead stub kept), and a ``config.pbtxt`` that changed only in time is an *update*
+        that keeps the instances (docs/user_guide/model_management.md, "Modifying the Model
+        Repository": only an instance-config change updates instead of reloading). A dead stub
+        changes nothing on disk, so the supervisor touches the files of the model's version
+        directories (content untouched): a changed model file is a full reload, new stubs.
+        The first reload used to work by luck: the stub's ``__pycache__`` appeared after the
+        load was recorded.
+        """
+        now = time.time_ns()
+        model_dir = self.repository / model
+        touched = 0
+        try:
+            for version in model_dir.iterdir():
+                if version.is_dir() and version.name.isdigit():
+                    for path in (version, *version.iterdir()):
+                        os.utime(path, ns=(now, now))
+                        touched += 1
+        except OSError as exc:
+            raise ServerError(f"cannot mark {model_dir} as changed for the reload: {exc}",
+                              hint="the supervisor needs write access to the repository"
+                              ) from None
+        if not touched:
+            raise ServerError(f"{model_dir} has no version directory to reload from")
 
     def _loop_run(self, coro: Coroutine[Any, Any, _T]) -> _T:
         if self._loop is None:  # one loop for the supervisor's life: the gRPC channels live on it

@@ -101,6 +101,25 @@ def test_a_killed_decode_process_ends_its_streams_says_not_ready_and_heals(serve
     assert metric(metrics_url, "pdtrt_router_stalled_calls_total", phase="decode") >= 1
 
 
+def test_a_phase_killed_again_heals_again(served):
+    """Every kill heals, not just the first: Triton's ``load`` of a loaded model whose files
+    did not change is a no-op (the first reload only worked because the stub's ``__pycache__``
+    had appeared since the start), so the supervisor must force the reload."""
+    info, work = served
+    url, http = info["endpoints"]["grpc"], info["endpoints"]["http"]
+    repository = work / "repo"
+    expected = generate(url, "ensemble_aggregated", ensemble_inputs(PROMPT, 12)).texts
+    for phase in ("decode", "decode", "prefill"):
+        assert wait_for(lambda: readiness(http) == 200, timeout_s=30)
+        killed_at = time.monotonic()
+        kill_model(repository, phase)
+        assert wait_for(lambda: readiness(http) != 200, timeout_s=10), phase
+        assert wait_for(lambda: readiness(http) == 200, timeout_s=30), (phase, "not healed")
+        assert wait_for(lambda: generate(url, "ensemble", ensemble_inputs(PROMPT, 12)).texts
+                        == expected, timeout_s=max(1.0, 30.0 - (time.monotonic() - killed_at)))
+    os.kill(info["state_file"]["pid"], 0)  # the same server throughout
+
+
 def test_stop_ends_the_supervisor_with_the_server(served):
     info, work = served
     supervisor = info["state_file"]["supervisor_pid"]

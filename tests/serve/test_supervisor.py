@@ -104,6 +104,28 @@ def test_a_dead_phase_unloads_the_marker_is_reloaded_and_the_marker_comes_back(t
     assert sup.tick().ready and len(control.calls) == 3  # nothing more to do
 
 
+def test_a_reload_marks_the_model_files_changed_and_nothing_else(tmp_path):
+    """Triton reloads a loaded model only when its files changed since it was loaded (a dead
+    stub changes none), and a config.pbtxt touched alone only updates the instances: the
+    supervisor touches the version directory's files, at the load, content unchanged."""
+    repo = _repo(tmp_path)
+    files = [p for p in (repo / "decode").rglob("*") if p.is_file()]
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in files}
+    other = {p: p.stat().st_mtime_ns for p in (repo / "prefill").rglob("*")}
+    seen_at_load: dict[str, int] = {}
+    sup, control = supervisor(repo, down=["decode"])
+    control.on_load = lambda m: seen_at_load.setdefault(
+        m, (repo / m / "1" / "model.py").stat().st_mtime_ns)
+    sup.tick()
+    sup.tick()
+    assert control.calls[-1] == ("load", "decode")
+    assert seen_at_load["decode"] > before[repo / "decode" / "1" / "model.py"][0]
+    assert all(p.read_bytes() == before[p][1] for p in files)
+    assert (repo / "decode" / "config.pbtxt").stat().st_mtime_ns == before[
+        repo / "decode" / "config.pbtxt"][0]
+    assert {p: p.stat().st_mtime_ns for p in (repo / "prefill").rglob("*")} == other
+
+
 def test_a_pool_with_another_healthy_endpoint_stays_ready_while_the_dead_one_is_reloaded(
         tmp_path):
     sup, control = supervisor(_repo(tmp_path, TWO_DECODES), down=["decode_b"])
