@@ -201,6 +201,13 @@ class Param(StrEnum):
     TOKENS_PER_BLOCK = "tokens_per_block"
     KV_TRANSFER_TIMEOUT_S = "kv_transfer_timeout_s"
     UCX_TLS = "ucx_tls"  # comma-joined UCX transports
+    # pdtrt's LLM-API engine model (target trtllm-1.2): the checkpoint the LLM API loads and
+    # the phase's LLM-API options file (extra_llm_api_options YAML) that ``pdtrt build`` wrote
+    LLM_MODEL = "llm_model"
+    LLM_OPTIONS = "llm_options"
+    # per instance the GPU ordinals it owns, ";" between instances, "," within one ("0;1"):
+    # instance k of the LLM-API engine model sets CUDA_VISIBLE_DEVICES to its entry
+    GPU_DEVICE_IDS = "gpu_device_ids"
     # preprocessing / postprocessing
     TOKENIZER_DIR = "tokenizer_dir"
     # router
