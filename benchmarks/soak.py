@@ -281,10 +281,12 @@ def sampler(server: Server, t0: float, every_s: float, stop: threading.Event,
         stop.wait(every_s)
 
 
-def killer(server: Server, t0: float, every_s: float, stop: threading.Event,
+def killer(server: Server, t0: float, every_s: float, until_s: float, stop: threading.Event,
            kills: list[dict]) -> None:
+    """Kill prefill and decode in turn every ``every_s`` until ``until_s`` (the arrivals' end:
+    the requests still queued after it finish without kills)."""
     turn = 0
-    while not stop.wait(every_s):
+    while not stop.wait(every_s) and time.monotonic() - t0 < until_s:
         phase = PHASES[turn % 2]
         turn += 1
         pid = server.stub(phase)
@@ -343,7 +345,9 @@ async def soak(args: argparse.Namespace, server: Server,
                                    args=(server, t0, args.sample_every_s, stop, samples))]
     if args.kill_every_s > 0:
         background.append(threading.Thread(target=killer, daemon=True,
-                                           args=(server, t0, args.kill_every_s, stop, kills)))
+                                           args=(server, t0, args.kill_every_s,
+                                                 args.duration_s + (1.0 if args.burst else 0.0),
+                                                 stop, kills)))
     for thread in background:
         thread.start()
 
