@@ -358,7 +358,17 @@ async def soak(args: argparse.Namespace, server: Server,
             ids, _expected = prompts[rec.prompt]
             await run_request(stub, rec, ids, args.max_tokens, t0, args.timeout_s)
 
-    await asyncio.gather(*(one(r) for r in recs))
+    # A watchdog over the client itself: a request whose stream neither ends nor honours its
+    # timeout's cancellation is recorded as a hang, not waited for.
+    last_start = max((r.start_s for r in recs), default=0.0)
+    backlog_s = len(recs) / max(args.streams, 1) * args.timeout_s
+    tasks = [asyncio.ensure_future(one(r)) for r in recs]
+    _done, pending = await asyncio.wait(
+        tasks, timeout=last_start + min(backlog_s, 3 * args.timeout_s) + args.timeout_s + 60)
+    for task, rec in zip(tasks, recs, strict=True):
+        if task in pending:
+            rec.error = rec.error or "client hang: no end at the watchdog's deadline"
+            task.cancel()
     stop.set()
     for thread in background:
         thread.join(60)
