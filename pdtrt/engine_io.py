@@ -409,12 +409,15 @@ TRTLLM_0_21_ENGINE_IO = ModelIO(inputs=tuple(replace(t, name=TRTLLM_0_21_INPUT_N
 """``tensorrt_llm`` of TensorRT-LLM 0.21 (logits as FP32, prompt tables and LoRA as FP16:
 NVIDIA's usual fill values for ``${logits_datatype}`` and friends)."""
 
+# trtllm-1.2 runs pdtrt's own (LLM-API) engine model: the reference engine model's I/O
 _ENGINE_IO = {Target.REFERENCE: REFERENCE_ENGINE_IO,
-              Target.TRTLLM_0_21: TRTLLM_0_21_ENGINE_IO}
+              Target.TRTLLM_0_21: TRTLLM_0_21_ENGINE_IO,
+              Target.TRTLLM_1_2: REFERENCE_ENGINE_IO}
 
 
 _ENGINE_INPUT_NAMES: dict[Target, dict[str, str]] = {Target.REFERENCE: {},
-                                                    Target.TRTLLM_0_21: TRTLLM_0_21_INPUT_NAMES}
+                                                    Target.TRTLLM_0_21: TRTLLM_0_21_INPUT_NAMES,
+                                                    Target.TRTLLM_1_2: {}}
 
 
 def engine_input_name(target: Target, name: str) -> str:

@@ -36,6 +36,7 @@ class Target(StrEnum):
 
     REFERENCE = "reference"
     TRTLLM_0_21 = "trtllm-0.21"
+    TRTLLM_1_2 = "trtllm-1.2"
 
 
 class TritonBackend(StrEnum):

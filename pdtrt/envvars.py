@@ -2,8 +2,9 @@
 
 pdtrt reads:
 - ``PDTRT_DEBUG`` -- ``1`` makes the CLI show tracebacks of expected errors (same as ``--debug``).
-- ``PDTRT_TRTLLM_EXAMPLES`` -- where ``pdtrt build`` finds TensorRT-LLM's ``examples/`` tree
-  (``convert_checkpoint.py``, ``quantize.py``); default: the target's ``examples_dir``.
+- ``PDTRT_TRTLLM_EXAMPLES`` -- where ``pdtrt build`` finds the target's build scripts:
+  TensorRT-LLM's ``examples/`` tree (trtllm-0.21: ``convert_checkpoint.py``, ``quantize.py``)
+  or ModelOpt's (trtllm-1.2: ``llm_ptq/hf_ptq.py``); default: the target's ``examples_dir``.
 - ``CUDA_VERSION`` -- set by NGC containers; recorded in engine manifests by ``pdtrt build``.
 - ``PDTRT_FAULT_INJECTION`` -- read by the engine models inside Triton: makes a role's decode
   step fail for chosen request ids, to test failure paths (:mod:`pdtrt.runtime.faults`). Unset
@@ -21,6 +22,12 @@ container), ``PDTRT_MPI_ARGS`` (extra ``mpirun`` arguments), and for a world on 
 (the NIC each host's ranks get as ``TRTLLM_UCX_INTERFACE``, which ``launch.sh`` writes),
 ``PDTRT_SSH_DIR`` (the key pair mpirun logs in with) and ``PDTRT_SSH_PORT`` (the worker
 container's sshd port, default 2222).
+
+A trtllm-1.2 repository's ``pdtrt.env`` holds ``UCX_TLS``, ``UCX_MEMTYPE_CACHE`` and
+``UCX_NET_DEVICES`` (no ``TRTLLM_*``: the transport is the LLM-API options'
+``cache_transceiver_config``); its ``launch.sh`` (one Triton server, no MPI) reads ``PDTRT_SRC``
+and ``PDTRT_UCX_INTERFACE_<GPU>``, which it passes into the container as ``TRTLLM_UCX_INTERFACE``
+(the NIC whose address TensorRT-LLM 1.2's transceiver advertises; unset when empty).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Fake TensorRT-LLM build tools: executables that record their argv and write plausible outputs.
 
 ``install_fake_tools(tmp)`` writes ``tmp/bin/trtllm-build`` and, under ``tmp/examples``,
-``quantization/quantize.py`` and ``models/core/llama/convert_checkpoint.py``. Each appends its
+``quantization/quantize.py``, ``models/core/llama/convert_checkpoint.py`` and ModelOpt's
+``llm_ptq/hf_ptq.py`` (trtllm-1.2's FP8 step). Each appends its
 argv (JSON, one line) to ``$FAKE_TRTLLM_RECORD``. With ``FAKE_TRTLLM_FAIL=<tool>`` (or
 ``<tool>@<text in the output dir>``) that tool writes a partial output, prints an error and
 exits 1.
@@ -19,7 +20,7 @@ tool = {tool!r}
 with open(os.environ["FAKE_TRTLLM_RECORD"], "a") as f:
     f.write(json.dumps([tool, *sys.argv[1:]]) + "\\n")
 args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
-out = Path(args["--output_dir"])
+out = Path(args.get("--output_dir") or args["--export_path"])
 out.mkdir(parents=True, exist_ok=True)
 print(f"[fake {{tool}}] writing {{out}}", flush=True)
 fail = os.environ.get("FAKE_TRTLLM_FAIL", "")
@@ -34,6 +35,12 @@ if tool == "trtllm-build":
         "plugin_config": {{"tokens_per_block": int(args["--tokens_per_block"])}}}}}}
     (out / "config.json").write_text(json.dumps(config))
     (out / "rank0.engine").write_bytes(b"engine")
+elif tool == "hf_ptq.py":  # ModelOpt: a unified Hugging Face checkpoint
+    hf = json.loads((Path(args["--pyt_ckpt_path"]) / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps(hf))
+    (out / "hf_quant_config.json").write_text(json.dumps({{"quantization": {{
+        "quant_algo": args["--qformat"].upper(), "kv_cache_quant_algo": None}}}}))
+    (out / "model.safetensors").write_bytes(b"weights")
 else:
     hf = json.loads((Path(args["--model_dir"]) / "config.json").read_text())
     kv = args.get("--kv_cache_dtype")
@@ -53,7 +60,8 @@ def install_fake_tools(tmp: Path) -> tuple[Path, Path]:
     for path, tool in ((bin_dir / "trtllm-build", "trtllm-build"),
                        (examples / "quantization" / "quantize.py", "quantize.py"),
                        (examples / "models/core/llama/convert_checkpoint.py",
-                        "convert_checkpoint.py")):
+                        "convert_checkpoint.py"),
+                       (examples / "llm_ptq" / "hf_ptq.py", "hf_ptq.py")):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(_SCRIPT.format(python=sys.executable, tool=tool))
         path.chmod(0o755)

@@ -28,6 +28,8 @@ class StepKind(StrEnum):
     TRTLLM_BUILD = "trtllm-build"
     REFERENCE_TOKENIZER = "reference-tokenizer"
     REFERENCE_CHECKPOINT = "reference-checkpoint"
+    HF_PTQ = "hf-ptq"  # ModelOpt FP8 quantization to a Hugging Face checkpoint (trtllm-1.2)
+    LLM_OPTIONS = "llm-options"  # the phase's LLM-API options file (trtllm-1.2, in-process)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +43,7 @@ class BuildStep:
     log_file: Path
     gpu: GPU | None  # the GPU type the step must run on (None: any machine)
     what: str = ""  # in-process steps: what they write
+    content: str = ""  # in-process steps whose output the plan computes: the text they write
 
     @property
     def in_process(self) -> bool:

@@ -62,8 +62,12 @@ def host_lines(plan: BuildPlan, hosts: tuple[HostBuild, ...], command: list[str]
     where the engines must be before the repository is served."""
     if not hosts:
         return []
-    lines = [f"hosts: each engine is built on its own GPU type, inside {plan.container} "
-             "(docs/build.md):"]
+    if any(s.gpu is not None for s in plan.steps):
+        lines = [f"hosts: each engine is built on its own GPU type, inside {plan.container} "
+                 "(docs/build.md):"]
+    else:
+        lines = ["hosts: no step needs a GPU; build each phase on the host that serves it "
+                 f"(inside {plan.container}, or wherever pdtrt runs; docs/build.md):"]
     for h in hosts:
         phases = ", ".join(str(p) for p in h.phases)
         lines.append(f"  {h.gpu} host (compute {h.compute_capability}): "
@@ -71,7 +75,7 @@ def host_lines(plan: BuildPlan, hosts: tuple[HostBuild, ...], command: list[str]
         lines.append(f"    $ {shlex.join([*command, *h.args])}")
     dirs = ", ".join(f"{p.engine_dir}/" for p in plan.phases)
     lines.append(f"then: {dirs} at the same path on every host that serves the repository "
-                 "(every MPI rank opens every engine model's directory), and "
+                 "(its model configs name them), and "
                  f"`{shlex.join(['pdtrt', 'engines', 'check', *command[2:]])}`")
     return lines
 
@@ -104,6 +108,9 @@ def build(spec_file: Path, phase_name: str, dry_run: bool, engines_dir: Path, fo
     """Build the engines of SPEC: engines/<deployment>/<phase>/ with pdtrt-engine.json.
 
     \b
+    trtllm-1.2:  the LLM-API options file per phase (and ModelOpt FP8 quantization when
+      the phase asks FP8 weights, inside nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3
+      on the phase's GPU type).
     trtllm-0.21: checkpoint conversion + trtllm-build per phase, run inside
       nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3 on the phase's GPU type.
     reference:   a seeded tiny Llama checkpoint and an offline-trained tokenizer (CPU).

@@ -70,11 +70,16 @@ def generate(spec_file: Path, out: Path, mode: str, force: bool, engines_dir: Pa
         state = "" if path.is_dir() else "  (not built yet)"
         click.echo(f"  engine {name}: {path}{state}")
     if plan.launch is not None:
-        click.echo(f"  launch: {out / 'launch.sh'} (MPI world size {plan.launch.world_size}, "
+        what = (f"MPI world size {plan.launch.world_size}" if plan.launch.mpi
+                else "one Triton server")
+        click.echo(f"  launch: {out / 'launch.sh'} ({what}, "
                    f"environment in {out / 'pdtrt.env'}); each host runs, in this order:")
         for run in _host_runs(plan.launch, out):
             click.echo(f"    {run['host']}")
             click.echo(f"      $ {run['command']}")
+    for pool, urls in plan.remote.items():
+        click.echo(f"  pool {pool}: another Triton server at {urls} (its host serves "
+                   f"`pdtrt repo {spec_file} -o DIR --mode pools`)")
 
 
 def _host_runs(launch: LaunchPlan, out: Path) -> list[dict[str, str]]:

@@ -38,7 +38,7 @@ DECODE_QUEUE_SECONDS = "pdtrt_decode_queue_seconds_total"
 ROUTER = frozenset({ROUTER_REQUESTS, ROUTER_ERRORS, ROUTER_CANCELLED, ROUTER_TTFT_SECONDS,
                     PREFILL_QUEUE_SECONDS, DECODE_QUEUE_SECONDS})
 
-# pdtrt's engine model (pdtrt.runtime.engine_model), reference target
+# pdtrt's LLM-API engine model (pdtrt.runtime.llm_engine_model); the KV ones from the reference
 ENGINE_ACTIVE = "pdtrt_engine_active_sequences"
 ENGINE_FAILED = "pdtrt_engine_failed_total"
 KV_TRANSFERS = "pdtrt_kv_transfers_total"
@@ -71,6 +71,8 @@ PROMETHEUS = frozenset({UP})
 _BY_TARGET = {
     Target.REFERENCE: ROUTER | ENGINE | TRITON | PROMETHEUS,
     Target.TRTLLM_0_21: ROUTER | TRITON | TRITON_GPU | TRTLLM_BACKEND | PROMETHEUS,
+    # pdtrt's LLM-API engine model publishes the engine model's metrics (issue 13, item 2)
+    Target.TRTLLM_1_2: ROUTER | ENGINE | TRITON | TRITON_GPU | PROMETHEUS,
 }
 
 

@@ -52,6 +52,7 @@ class Launcher(StrEnum):
 LAUNCHERS: Mapping[Target, Launcher] = {
     Target.REFERENCE: Launcher.PDTRT_SERVE,
     Target.TRTLLM_0_21: Launcher.LAUNCH_SCRIPT,
+    Target.TRTLLM_1_2: Launcher.LAUNCH_SCRIPT,  # one Triton server per pod, no MPI world
 }
 
 

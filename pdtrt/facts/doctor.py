@@ -107,13 +107,15 @@ def _ucxx_check() -> Check:
 
 
 def _trtllm_check() -> Check:
-    needed = "real engine builds of trtllm-* targets (run inside the NGC container)"
+    needed = ("GPU build steps of trtllm-* targets, inside their NGC container (trtllm-1.2, "
+              "the default: 26.07, ModelOpt FP8 only; trtllm-0.21: 25.08, engines)")
     version = _version("tensorrt_llm") or _version("tensorrt-llm")
     build = shutil.which("trtllm-build")
     if version is None and build is None:
         return Check(name="TensorRT-LLM", status=CheckStatus.MISSING,
-                     detail="not installed here; build engines inside the NGC container on the "
-                     "target GPU (`pdtrt build --dry-run` prints the commands)",
+                     detail="not installed here; GPU build steps run inside the NGC container "
+                     "on the target GPU (`pdtrt build --dry-run` prints them; trtllm-1.2's "
+                     "options files need no GPU)",
                      needed_for=needed)
     return Check(name="TensorRT-LLM", status=CheckStatus.OK,
                  detail=f"tensorrt_llm {version or 'unknown version'}; trtllm-build at "

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from pdtrt.enums import ServingMode, WeightQuant
+from pdtrt.enums import KVDType, ServingMode, Target, WeightQuant
 from pdtrt.errors import NoFeasiblePlanError
 from pdtrt.perf.hardware import Instance
 from pdtrt.planner.search import Plan, PlanCandidate
@@ -33,6 +33,14 @@ def spec_candidate(p: Plan) -> PlanCandidate:
             f"verdict: {p.verdict}",
             hint="relax --ttft-p90 / --itl-p90, raise --max-gpus / --budget, or add GPU types")
     return best
+
+
+def _target(weights: WeightQuant, kv_dtype: KVDType) -> Target:
+    """trtllm-1.2 (the current stack, the default for GPUs) unless the weights or the KV dtype
+    need trtllm-0.21's engine builds (weight-only INT8/INT4, AWQ, an INT8 KV cache)."""
+    if weights in (WeightQuant.NONE, WeightQuant.FP8) and kv_dtype is not KVDType.INT8:
+        return Target.TRTLLM_1_2
+    return Target.TRTLLM_0_21
 
 
 def _pool(inst: Instance, instances: int, isl: int, seq_len: int) -> dict[str, object]:
@@ -61,16 +69,23 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
                   "weights": str(req.weights if req.weights is not WeightQuant.NONE else "none"),
                   "kv_cache_dtype": str(req.kv_dtype)})
     same_node = req.same_node
+    target = _target(req.weights, req.kv_dtype)
+    decode = _pool(c.decode, c.decode_instances, req.isl, seq)
+    two_hosts = target is Target.TRTLLM_1_2 and c.decode.gpu.key != c.prefill.gpu.key
+    if two_hosts:  # trtllm-1.2 serves a pool on another GPU type from its own host's server
+        decode = {**decode, "endpoint": f"{c.decode.gpu.key}-host:8001"}
     spec = {
-        "version": 1, "name": name, "target": "trtllm-0.21", "model": model,
+        "version": 1, "name": name, "target": str(target), "model": model,
         "prefill": _pool(c.prefill, c.prefill_instances, req.isl, seq),
-        "decode": _pool(c.decode, c.decode_instances, req.isl, seq),
+        "decode": decode,
         "kv_transfer": {"backend": "ucx",
                         "transports": ["sm", "cuda_ipc", "cuda_copy"] if same_node
                         else ["rc", "cuda_copy", "tcp"]},
         "slo": req.slo.to_dict(),
         "workload": {"isl": req.isl, "osl": req.osl, "request_rate_per_s": req.rate_per_s},
     }
+    if two_hosts:  # the other host's router calls this server, and it calls the decode host's
+        spec = {**spec, "serving": {"host": "0.0.0.0"}}
     chosen = p.chosen
     header = [
         "# Written by `pdtrt plan`; check it with `pdtrt spec validate`.",
@@ -81,6 +96,9 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
     if chosen is not None and chosen is not cand:
         header.append(f"# the overall best is {chosen.config.label()} (aggregated serving, "
                       "which this disaggregated spec format does not describe)")
+    if two_hosts:
+        header.append(f"# decode.endpoint: set the {c.decode.gpu.key} host's address; it serves "
+                      "`pdtrt repo SPEC --mode pools` (docs/repo.md)")
     header += [f"#   {r}" for r in cand.reasons()]
     return "\n".join(header) + "\n" + yaml.safe_dump(spec, sort_keys=False)
 

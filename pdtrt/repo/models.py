@@ -24,9 +24,9 @@ __all__ = ["SHIM_MODULES", "EngineUse", "EnsemblePlan", "ModelPlan", "RepoMode",
            "TemplateFile", "health_model", "param_flag", "param_number", "python_model"]
 
 SHIM_MODULES = {
-    Role.PREFILL: "pdtrt.runtime.engine_model",
-    Role.DECODE: "pdtrt.runtime.engine_model",
-    Role.AGGREGATED: "pdtrt.runtime.engine_model",
+    Role.PREFILL: "pdtrt.runtime.llm_engine_model",
+    Role.DECODE: "pdtrt.runtime.llm_engine_model",
+    Role.AGGREGATED: "pdtrt.runtime.llm_engine_model",
     Role.ROUTER: "pdtrt.runtime.router_model",
     Role.PREPROCESSING: "pdtrt.runtime.preprocessing_model",
     Role.POSTPROCESSING: "pdtrt.runtime.postprocessing_model",
@@ -120,11 +120,13 @@ def param_number(value: float) -> str:
 
 
 def python_model(name: str, role: Role, *, batch: int, decoupled: bool, io: ModelIO,
-                 count: int, params: tuple[tuple[str, str], ...]) -> ModelPlan:
-    """A pdtrt Python model: its ``1/model.py`` imports :data:`SHIM_MODULES` ``[role]``."""
+                 count: int, params: tuple[tuple[str, str], ...],
+                 shim_module: str | None = None) -> ModelPlan:
+    """A pdtrt Python model: its ``1/model.py`` imports ``shim_module``, by default
+    :data:`SHIM_MODULES` ``[role]`` (a target serving another module says which)."""
     return ModelPlan(name=name, role=role, backend=TritonBackend.PYTHON, max_batch_size=batch,
                      decoupled=decoupled, io=io, instance_count=count, parameters=params,
-                     dynamic_batching=False, shim_module=SHIM_MODULES[role])
+                     dynamic_batching=False, shim_module=shim_module or SHIM_MODULES[role])
 
 
 def health_model() -> ModelPlan:

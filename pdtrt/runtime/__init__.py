@@ -3,7 +3,14 @@
 - :mod:`reference_engine` -- the reference engine: a Llama-family PyTorch model with separate
   ``prefill()`` and batched ``decode_step()``;
 - :mod:`scheduler` -- in-flight batching of the sequences one engine instance holds;
-- :mod:`phase_params` -- the opaque ``context_phase_params`` hand-off;
+- :mod:`phase_params` -- the ``context_phase_params`` hand-off (versioned encoding of the
+  LLM API's disaggregated params);
+- :mod:`engine_model` -- the reference target's engine model, straight over the reference
+  engine (to be replaced by :mod:`llm_engine_model`, issue 13);
+- :mod:`llm_engine_model` -- the engine model over TensorRT-LLM's LLM API (trtllm-1.2; in the
+  tests over pdtrt's CPU reference of it, :mod:`pdtrt.llmapi.reference`), with
+  :mod:`llm_config` (its parameters as LLM-API options), :mod:`llm_responder` (one
+  request's responses) and :mod:`llm_metrics`;
 - :mod:`kv_transfer` -- moving a request's KV cache between instances over UCX (ucxx);
 - :mod:`triton_io` -- the one seam into Triton's Python backend (``pb_utils``), injected;
 - :mod:`requests` -- router and engine requests, parsed once at the edge;

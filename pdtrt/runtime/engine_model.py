@@ -33,6 +33,7 @@ import numpy as np
 from pdtrt.build.manifest import read_manifest
 from pdtrt.engine_io import ERROR_OUTPUT, REFERENCE_ENGINE_IO, Param, RequestType, Role
 from pdtrt.errors import InvalidRequestError, KVTransferError
+from pdtrt.llmapi.reference.transceiver import HeldKV
 from pdtrt.runtime.faults import FaultInjection
 from pdtrt.runtime.inflight import InflightRequests, StopHandle
 from pdtrt.runtime.kv_transfer import UcxKVNode
@@ -224,12 +225,16 @@ class TritonPythonModel:
         try:
             start = time.perf_counter()
             assert self.ucx is not None
-            buffer = self.ucx.pull(params.ucx_address, params.transfer_id, params.kv_nbytes)
+            held = HeldKV.decode(params.opaque_state)
+            if held.layout != self.engine.layout:
+                raise KVTransferError(f"KV layout of the prefill ({held.layout}) differs from "
+                                      f"this engine's ({self.engine.layout})")
+            buffer = self.ucx.pull(held.address, held.transfer_id, held.kv_nbytes)
             seq.imported_kv = unpack_kv(buffer, self.engine.layout, params.prompt_len)
-            seq.first_tokens = params.first_tokens
+            seq.first_tokens = params.first_gen_tokens
             self.metrics.add("kv_seconds", time.perf_counter() - start)
             self.metrics.add("kv_count", 1)
-            self.metrics.add("kv_bytes", params.kv_nbytes)
+            self.metrics.add("kv_bytes", held.kv_nbytes)
         except Exception as exc:
             out.fail(f"KV transfer failed: {getattr(exc, 'message', exc)}")
             return
@@ -383,9 +388,10 @@ class _Responder:
         buffer = pack_kv(em.kv)
         transfer_id = ucx.offer(buffer)
         self.model.inflight.offered(self.request.request_id, transfer_id, ucx.is_held)
-        params = ContextPhaseParams(
-            request_id=self.request.request_id, first_tokens=tuple(em.tokens),
-            prompt_len=len(self.request.prompt), ucx_address=ucx.address,
-            transfer_id=transfer_id, kv_nbytes=int(buffer.nbytes),
-            layout=self.model.engine.layout)
+        held = HeldKV(address=ucx.address, transfer_id=transfer_id,
+                      kv_nbytes=int(buffer.nbytes), prompt_len=len(self.request.prompt),
+                      layout=self.model.engine.layout)
+        params = ContextPhaseParams(ctx_request_id=None, first_gen_tokens=tuple(em.tokens),
+                                    opaque_state=held.encode(), draft_tokens=None,
+                                    prompt_len=len(self.request.prompt))
         return {"context_phase_params": params.to_array().reshape(1, -1)}

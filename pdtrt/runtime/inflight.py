@@ -7,8 +7,9 @@ further for the prefill role: a stop for a context-only request that has already
 frees the KV it still holds for the decode side, instead of waiting for the timeout.
 
 :class:`InflightRequests` is that bookkeeping, free of Triton and UCX so it is unit-tested
-directly: live sequences are registered until their final emission; offered KV transfers are
-remembered by request id until a stop claims them or they are no longer held.
+directly: live sequences are registered until their final response; offered KV (whatever
+identifies it to the engine -- the LLM engine model keeps the finished context-only result, to
+abort it) is remembered by request id until a stop claims it or it is no longer held.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["InflightRequests", "StopHandle", "StopResult"]
 
@@ -31,14 +33,14 @@ class StopHandle:
 @dataclass(frozen=True)
 class StopResult:
     sequences: int  # live sequences marked stopped
-    transfers: tuple[int, ...] = field(default=())  # held KV transfer ids to release
+    transfers: tuple[Any, ...] = field(default=())  # held KV offers to release
 
 
 class InflightRequests:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._live: dict[str, list[StopHandle]] = {}
-        self._offers: dict[str, list[int]] = {}
+        self._offers: dict[str, list[Any]] = {}
 
     def register(self, request_id: str) -> StopHandle:
         handle = StopHandle(request_id)
@@ -54,8 +56,8 @@ class InflightRequests:
             if not handles:
                 self._live.pop(handle.request_id, None)
 
-    def offered(self, request_id: str, transfer_id: int,
-                still_held: Callable[[int], bool]) -> None:
+    def offered(self, request_id: str, transfer_id: Any,
+                still_held: Callable[[Any], bool]) -> None:
         """Remember an offered transfer; forget those no longer held (pulled or expired)."""
         with self._lock:
             for rid in list(self._offers):

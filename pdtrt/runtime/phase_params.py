@@ -1,67 +1,102 @@
 """``context_phase_params``: what a prefill (context-only) request hands to its decode request.
 
-It mirrors TensorRT-LLM's cache-transceiver state (comm state + cache state): the request id,
-the first generated token(s), the prefill worker's UCX address and the id under which it holds
-the KV, and the KV layout (layers, KV heads, head dim, dtype, tokens per block) with the size of
-the buffer, so the decode side can allocate, pull and check it. On the wire it is a UINT8
-tensor holding UTF-8 JSON (opaque to the router and the client).
+It carries the context phase's LLM-API ``DisaggregatedParams`` (``tensorrt_llm/
+disaggregated_params.py`` at 01009a33a704c61e2c183c40514d7fb59159ab09: ``ctx_request_id``,
+``first_gen_tokens``, ``opaque_state`` -- the engine's serialized transfer state, bytes --
+and ``draft_tokens``) plus the prompt length the held KV covers, so the decode side can check it
+before it asks the engine to pull. The router and the client never look inside.
+
+On the wire it is a UINT8 tensor, versioned and length-checked::
+
+    b"PDCP" | version u16 | meta_len u32 | opaque_len u32 | meta (UTF-8 JSON) | opaque_state
+
+A buffer whose lengths do not add up, or without the header, is "malformed"; a different version
+is refused by name (a prefill and a decode pool running different pdtrt releases).
 """
 
 from __future__ import annotations
 
-import base64
 import json
+import struct
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from pdtrt.build.manifest import KVLayout
+from pdtrt.engine_io import RequestType
 from pdtrt.errors import KVTransferError
 
-__all__ = ["ContextPhaseParams"]
+__all__ = ["ENCODING_VERSION", "ContextPhaseParams"]
 
-_VERSION = 1
+ENCODING_VERSION = 1
+_MAGIC = b"PDCP"
+_HEADER = struct.Struct("<4sHII")
+_HINT = "pass the context_phase_params output of the prefill (context_only) request unchanged"
+
+
+def _malformed(why: str) -> KVTransferError:
+    return KVTransferError(f"malformed context_phase_params: {why}", hint=_HINT)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ContextPhaseParams:
-    request_id: str
-    first_tokens: tuple[int, ...]
+    ctx_request_id: int | None
+    first_gen_tokens: tuple[int, ...]
+    opaque_state: bytes
+    draft_tokens: tuple[int, ...] | None
     prompt_len: int  # tokens whose KV is held (the whole prompt)
-    ucx_address: bytes  # the prefill instance's UCX worker address
-    transfer_id: int  # key of the held KV on the prefill instance
-    kv_nbytes: int
-    layout: KVLayout
+
+    @classmethod
+    def from_disaggregated(cls, params: Any, prompt_len: int) -> ContextPhaseParams:
+        """From a context-only result's ``outputs[0].disaggregated_params``."""
+        return cls(ctx_request_id=params.ctx_request_id,
+                   first_gen_tokens=tuple(int(t) for t in params.first_gen_tokens or ()),
+                   opaque_state=bytes(params.opaque_state or b""),
+                   draft_tokens=None if params.draft_tokens is None
+                   else tuple(int(t) for t in params.draft_tokens),
+                   prompt_len=prompt_len)
+
+    def to_disaggregated(self, disaggregated_params_cls: Any) -> Any:
+        """The generation-only ``DisaggregatedParams`` (of the LLM API in use)."""
+        return disaggregated_params_cls(
+            request_type=str(RequestType.GENERATION_ONLY), ctx_request_id=self.ctx_request_id,
+            first_gen_tokens=list(self.first_gen_tokens), opaque_state=self.opaque_state,
+            draft_tokens=None if self.draft_tokens is None else list(self.draft_tokens))
 
     def to_array(self) -> np.ndarray:
-        doc = {
-            "v": _VERSION,
-            "request_id": self.request_id,
-            "first_tokens": list(self.first_tokens),
-            "prompt_len": self.prompt_len,
-            "ucx_address": base64.b64encode(self.ucx_address).decode(),
-            "transfer_id": self.transfer_id,
-            "kv_nbytes": self.kv_nbytes,
-            "layout": self.layout.model_dump(mode="json"),
-        }
-        return np.frombuffer(json.dumps(doc, sort_keys=True).encode(), dtype=np.uint8).copy()
+        meta = json.dumps({"ctx_request_id": self.ctx_request_id,
+                           "first_gen_tokens": list(self.first_gen_tokens),
+                           "draft_tokens": None if self.draft_tokens is None
+                           else list(self.draft_tokens),
+                           "prompt_len": self.prompt_len}, sort_keys=True).encode()
+        raw = _HEADER.pack(_MAGIC, ENCODING_VERSION, len(meta), len(self.opaque_state)) + \
+            meta + self.opaque_state
+        return np.frombuffer(raw, dtype=np.uint8).copy()
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> ContextPhaseParams:
+        """Raises :class:`KVTransferError`: malformed (header, lengths, fields) or another
+        encoding version."""
+        raw = np.asarray(array, dtype=np.uint8).tobytes()
+        if len(raw) < _HEADER.size or raw[:4] != _MAGIC:
+            raise _malformed(f"{len(raw)} bytes without pdtrt's {_MAGIC.decode()} header")
+        _, version, meta_len, opaque_len = _HEADER.unpack_from(raw)
+        if version != ENCODING_VERSION:
+            raise KVTransferError(
+                f"context_phase_params encoding version {version}; this engine model reads "
+                f"version {ENCODING_VERSION}",
+                hint="the prefill and decode pools run different pdtrt releases: deploy one")
+        if len(raw) != _HEADER.size + meta_len + opaque_len:
+            raise _malformed(f"{len(raw)} bytes, the header says "
+                             f"{_HEADER.size} + {meta_len} + {opaque_len}")
         try:
-            doc = json.loads(np.asarray(array, dtype=np.uint8).tobytes().decode())
-            if doc.get("v") != _VERSION:
-                raise ValueError(f"version {doc.get('v')!r}, expected {_VERSION}")
-            return cls(
-                request_id=str(doc["request_id"]),
-                first_tokens=tuple(int(t) for t in doc["first_tokens"]),
-                prompt_len=int(doc["prompt_len"]),
-                ucx_address=base64.b64decode(doc["ucx_address"]),
-                transfer_id=int(doc["transfer_id"]),
-                kv_nbytes=int(doc["kv_nbytes"]),
-                layout=KVLayout.model_validate(doc["layout"]),
-            )
+            meta = json.loads(raw[_HEADER.size:_HEADER.size + meta_len].decode())
+            draft = meta["draft_tokens"]
+            rid = meta["ctx_request_id"]
+            return cls(ctx_request_id=None if rid is None else int(rid),
+                       first_gen_tokens=tuple(int(t) for t in meta["first_gen_tokens"]),
+                       opaque_state=raw[_HEADER.size + meta_len:],
+                       draft_tokens=None if draft is None else tuple(int(t) for t in draft),
+                       prompt_len=int(meta["prompt_len"]))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-            raise KVTransferError(f"malformed context_phase_params: {exc}",
-                                  hint="pass the context_phase_params output of the prefill "
-                                  "(context_only) request unchanged") from None
+            raise _malformed(str(exc)) from None

@@ -197,7 +197,7 @@ class EngineLimits:
     max_input_len: int
     max_seq_len: int
     vocab_size: int
-    layout: KVLayout  # KV a generation-only request brings must match it
+    layout: KVLayout | None = None  # the engine checks the KV layout itself when it pulls
     serves_phases: bool  # context-only / generation-only requests (prefill and decode roles)
     max_beam_width: int = 1
 
@@ -301,9 +301,6 @@ def _context_phase_params(request: Incoming, limits: EngineLimits,
     if raw is None:
         raise InvalidRequestError("generation_only requests need 'context_phase_params'")
     params = ContextPhaseParams.from_array(raw)
-    if params.layout != limits.layout:
-        raise InvalidRequestError(f"KV layout of the prefill ({params.layout}) differs from "
-                                  f"this engine's ({limits.layout})")
     if params.prompt_len != prompt_len:
         raise InvalidRequestError(f"context_phase_params hold {params.prompt_len} tokens of KV "
                                   f"but the prompt has {prompt_len}")

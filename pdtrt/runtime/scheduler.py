@@ -95,6 +95,20 @@ class Scheduler:
     def num_active(self) -> int:
         return len(self._running) + len(self._waiting)
 
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_queued(self) -> int:
+        """Sequences submitted and not yet admitted."""
+        return len(self._waiting) + self._inbox.qsize()
+
+    @property
+    def num_kv_tokens(self) -> int:
+        """Tokens of KV the running sequences hold (read from another thread: a snapshot)."""
+        return sum(s.kv[0][0].shape[2] for s in list(self._running) if s.kv is not None)
+
     # -- the loop ----------------------------------------------------------------------------
     def _drain(self, block: bool) -> None:
         try:

@@ -7,7 +7,7 @@ Rules that relate several fields, or need the model's config and the GPU catalog
 in :mod:`pdtrt.spec.load`.
 
 Numbers are strict: ``tp: "2"`` is an error, not 2. Enum-valued fields take their YAML spelling
-(``target: trtllm-0.21``).
+(``target: trtllm-1.2``).
 """
 
 from __future__ import annotations
@@ -310,8 +310,10 @@ class DeploymentSpec(_Section):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", max_length=64,
                       description="Deployment name (lowercase, digits, . _ -); engines go to "
                       "engines/<name>/.")
-    target: Annotated[Target, _enum("Software stack: reference (CPU, embedded Triton) or "
-                                    "trtllm-0.21 (NGC tritonserver:25.08-trtllm-python-py3).")]
+    target: Annotated[Target, _enum("Software stack: reference (CPU, embedded Triton), "
+                                    "trtllm-1.2 (NGC tritonserver:26.07-trtllm-python-py3, the "
+                                    "default for GPUs) or trtllm-0.21 (NGC "
+                                    "tritonserver:25.08-trtllm-python-py3).")]
     model: ModelSection
     prefill: Pool
     decode: Pool

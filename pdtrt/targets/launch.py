@@ -47,6 +47,7 @@ class HostPlan:
     models: tuple[str, ...]  # the engine models with ranks here, in rank order
     num_gpus: int  # GPUs its ranks use (ordinals 0 .. num_gpus-1)
     launcher: bool  # holds rank 0 (the orchestrator) and runs mpirun
+    server: bool = False  # one Triton server of its own, no MPI (trtllm-1.2's pools)
 
     @property
     def run_args(self) -> tuple[str, ...]:
@@ -56,9 +57,12 @@ class HostPlan:
     @property
     def summary(self) -> str:
         """``l40s host (PDTRT_HOST_L40S): ranks 2,3 -- decode; 2 GPU(s); waits for mpirun``"""
+        var = f" ({self.host_var})" if self.host_var else ""
+        if self.server:
+            return (f"{self.gpu} host{var}: one Triton server -- {', '.join(self.models)}; "
+                    f"{self.num_gpus} GPU(s)")
         roles = (["orchestrator"] if self.launcher else []) + list(self.models)
         what = "runs mpirun" if self.launcher else "waits for mpirun (sshd)"
-        var = f" ({self.host_var})" if self.host_var else ""
         return (f"{self.gpu} host{var}: ranks {','.join(map(str, self.ranks))} "
                 f"-- {', '.join(roles)}; {self.num_gpus} GPU(s); {what}")
 
@@ -77,6 +81,11 @@ class LaunchPlan:
     forwarded_env: tuple[str, ...]  # passed to every rank by mpirun (-x)
     launcher_env: tuple[str, ...]  # variables the launcher host sets when it runs launch.sh
     worker_env: tuple[str, ...]  # ... and the other hosts
+
+    @property
+    def mpi(self) -> bool:
+        """Whether the hosts form one MPI world (else each runs its own Triton server)."""
+        return not all(h.server for h in self.hosts)
 
     @property
     def multi_host(self) -> bool:

@@ -14,6 +14,7 @@ from pdtrt.errors import UnsupportedTargetError
 from pdtrt.targets.base import TargetSupport
 from pdtrt.targets.reference import ReferenceTarget
 from pdtrt.targets.trtllm_0_21 import Trtllm021Target
+from pdtrt.targets.trtllm_1_2 import Trtllm12Target
 
 __all__ = ["REGISTRY", "TargetRegistry", "target_support"]
 
@@ -47,7 +48,7 @@ class TargetRegistry:
         return tuple(t for t in Target if t not in self._supports)
 
 
-REGISTRY = TargetRegistry([ReferenceTarget(), Trtllm021Target()])
+REGISTRY = TargetRegistry([ReferenceTarget(), Trtllm021Target(), Trtllm12Target()])
 
 
 def target_support(target: Target) -> TargetSupport:

@@ -28,6 +28,7 @@ class Tool(StrEnum):
     CONVERT_CHECKPOINT = "convert_checkpoint"
     QUANTIZE = "quantize"
     TRTLLM_BUILD = "trtllm_build"
+    HF_PTQ = "hf_ptq"  # NVIDIA ModelOpt's examples/llm_ptq/hf_ptq.py (trtllm-1.2's FP8 step)
 
 
 class FlagKind(StrEnum):

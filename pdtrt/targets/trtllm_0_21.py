@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from pdtrt.build.manifest import EngineLayout
@@ -39,8 +38,19 @@ from pdtrt.targets.launch import LaunchPlan
 from pdtrt.targets.schema import TargetSchema, load_target_schema
 from pdtrt.targets.toolchain import Toolchain, check_toolchain
 from pdtrt.targets.trtllm_backend import load_backend_contract
-from pdtrt.targets.trtllm_build import check_gpus, check_model_dir, engine_steps, model_dir
-from pdtrt.targets.trtllm_launch import EnginePlacement, launch_script_values, plan_launch
+from pdtrt.targets.trtllm_build import (
+    check_gpus,
+    check_model_dir,
+    engine_steps,
+    hf_model_ref,
+    model_dir,
+)
+from pdtrt.targets.trtllm_launch import (
+    engine_placements,
+    launch_mounts,
+    launch_script_values,
+    plan_launch,
+)
 from pdtrt.targets.trtllm_rules import apply_rules
 
 __all__ = ["ENGINE_FIXED_PARAMETERS", "GPT_MODEL_PATH", "UNSET_PARAMETERS", "Trtllm021Target"]
@@ -140,20 +150,13 @@ class Trtllm021Target(TargetSupport):
 
     def tokenizer_dir(self, dep: Deployment, layout: EngineLayout) -> str:
         """The HF checkpoint's directory (``model.path``), else the model's Hub name."""
-        if dep.spec.model.path is None:
-            return dep.spec.model.name
-        path = Path(os.path.abspath(dep.source.parent / dep.spec.model.path))
-        return str(path.parent if path.suffix == ".json" else path)
+        return hf_model_ref(dep)
 
     def plan_launch(self, dep: Deployment, engines: Sequence[EngineUse], *,
                     layout: EngineLayout, tokenizer_dir: str) -> LaunchPlan:
-        spec = dep.spec
-        placements = [EnginePlacement(model=e.model, gpu=dep.gpus[e.phase].key,
-                                      tp=spec.pool(e.phase).tp, pp=spec.pool(e.phase).pp,
-                                      instances=spec.pool(e.phase).instances) for e in engines]
         engines_dir = str(layout.deployment_dir)
-        mounts = [engines_dir] + ([tokenizer_dir] if spec.model.path is not None else [])
-        return plan_launch(spec, placements, image=self.container_image, mounts=mounts,
+        return plan_launch(dep.spec, engine_placements(dep, engines), image=self.container_image,
+                           mounts=launch_mounts(dep, layout, tokenizer_dir),
                            worker_mounts=[engines_dir])
 
     def engine_model(self, dep: Deployment, engine: EngineUse, *,
@@ -185,7 +188,8 @@ class Trtllm021Target(TargetSupport):
     def launch_files(self, dep: Deployment, launch: LaunchPlan) -> tuple[TemplateFile, ...]:
         return (
             TemplateFile(path="pdtrt.env", template="pdtrt.env.j2",
-                         values={"name": dep.spec.name, "env": launch.env}),
+                         values={"name": dep.spec.name, "env": launch.env,
+                                 "processes": "every MPI rank"}),
             TemplateFile(path="launch.sh", template="launch.sh.j2", executable=True,
                          values=launch_script_values(dep, launch, target=str(self.target))),
         )

@@ -13,6 +13,7 @@ checkpoint must be there with its weights.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pdtrt.build.settings import EngineSettings
@@ -24,7 +25,7 @@ from pdtrt.spec.deployment import Deployment
 from pdtrt.targets.base import BuildContext, matching_gpu
 from pdtrt.targets.schema import TargetSchema, Tool
 
-__all__ = ["check_gpus", "check_model_dir", "engine_steps", "model_dir"]
+__all__ = ["check_gpus", "check_model_dir", "engine_steps", "hf_model_ref", "model_dir"]
 
 _TRT_DTYPE = {DType.BF16: "bfloat16", DType.FP16: "float16", DType.FP32: "float32"}
 
@@ -41,6 +42,15 @@ def model_dir(dep: Deployment) -> tuple[Path, str | None]:
     path = Path("models") / dep.spec.model.name
     return path, (f"model.path is not set: the plan reads the Hugging Face checkpoint of "
                   f"{dep.spec.model.name} from {path} (download it there, or set model.path)")
+
+
+def hf_model_ref(dep: Deployment) -> str:
+    """The HF checkpoint as the serving container sees it: ``model.path``'s directory, made
+    absolute (mounted at the same path), else the model's Hub name."""
+    if dep.spec.model.path is None:
+        return dep.spec.model.name
+    path = Path(os.path.abspath(dep.source.parent / dep.spec.model.path))
+    return str(path.parent if path.suffix == ".json" else path)
 
 
 def _conversion(schema: TargetSchema, dep: Deployment, phase: Phase, *, examples: str,

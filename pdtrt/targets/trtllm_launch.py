@@ -28,15 +28,20 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pdtrt import envvars
+from pdtrt.build.manifest import EngineLayout
 from pdtrt.errors import RepoError
+from pdtrt.repo.models import EngineUse
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.launch import HostPlan, LaunchPlan, RankPlan, host_command
 
-__all__ = ["EnginePlacement", "launch_script_values", "plan_launch", "transfer_buffer_size"]
+__all__ = ["EnginePlacement", "checked_env", "engine_placements", "host_suffix",
+           "launch_mounts", "launch_script_values", "plan_launch", "rank_command",
+           "transfer_buffer_size", "ucx_env"]
 
 TRITON_DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 _SHELL_SAFE = re.compile(r"^[A-Za-z0-9_.,:/=+@-]*$")
@@ -56,6 +61,20 @@ class EnginePlacement:
     instances: int
 
 
+def engine_placements(dep: Deployment, engines: Sequence[EngineUse]) -> list[EnginePlacement]:
+    """Each engine model's GPU type and the GPUs its pool's instances need."""
+    return [EnginePlacement(model=e.model, gpu=dep.gpus[e.phase].key,
+                            tp=dep.spec.pool(e.phase).tp, pp=dep.spec.pool(e.phase).pp,
+                            instances=dep.spec.pool(e.phase).instances) for e in engines]
+
+
+def launch_mounts(dep: Deployment, layout: EngineLayout, tokenizer_dir: str) -> list[str]:
+    """Host paths the serving container mounts at the same path: the engines (and options,
+    checkpoints) and, when ``model.path`` is set, the HF checkpoint."""
+    engines_dir = str(layout.deployment_dir)
+    return [engines_dir] + ([tokenizer_dir] if dep.spec.model.path is not None else [])
+
+
 def transfer_buffer_size(num_bytes: int) -> str:
     """``TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE`` in its largest exact unit (``512MB``)."""
     for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
@@ -64,19 +83,21 @@ def transfer_buffer_size(num_bytes: int) -> str:
     return f"{num_bytes}B"
 
 
-def _env(spec: DeploymentSpec) -> tuple[tuple[str, str], ...]:
+def ucx_env(spec: DeploymentSpec) -> list[tuple[str, str]]:
+    """The UCX variables of a cross-host KV transfer: transports, NVIDIA's documented setting
+    for GPU buffers, and the NICs when the spec pins them."""
     kv = spec.kv_transfer
     env = [
-        (envvars.TRTLLM_USE_UCX_KVCACHE, "1"),  # UCX KV transfer (TRT-LLM <= 0.21: by env)
-        (envvars.TRTLLM_ORCHESTRATOR, "1"),
-        (envvars.TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES, "0"),  # ranks come from mpirun
-        (envvars.TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE,
-         transfer_buffer_size(kv.buffer_size_bytes)),
         (envvars.UCX_TLS, ",".join(kv.transports)),
         (envvars.UCX_MEMTYPE_CACHE, "n"),  # NVIDIA's documented setting for GPU buffers
     ]
     if kv.net_devices:
         env.append((envvars.UCX_NET_DEVICES, ",".join(kv.net_devices)))
+    return env
+
+
+def checked_env(env: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """``env`` as written to an env file; raises :class:`RepoError` for a value that is not."""
     for key, value in env:
         if not _SHELL_SAFE.match(value):
             raise RepoError(f"{key}={value!r} cannot be written to an env file",
@@ -84,7 +105,19 @@ def _env(spec: DeploymentSpec) -> tuple[tuple[str, str], ...]:
     return tuple(env)
 
 
-def _rank_command(spec: DeploymentSpec, rank: int, engine_models: list[str]) -> str:
+def _env(spec: DeploymentSpec) -> tuple[tuple[str, str], ...]:
+    kv = spec.kv_transfer
+    return checked_env([
+        (envvars.TRTLLM_USE_UCX_KVCACHE, "1"),  # UCX KV transfer (TRT-LLM <= 0.21: by env)
+        (envvars.TRTLLM_ORCHESTRATOR, "1"),
+        (envvars.TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES, "0"),  # ranks come from mpirun
+        (envvars.TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE,
+         transfer_buffer_size(kv.buffer_size_bytes)),
+        *ucx_env(spec),
+    ])
+
+
+def rank_command(spec: DeploymentSpec, rank: int, engine_models: list[str]) -> str:
     s = spec.serving
     ports = {"http": s.http_port, "grpc": s.grpc_port, "metrics": s.metrics_port}
     args = ['tritonserver', '--model-repository="$REPO"']
@@ -99,7 +132,7 @@ def _rank_command(spec: DeploymentSpec, rank: int, engine_models: list[str]) -> 
     return " ".join(args)
 
 
-def _suffix(gpu: str) -> str:
+def host_suffix(gpu: str) -> str:
     """``h100-sxm`` -> ``H100_SXM``: the per-host part of launch.sh's names."""
     return re.sub(r"[^A-Z0-9]", "_", gpu.upper())
 
@@ -113,8 +146,8 @@ def _hosts(engines: list[EnginePlacement], rank_gpus: list[str]) -> tuple[HostPl
         models = tuple(e.model for e in engines if e.gpu == gpu)
         num_gpus = sum(e.tp * e.pp * e.instances for e in engines if e.gpu == gpu)
         # one host: mpirun starts every rank locally, no address needed
-        host_var = envvars.PDTRT_HOST_PREFIX + _suffix(gpu) if len(gpus) > 1 else ""
-        interface_var = envvars.PDTRT_UCX_INTERFACE_PREFIX + _suffix(gpu)
+        host_var = envvars.PDTRT_HOST_PREFIX + host_suffix(gpu) if len(gpus) > 1 else ""
+        interface_var = envvars.PDTRT_UCX_INTERFACE_PREFIX + host_suffix(gpu)
         hosts.append(HostPlan(gpu=gpu, host_var=host_var, interface_var=interface_var,
                               ranks=ranks, models=models, num_gpus=num_gpus, launcher=i == 0))
     return tuple(hosts)
@@ -152,14 +185,14 @@ def plan_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, image: 
         worker_mounts=tuple(sorted(set(mounts if worker_mounts is None else worker_mounts))),
         hosts=hosts,
         rank_hosts=tuple(index.get(g, 0) for g in rank_gpus),
-        rank_commands=tuple(_rank_command(spec, r, names) for r in range(next_rank)),
+        rank_commands=tuple(rank_command(spec, r, names) for r in range(next_rank)),
         forwarded_env=tuple(k for k, _ in env) + _CONTAINER_ENV,
         launcher_env=(envvars.PDTRT_SRC, *ssh, *host_vars), worker_env=ssh)
 
 
 def _array(host: HostPlan) -> str:
     """The bash array of ``host``'s mpirun options in launch.sh (``L40S``)."""
-    return _suffix(host.gpu)
+    return host_suffix(host.gpu)
 
 
 def _usage(plan: LaunchPlan) -> list[str]:

@@ -7,8 +7,7 @@ import os
 import shutil
 
 import pytest
-from buildspecs import variant, write_spec
-from conftest import BUILTIN_MODELS
+from buildspecs import fake_hf_checkpoint, variant, write_spec
 from fake_trtllm import install_fake_tools
 from fakes import FakeNVML
 
@@ -35,10 +34,7 @@ def env(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VERSION", "12.9.0")
     monkeypatch.setattr(toolchain, "dist_version",
                         lambda d: {"tensorrt_llm": "0.21.0", "tensorrt": "10.11.0.33"}.get(d))
-    hf = tmp_path / "hf"
-    hf.mkdir()
-    shutil.copy(BUILTIN_MODELS / "meta-llama--Meta-Llama-3.1-8B.json", hf / "config.json")
-    (hf / "model-00001-of-00004.safetensors").write_bytes(b"w")
+    fake_hf_checkpoint(tmp_path)
     return tmp_path
 
 

@@ -31,7 +31,8 @@ def test_dry_run_prints_both_pipelines(run, monkeypatch):
     assert "  max_batch_size          92       computed: KV capacity" in out
 
 
-@pytest.mark.parametrize("example", ["llama3-8b-h100-l40s", "reference-cpu"])
+@pytest.mark.parametrize("example", ["llama3-8b-h100-l40s", "llama3-8b-h100-l40s-trtllm-1.2",
+                                     "reference-cpu"])
 def test_golden_dry_run_output(example, run, monkeypatch, golden):
     monkeypatch.delenv("PDTRT_TRTLLM_EXAMPLES", raising=False)
     monkeypatch.chdir(EXAMPLES.parent.parent)  # the per-host commands name the spec as given

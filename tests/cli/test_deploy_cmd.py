@@ -34,7 +34,8 @@ def test_k8s_writes_the_manifests_of_the_seed_scenario(run, tmp_path):
     warnings = result.stderr.splitlines()
     assert len(warnings) == 2 and all(w.startswith("warning: ") for w in warnings)
     assert "UCX will use tcp between pods" in warnings[0]
-    assert "supported on the reference target only, not on trtllm-0.21" in warnings[1]
+    assert ("supported on the reference and trtllm-1.2 targets only, not on trtllm-0.21"
+            in warnings[1])
     valid = run("deploy", "validate", str(out))
     assert valid.exit_code == 0, valid.output
     assert valid.stdout == f"ok: {out}: 15 objects, valid against Kubernetes 1.33.0\n"

@@ -6,6 +6,7 @@ import json
 
 from conftest import EXAMPLES
 
+from pdtrt.enums import Phase
 from pdtrt.spec.load import load_deployment
 
 SEED = str(EXAMPLES / "llama3-8b-h100-l40s.yaml")
@@ -115,7 +116,9 @@ def test_plan_writes_a_valid_spec_table_and_pareto(run, tmp_path):
                                    "TPOT 30 ms; GPUs h100-sxm, l40s")
     assert "verdict: " in out and f"wrote {png}" in out and f"wrote {spec} (disagg " in out
     dep = load_deployment(spec)  # what `pdtrt spec validate` accepts
-    assert dep.spec.target.value == "trtllm-0.21" and dep.spec.workload.osl == 500
+    assert dep.spec.target.value == "trtllm-1.2" and dep.spec.workload.osl == 500
+    if dep.gpus[Phase.PREFILL].key != dep.gpus[Phase.DECODE].key:  # one server per GPU type
+        assert dep.spec.decode.endpoint == f"{dep.gpus[Phase.DECODE].key}-host:8001"
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -83,9 +83,9 @@ def test_init_writes_example_and_refuses_overwrite(run, tmp_path):
     out = tmp_path / "pdtrt.yaml"
     result = run("spec", "init", "-o", str(out))
     assert result.exit_code == 0
-    assert result.stdout == (f"wrote {out} (example llama3-8b-h100-l40s); check it with: "
-                             f"pdtrt spec validate {out}\n")
-    assert out.read_text() == (EXAMPLES / "llama3-8b-h100-l40s.yaml").read_text()
+    assert result.stdout == (f"wrote {out} (example llama3-8b-h100-l40s-trtllm-1.2); check it "
+                             f"with: pdtrt spec validate {out}\n")
+    assert out.read_text() == (EXAMPLES / "llama3-8b-h100-l40s-trtllm-1.2.yaml").read_text()
     again = run("spec", "init", "-o", str(out))
     assert again.exit_code == 2
     assert again.stderr == (f"error: {out} already exists\nhint: pass --force to overwrite it, "

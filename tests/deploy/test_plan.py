@@ -117,8 +117,8 @@ def test_trtllm_pods_are_told_the_target_refuses_remote_pools(deps):
         "the pods' specs break pdtrt's spec rules -- front (prefill.endpoint, decode.endpoint); "
         "prefill (prefill.endpoint); decode (decode.endpoint) -- so `pdtrt repo` in those pods' "
         "init containers will refuse them: pools in other Triton servers are supported on the "
-        "reference target only, not on trtllm-0.21; remove the endpoint and serve both pools "
-        "from this repository")
+        "reference and trtllm-1.2 targets only, not on trtllm-0.21; remove the endpoint and serve "
+        "both pools from this repository")
 
 
 def test_trtllm_plan(deps):

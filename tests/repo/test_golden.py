@@ -18,10 +18,13 @@ from tests.conftest import EXAMPLES, TESTS
 
 GOLDEN = TESTS / "golden" / "repo"
 GOLDEN_ENGINES = Path("/pdtrt-golden/engines")  # fixed, never created: paths stay stable
-EXAMPLE_SPECS = ("llama3-8b-h100-l40s", "reference-cpu", "reference-remote")
-# --mode pools needs pools with an endpoint: only the remote example has them
+EXAMPLE_SPECS = ("llama3-8b-h100-l40s", "llama3-8b-h100-l40s-trtllm-1.2", "reference-cpu",
+                 "reference-remote")
+# --mode pools needs pools with an endpoint: the remote example's, and trtllm-1.2's decode
+# pool (its own Triton server on the L40S host)
+POOL_EXAMPLES = ("llama3-8b-h100-l40s-trtllm-1.2", "reference-remote")
 CASES = [(ex, mode) for ex in EXAMPLE_SPECS for mode in RepoMode
-         if mode is not RepoMode.POOLS or ex == "reference-remote"]
+         if mode is not RepoMode.POOLS or ex in POOL_EXAMPLES]
 
 
 def _generate(example: str, mode: RepoMode, out: Path) -> dict[str, str]:

@@ -6,7 +6,6 @@ that record their arguments, so the test sees the exact command each host would 
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -17,9 +16,9 @@ from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.repo.plan import plan_repo
 from pdtrt.spec.load import load_deployment, parse_spec
 from tests.conftest import EXAMPLES
+from tests.recorders import install_recorders, run_recorded
 
 SEED = EXAMPLES / "llama3-8b-h100-l40s.yaml"
-_RECORDER = '#!/bin/sh\nprintf "%s\\0" "$@" > "$RECORD_DIR/$(basename "$0")"\n'
 
 
 @pytest.fixture(scope="module")
@@ -55,22 +54,10 @@ def test_one_gpu_type_is_one_host(tmp_path):
 
 
 def _fakes(tmp_path: Path) -> dict[str, str]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for tool in ("docker", "mpirun", "ssh"):
-        (bin_dir / tool).write_text(_RECORDER)
-        (bin_dir / tool).chmod(0o755)
-    (tmp_path / "record").mkdir()
-    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-            "RECORD_DIR": str(tmp_path / "record")}
+    return install_recorders(tmp_path, ("docker", "mpirun", "ssh"))
 
 
-def _run(script: Path, args: list[str], env: dict[str, str], tool: str) -> list[str]:
-    done = subprocess.run(["bash", str(script), *args], env=env, capture_output=True,
-                          text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    record = Path(env["RECORD_DIR"]) / tool
-    return record.read_text().split("\0")[:-1]
+_run = run_recorded
 
 
 def _contexts(argv: list[str]) -> list[list[str]]:

@@ -1,8 +1,9 @@
-"""The engine model against a fake Triton seam: the tiny reference engine in memory, no server.
+"""The LLM-API engine model against a fake Triton seam: the reference LLM API over the tiny
+reference engine in memory, no server.
 
 Requests go through ``TritonPythonModel.execute`` with :class:`FakeTriton` recording the
-responses; a fake KV node stands in for UCX (the real transfer is tested in
-test_kv_transfer.py).
+responses; an in-process transceiver stands in for UCX (the real transfer is tested in
+tests/llmapi/test_reference_llm.py and test_kv_transfer.py).
 """
 
 from __future__ import annotations
@@ -14,49 +15,22 @@ import numpy as np
 import pytest
 
 from pdtrt.engine_io import ERROR_OUTPUT, RequestType, Role
-from pdtrt.errors import KVTransferError
-from pdtrt.runtime.engine_model import EngineConfig, TritonPythonModel
+from pdtrt.llmapi import LLMApiImpl, load_llm_api
 from pdtrt.runtime.faults import FaultInjection
-from pdtrt.runtime.kv_transfer import TransferStats
+from pdtrt.runtime.llm_config import LLMEngineConfig
+from pdtrt.runtime.llm_engine_model import TritonPythonModel
+from tests.runtime.fake_transceiver import FakeTransceiver
 from tests.runtime.fake_triton import FakeRequest, FakeTriton
 
 PROMPT = [5, 6, 7, 8]
+OPTIONS = {"max_batch_size": 4, "max_num_tokens": 64, "max_input_len": 16, "max_seq_len": 64,
+           "kv_cache_config": {"tokens_per_block": 16}}
+PHASE_OPTIONS = {**OPTIONS, "cache_transceiver_config": {"backend": "UCX",
+                                                         "kv_transfer_timeout_ms": 1000}}
 
 
-class FakeKVNode:
-    """The :class:`~pdtrt.runtime.kv_transfer.UcxKVNode` calls the engine model makes, in one
-    process: offered buffers are held until pulled or released."""
-
-    address = b"fake-ucx-worker"
-
-    def __init__(self) -> None:
-        self.stats = TransferStats()
-        self.released: list[int] = []
-
-    def offer(self, buffer: np.ndarray) -> int:
-        transfer_id = len(self.released) + self.stats.offered + 1
-        self.stats.held[transfer_id] = (buffer, float("inf"))
-        self.stats.offered += 1
-        return transfer_id
-
-    def is_held(self, transfer_id: int) -> bool:
-        return transfer_id in self.stats.held
-
-    def release(self, transfer_id: int) -> bool:
-        self.released.append(transfer_id)
-        found = self.stats.held.pop(transfer_id, None) is not None
-        self.stats.released += found
-        return found
-
-    def pull(self, address: bytes, transfer_id: int, nbytes: int) -> np.ndarray:
-        held = self.stats.held.pop(transfer_id, None)
-        if held is None:
-            raise KVTransferError(f"the prefill instance no longer holds KV transfer "
-                                  f"{transfer_id:x}")
-        return held[0]
-
-    def stop(self) -> None:
-        pass
+def FakeKVNode():  # noqa: N802 -- the tests below predate the LLM API; same role
+    return "shared"
 
 
 class Gate:
@@ -74,19 +48,25 @@ class Gate:
 
 @pytest.fixture
 def engine_model(tiny_model):
-    """``engine_model(role, ucx=None, faults=None)``: a serving engine model on a fake seam."""
+    """``engine_model(role, ucx=None, faults=None)``: a serving engine model on a fake seam;
+    ``ucx`` (any value) gives it the KV transceiver every model of the test shares."""
+    from pdtrt.llmapi.reference import LLM
     from pdtrt.runtime.reference_engine import ReferenceEngine
 
     made = []
+    engine = ReferenceEngine(tiny_model, tokens_per_block=16)
+    shared = FakeTransceiver(engine.layout)
 
     def make(role=Role.AGGREGATED, *, ucx=None, faults=None):
         triton = FakeTriton()
         model = TritonPythonModel(triton)
-        config = EngineConfig(role=role, engine_dir=Path("in-memory"), tokens_per_block=16,
-                              max_batch_size=4, max_num_tokens=64, max_input_len=16,
-                              max_seq_len=64, ucx_tls=("sm",), kv_transfer_timeout_s=1.0)
-        model.setup(config, ReferenceEngine(tiny_model, tokens_per_block=16),
-                    model_name=str(role), ucx=ucx, faults=faults)
+        options = PHASE_OPTIONS if ucx is not None else OPTIONS
+        config = LLMEngineConfig(role=role, model=Path("in-memory"), options=options)
+        llm = LLM._from_engine(engine, transceiver=shared if ucx is not None else None,
+                               **options)
+        model.setup(config, load_llm_api(LLMApiImpl.REFERENCE), llm, model_name=str(role),
+                    faults=faults, model_config=tiny_model.config.to_dict())
+        model.transceiver = shared
         made.append(model)
         return model, triton
 
@@ -239,7 +219,7 @@ def test_the_edges_tensorrt_llm_allows_are_served(engine_model, inputs):
 def test_the_beam_width_limit_comes_from_the_engine_manifest(tmp_path, built):
     from pdtrt.build.manifest import EngineManifest, KVLayout, write_manifest
     from pdtrt.enums import KVDType, Phase, Target, WeightQuant
-    from pdtrt.runtime.engine_model import _max_beam_width
+    from pdtrt.runtime.llm_config import max_beam_width
 
     write_manifest(tmp_path, EngineManifest(
         phase=Phase.DECODE, target=Target.REFERENCE, model="m", gpu_name=None,
@@ -248,7 +228,7 @@ def test_the_beam_width_limit_comes_from_the_engine_manifest(tmp_path, built):
                            tokens_per_block=16),
         versions={}, build_settings={"settings": {"max_beam_width": {"value": built}}},
         input_hashes={}, pdtrt_version="0"))
-    assert _max_beam_width(tmp_path) == built
+    assert max_beam_width(tmp_path) == built
 
 
 # -- one final response ------------------------------------------------------------------------
@@ -301,10 +281,11 @@ def test_a_stop_frees_the_kv_a_prefill_holds(engine_model):
     ctx = request(request_type=RequestType.CONTEXT_ONLY, request_id="held-1", streaming=False)
     model.execute([ctx])
     assert ended_once(ctx) and "context_phase_params" in ctx.responses[0].outputs
-    assert list(ucx.stats.held) == [1] and triton.metrics["pdtrt_kv_held_buffers"] == 1
+    ucx = model.transceiver
+    assert list(ucx.held) == [1] and triton.metrics["pdtrt_kv_held_buffers"] == 1
     halt = stop("held-1")
     model.execute([halt])
-    assert ended_once(halt) and ucx.released == [1] and not ucx.stats.held
+    assert ended_once(halt) and ucx.released == [1] and not ucx.held
     assert triton.metrics["pdtrt_kv_released_total"] == 1
     assert triton.metrics["pdtrt_kv_held_buffers"] == 0
 
@@ -405,10 +386,10 @@ def test_a_drain_ends_every_request_in_flight_with_an_error_and_refuses_new_ones
         assert ended_once(req, error="the server is shutting down") and len(req.tokens) < 50
     assert ended_once(late, error="the server is shutting down") and late.tokens == []
     for _ in range(200):
-        if model.scheduler.num_active == 0:
+        if model.llm._scheduler.num_active == 0:
             break
         threading.Event().wait(0.01)
-    assert model.scheduler.num_active == 0  # the stopped sequences left the engine
+    assert model.llm._scheduler.num_active == 0  # the stopped sequences left the engine
     assert triton.metrics["pdtrt_engine_active_sequences"] == 0
 
 
@@ -421,4 +402,4 @@ def test_finalize_ends_what_is_left_stops_its_threads_and_releases_the_seam(engi
     gate.open()
     model.finalize()
     assert ended_once(req, error="the server is shutting down")
-    assert triton.released and not model.scheduler._thread.is_alive()  # noqa: SLF001
+    assert triton.released and not model.llm._scheduler._thread.is_alive()  # noqa: SLF001

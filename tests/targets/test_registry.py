@@ -32,7 +32,8 @@ from pdtrt.targets.reference import ReferenceTarget
 from pdtrt.targets.registry import REGISTRY, TargetRegistry, target_support
 from tests.conftest import EXAMPLES
 
-EXAMPLE_OF = {Target.REFERENCE: "reference-cpu", Target.TRTLLM_0_21: "llama3-8b-h100-l40s"}
+EXAMPLE_OF = {Target.REFERENCE: "reference-cpu", Target.TRTLLM_0_21: "llama3-8b-h100-l40s",
+              Target.TRTLLM_1_2: "llama3-8b-h100-l40s-trtllm-1.2"}
 SUPPORTS = list(REGISTRY)
 IDS = [str(s.target) for s in SUPPORTS]
 
@@ -65,7 +66,7 @@ def test_the_interface_cannot_be_half_implemented():
 
 def test_an_unregistered_target_is_a_clear_error():
     partial = TargetRegistry([ReferenceTarget()])
-    assert partial.missing() == (Target.TRTLLM_0_21,)
+    assert partial.missing() == (Target.TRTLLM_0_21, Target.TRTLLM_1_2)
     with pytest.raises(UnsupportedTargetError) as err:
         partial.get(Target.TRTLLM_0_21)
     assert err.value.message == ("target trtllm-0.21 is not supported by this pdtrt "
@@ -117,9 +118,11 @@ def test_repository_answers(support: TargetSupport, deployments, tmp_path):
     assert {engine_input_name(support.target, n) for n in CORE_ENGINE_IO.input_names} <= set(
         support.engine_io.input_names)
     layout = EngineLayout(tmp_path, dep.spec.name)
+    # a pool in another server is in another repository (trtllm-1.2: one server per host)
     engines = [EngineUse(model=ModelName(str(p)), role=Role(str(p)), phase=p,
                          engine_dir=layout.phase_dir(p), limits=resolve_limits(
-                             dep, p, None, defaults=support.engine_defaults)) for p in Phase]
+                             dep, p, None, defaults=support.engine_defaults)) for p in Phase
+               if not (support.supports_remote_pools and dep.spec.pool(p).endpoint)]
     tokenizer_dir = support.tokenizer_dir(dep, layout)
     launch = support.plan_launch(dep, engines, layout=layout, tokenizer_dir=tokenizer_dir)
     assert launch is None or isinstance(launch, LaunchPlan)

@@ -1,0 +1,15 @@
+"""pdtrt's CPU implementation of exactly the TensorRT-LLM LLM-API surface its engine model uses.
+
+``LLM`` (:mod:`.llm`), ``SamplingParams`` and ``DisaggregatedParams`` (:mod:`.params`), the
+``RequestOutput`` / ``CompletionOutput`` that ``generate_async`` returns (:mod:`.outputs`), the
+LLM-API options it accepts (:mod:`.options`) and the KV cache transceiver over UCX
+(:mod:`.transceiver`), on the reference engine and in-flight scheduler of :mod:`pdtrt.runtime`.
+What it must expose is data: ``pdtrt/data/targets/trtllm-1.2-llmapi.yaml``.
+"""
+
+from pdtrt.llmapi.reference.llm import LLM
+from pdtrt.llmapi.reference.outputs import CompletionOutput, RequestError, RequestOutput
+from pdtrt.llmapi.reference.params import DisaggregatedParams, SamplingParams
+
+__all__ = ["LLM", "CompletionOutput", "DisaggregatedParams", "RequestError", "RequestOutput",
+           "SamplingParams"]

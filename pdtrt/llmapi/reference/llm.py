@@ -1,0 +1,248 @@
+"""The reference ``LLM``: TensorRT-LLM's LLM-API engine class over pdtrt's CPU reference engine.
+
+Exactly the pinned surface (``pdtrt/data/targets/trtllm-1.2-llmapi.yaml``): the constructor of
+``tensorrt_llm/llmapi/llm.py`` (commit 00966934ce32e0603a33f8c922525cf3678afab4) with the
+LLM-API options as keyword arguments (checked like ``LlmArgs``: :mod:`.options`),
+``generate_async``, ``get_stats`` and ``shutdown``. Inside, the in-flight
+:class:`~pdtrt.runtime.scheduler.Scheduler` runs the
+:class:`~pdtrt.runtime.reference_engine.ReferenceEngine` and each scheduler emission becomes one
+response step of the request's :class:`~.outputs.RequestOutput`.
+
+Disaggregation as upstream: with ``cache_transceiver_config`` set, a ``context_only`` request
+runs the prompt, returns one token and ``outputs[0].disaggregated_params`` (request_type
+context_only, ``first_gen_tokens``, ``ctx_request_id``, ``opaque_state``) while the
+:class:`~.transceiver.KVCacheTransceiver` holds its KV; a ``generation_only`` request with those
+params pulls the KV over UCX, then continues from the first token (its output repeats it, as
+TensorRT-LLM's generation-only output covers the whole generation). Without the config,
+disaggregated request types are refused, like the PyTorch flow's disabled transceiver.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from pdtrt.engine_io import RequestType
+from pdtrt.llmapi.reference.options import ReferenceLlmArgs
+from pdtrt.llmapi.reference.outputs import RequestOutput, Step
+from pdtrt.llmapi.reference.params import DisaggregatedParams, SamplingParams
+from pdtrt.llmapi.reference.transceiver import KVCacheTransceiver
+from pdtrt.runtime import requests as runtime_requests
+from pdtrt.runtime.reference_engine import ReferenceEngine, load_reference_engine
+from pdtrt.runtime.scheduler import Emission, Scheduler, SeqRequest
+
+__all__ = ["LLM"]
+
+_DEFAULT_KV_TIMEOUT_MS = 30_000
+_NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
+            "length_penalty": 0.0}
+
+
+class LLM:
+    def __init__(self, model: str | Path, tokenizer: Any = None, tokenizer_mode: str = "auto",
+                 skip_tokenizer_init: bool = False, trust_remote_code: bool = False,
+                 tensor_parallel_size: int = 1, dtype: str = "auto", revision: str | None = None,
+                 tokenizer_revision: str | None = None, **kwargs: Any) -> None:
+        if tensor_parallel_size != 1 or trust_remote_code or tokenizer is not None:
+            raise ValueError("the reference LLM runs one process on the CPU: "
+                             "tensor_parallel_size 1, no remote code, no tokenizer object")
+        self.args = ReferenceLlmArgs.from_kwargs(kwargs)
+        kv = self.args.kv_cache_config
+        engine = load_reference_engine(Path(model), tokens_per_block=kv.tokens_per_block)
+        self._start(engine)
+
+    @classmethod
+    def _from_engine(cls, engine: ReferenceEngine, *, transceiver: Any = None,
+                     **kwargs: Any) -> LLM:
+        """An LLM over an engine already in memory, optionally with a stand-in for the UCX
+        transceiver (tests)."""
+        llm = cls.__new__(cls)
+        llm.args = ReferenceLlmArgs.from_kwargs(kwargs)
+        llm._start(engine, transceiver)
+        return llm
+
+    def _start(self, engine: ReferenceEngine, transceiver_standin: Any = None) -> None:
+        self.tokenizer = None  # token ids in, token ids out
+        self._engine = engine
+        self._max_seq_len = self.args.max_seq_len or int(
+            engine.model.config.max_position_embeddings)
+        self._scheduler = Scheduler(engine, max_batch_size=self.args.max_batch_size,
+                                    max_num_tokens=self.args.max_num_tokens)
+        self._ids = itertools.count(1)  # this LLM's request ids
+        self._lock = threading.Lock()
+        self._offers: dict[int, bytes] = {}  # finished context-only request -> opaque_state
+        self._transceiver: Any = None  # KVCacheTransceiver
+        self._pulls: ThreadPoolExecutor | None = None
+        self._closed = False
+        transceiver = self.args.cache_transceiver_config
+        if transceiver is not None and transceiver.backend not in (None, "DEFAULT", "UCX"):
+            raise ValueError(f"cache_transceiver_config.backend {transceiver.backend}: the "
+                             "reference LLM moves KV over UCX only")
+        if transceiver is not None and transceiver_standin is not None:
+            self._transceiver = transceiver_standin
+        elif transceiver is not None:
+            timeout_ms = transceiver.kv_transfer_timeout_ms or _DEFAULT_KV_TIMEOUT_MS
+            tls = tuple(os.environ.get("UCX_TLS", "sm,tcp").split(","))
+            self._transceiver = KVCacheTransceiver(engine.layout, timeout_s=timeout_ms / 1000,
+                                                   transports=tls)
+            self._transceiver.start()
+        if self._transceiver is not None:
+            self._pulls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pdtrt-kv-pull")
+        self._scheduler.start()
+
+    # -- requests ----------------------------------------------------------------------------
+    def generate_async(self, inputs: Any, sampling_params: SamplingParams | None = None,
+                       lora_request: Any = None, prompt_adapter_request: Any = None,
+                       streaming: bool = False, queries: Any = None,
+                       kv_cache_retention_config: Any = None,
+                       disaggregated_params: DisaggregatedParams | None = None,
+                       _postproc_params: Any = None) -> RequestOutput:
+        """Submit one prompt (token ids, or ``{"prompt_token_ids": [...]}``); returns at once.
+        Raises ``ValueError`` / ``TypeError`` for what the engine cannot serve."""
+        unused = {"lora_request": lora_request, "prompt_adapter_request": prompt_adapter_request,
+                  "queries": queries, "kv_cache_retention_config": kv_cache_retention_config,
+                  "_postproc_params": _postproc_params}
+        if named := [k for k, v in unused.items() if v is not None]:
+            raise ValueError(f"the reference LLM does not implement {', '.join(named)}")
+        if self._closed:
+            raise RuntimeError("the LLM has been shut down")
+        prompt = _prompt(inputs)
+        params = self._check(sampling_params, len(prompt))
+        mode = RequestType(disaggregated_params.request_type or RequestType.CONTEXT_AND_GENERATION
+                           ) if disaggregated_params is not None else \
+            RequestType.CONTEXT_AND_GENERATION
+        if mode is not RequestType.CONTEXT_AND_GENERATION and self._transceiver is None:
+            raise ValueError(f"{mode} requests need cache_transceiver_config: the KV cache "
+                             "transceiver is disabled")
+        result = RequestOutput(next(self._ids), prompt, on_abort=self._abort)
+        seq = SeqRequest(request_id=str(result.request_id), prompt=prompt,
+                         max_new_tokens=params.max_tokens,
+                         end_id=None if params.end_id is None or params.end_id < 0
+                         else params.end_id,
+                         sampling=runtime_requests.SamplingParams(
+                             temperature=1.0 if params.temperature is None else params.temperature,
+                             top_k=params.top_k or 0, top_p=params.top_p or 0.0,
+                             seed=params.seed or 0),
+                         mode=mode, emit=self._emitter(result, seq_mode=mode, streaming=streaming,
+                                                       params=params, prompt_len=len(prompt)),
+                         is_cancelled=lambda: result.aborted() or self._closed)
+        if mode is RequestType.GENERATION_ONLY:
+            assert self._pulls is not None and disaggregated_params is not None
+            self._pulls.submit(self._pull_then_submit, seq, disaggregated_params, result)
+        else:
+            self._scheduler.submit(seq)
+        return result
+
+    def _check(self, params: SamplingParams | None, prompt_len: int) -> SamplingParams:
+        if params is None or params.end_id is None:
+            raise ValueError("a tokenizer is required to set end_id: pass SamplingParams with "
+                             "end_id (the reference LLM has no tokenizer)")
+        for name, neutral in _NEUTRAL.items():
+            value = getattr(params, name)
+            if value is not None and value != neutral:
+                raise ValueError(f"the reference LLM does not implement {name} (got {value})")
+        if params.max_tokens < 1 or prompt_len + params.max_tokens > self._max_seq_len:
+            raise ValueError(f"prompt length ({prompt_len}) plus max_tokens "
+                             f"({params.max_tokens}) exceeds max_seq_len ({self._max_seq_len})")
+        return params
+
+    def _emitter(self, result: RequestOutput, *, seq_mode: RequestType, streaming: bool,
+                 params: SamplingParams, prompt_len: int) -> Callable[[Emission], None]:
+        pending: list[int] = []  # a non-streaming request's tokens until its end
+        total = [0]
+
+        def emit(em: Emission) -> None:
+            total[0] += len(em.tokens)
+            if em.error is not None:
+                result._push(Step(tokens=(), final=True, error=em.error))
+                return
+            if not em.final and not streaming:
+                pending.extend(em.tokens)
+                return
+            tokens = (*pending, *em.tokens)
+            pending.clear()
+            if not em.final:
+                result._push(Step(tokens=tokens, final=False))
+                return
+            disagg = None
+            if seq_mode is RequestType.CONTEXT_ONLY and em.kv is not None and em.tokens \
+                    and self._transceiver is not None and not result.aborted():
+                state = self._transceiver.offer(em.kv, prompt_len)
+                with self._lock:
+                    self._offers[result.request_id] = state
+                disagg = DisaggregatedParams(request_type="context_only",
+                                             first_gen_tokens=list(em.tokens),
+                                             ctx_request_id=result.request_id, opaque_state=state)
+            reason = "cancelled" if em.cancelled else \
+                "length" if total[0] >= params.max_tokens or seq_mode is RequestType.CONTEXT_ONLY \
+                else "stop"
+            result._push(Step(tokens=tokens, final=True, finish_reason=reason,
+                              disaggregated_params=disagg))
+
+        return emit
+
+    def _pull_then_submit(self, seq: SeqRequest, params: DisaggregatedParams,
+                          result: RequestOutput) -> None:
+        try:
+            if not params.opaque_state or not params.first_gen_tokens:
+                raise ValueError("generation_only needs disaggregated_params with opaque_state "
+                                 "and first_gen_tokens from a context_only request")
+            assert self._transceiver is not None
+            seq.imported_kv = self._transceiver.pull(params.opaque_state, len(seq.prompt))
+            seq.first_tokens = tuple(params.first_gen_tokens)
+        except Exception as exc:
+            result._push(Step(tokens=(), final=True,
+                              error=f"KV transfer failed: {getattr(exc, 'message', exc)}"))
+            return
+        self._scheduler.submit(seq)
+
+    def _abort(self, result: RequestOutput) -> None:
+        with self._lock:
+            state = self._offers.pop(result.request_id, None)
+        if state is not None and self._transceiver is not None:
+            self._transceiver.release(state)
+
+    # -- stats and the end -------------------------------------------------------------------
+    def get_stats(self, timeout: float | None = 2) -> list[dict[str, Any]]:
+        """One iteration-stats snapshot (TensorRT-LLM's IterationStats keys)."""
+        tpb = self._engine.layout.tokens_per_block
+        max_blocks = self.args.max_batch_size * math.ceil(self._max_seq_len / tpb)
+        used = math.ceil(self._scheduler.num_kv_tokens / tpb)
+        stats: dict[str, Any] = {
+            "iter": self._scheduler.steps, "numActiveRequests": self._scheduler.num_running,
+            "numQueuedRequests": self._scheduler.num_queued,
+            "kvCacheStats": {"maxNumBlocks": max_blocks, "usedNumBlocks": used,
+                             "freeNumBlocks": max_blocks - used, "tokensPerBlock": tpb}}
+        if self._transceiver is not None:
+            stats["pdtrt_kv_transfer"] = self._transceiver.stats()
+        return [stats]
+
+    def _pdtrt_set_fault_hook(self, hook: Any) -> None:
+        """pdtrt's failure-path tests: ``hook.before_decode(request_ids)`` runs before every
+        batched decode step (:mod:`pdtrt.runtime.faults`). Not part of the LLM API."""
+        self._scheduler.faults = hook
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._scheduler.stop()
+        if self._pulls is not None:
+            self._pulls.shutdown(wait=False, cancel_futures=True)
+        if self._transceiver is not None:
+            self._transceiver.stop()
+
+
+def _prompt(inputs: Any) -> list[int]:
+    ids = inputs.get("prompt_token_ids") if isinstance(inputs, dict) else inputs
+    if not isinstance(ids, list | tuple) or not ids or \
+            not all(isinstance(t, int) for t in ids):
+        raise TypeError("the reference LLM takes token ids (a list of int or "
+                        "{'prompt_token_ids': [...]}); it has no tokenizer")
+    return [int(t) for t in ids]

@@ -1,0 +1,91 @@
+"""The LLM-API options the reference ``LLM`` takes, checked like upstream's ``LlmArgs``.
+
+TensorRT-LLM's ``LLM(model, **kwargs)`` turns its keyword arguments into ``LlmArgs``, a
+pydantic model that forbids unknown keys; its nested configs (``KvCacheConfig``,
+``CacheTransceiverConfig``) do the same. The reference keeps that contract for the options it
+understands, with upstream's names, so the options file the ``trtllm-1.2`` target writes for a
+GPU is the same kind of file the reference target hands to the CPU: an unknown key is a
+``ValueError`` naming it (with "did you mean"), not a silently ignored setting. Options that only
+tune GPU execution (CUDA graphs, the overlap scheduler, chunked prefill, iteration stats) are
+accepted and have no effect here; they are listed in :data:`GPU_ONLY`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from pdtrt.suggest import did_you_mean
+
+__all__ = ["GPU_ONLY", "CacheTransceiverConfig", "KvCacheConfig", "ReferenceLlmArgs"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KvCacheConfig(_Strict):
+    tokens_per_block: int = 32
+    enable_block_reuse: bool = True
+    free_gpu_memory_fraction: float | None = None
+    max_tokens: int | None = None
+    dtype: str = "auto"
+
+
+class CacheTransceiverConfig(_Strict):
+    backend: Literal["DEFAULT", "UCX", "NIXL", "MPI", "MOONCAKE"] | None = None
+    max_tokens_in_buffer: int | None = None
+    kv_transfer_timeout_ms: int | None = None
+
+
+GPU_ONLY = ("backend", "cuda_graph_config", "scheduler_config", "disable_overlap_scheduler",
+            "enable_chunked_prefill", "enable_iter_perf_stats", "enable_attention_dp",
+            "print_iter_log", "pipeline_parallel_size", "stream_interval", "enable_autotuner")
+
+
+class ReferenceLlmArgs(_Strict):
+    max_batch_size: int = 2048
+    max_num_tokens: int = 8192
+    max_input_len: int = 1024
+    max_seq_len: int | None = None
+    max_beam_width: int = 1
+    kv_cache_config: KvCacheConfig = KvCacheConfig()
+    cache_transceiver_config: CacheTransceiverConfig | None = None
+    # accepted for the GPU; no effect on the CPU reference
+    backend: str | None = None
+    cuda_graph_config: dict[str, Any] | None = None
+    scheduler_config: dict[str, Any] | None = None
+    disable_overlap_scheduler: bool = False
+    enable_chunked_prefill: bool = False
+    enable_iter_perf_stats: bool = False
+    enable_attention_dp: bool = False
+    print_iter_log: bool = False
+    pipeline_parallel_size: int = 1
+    stream_interval: int = 1
+    enable_autotuner: bool = True
+
+    @classmethod
+    def from_kwargs(cls, kwargs: dict[str, Any]) -> ReferenceLlmArgs:
+        """Raises ``ValueError`` naming the first bad option (and the closest known one)."""
+        try:
+            return cls.model_validate(kwargs)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            path = ".".join(str(p) for p in first["loc"])
+            known = _known(first["loc"][:-1])
+            hint = did_you_mean(str(first["loc"][-1]), known) if first["type"] == \
+                "extra_forbidden" else ""
+            raise ValueError(f"LLM option '{path}': {first['msg']}{hint}") from None
+
+
+def _known(parent: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = ReferenceLlmArgs
+    for key in parent:
+        ann = model.model_fields[str(key)].annotation
+        nested = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type)
+                  and issubclass(a, BaseModel)]
+        if not nested:
+            return []
+        model = nested[0]
+    return list(model.model_fields)

@@ -1,0 +1,140 @@
+"""The reference ``RequestOutput`` / ``CompletionOutput``: what ``generate_async`` returns.
+
+Upstream (``tensorrt_llm/executor/result.py`` at 005bc848893f575ec14b45d6b13139360d67c790, and
+``RequestOutput`` in ``tensorrt_llm/llmapi/llm.py``) the result is an async iterator: each
+``__anext__`` takes one executor response and folds it into ``outputs[0]`` (``token_ids`` grow
+cumulatively, ``token_ids_diff`` is what the last step added), ``finished`` turns true on the
+final one, ``aresult()`` waits for it, and an engine error surfaces as an exception from the
+iteration. ``abort()`` asks the executor to stop the request and marks it ``aborted()``. The
+reference keeps those semantics; its responses come from the scheduler thread, so a step is
+handed over under a lock and wakes the event loop that created the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pdtrt.llmapi.reference.params import DisaggregatedParams
+
+__all__ = ["CompletionOutput", "RequestError", "RequestOutput", "Step"]
+
+
+class RequestError(RuntimeError):
+    """One request failed in the engine (upstream: ``tensorrt_llm.executor.RequestError``)."""
+
+
+@dataclass(slots=True)
+class CompletionOutput:
+    index: int
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None  # stop | length | timeout | cancelled
+    stop_reason: int | str | None = None
+    disaggregated_params: DisaggregatedParams | None = None
+    _last_token_ids_len: int = field(default=0, init=False, repr=False)
+
+    @property
+    def length(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def token_ids_diff(self) -> list[int]:
+        return self.token_ids[self._last_token_ids_len:]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """One response of the reference executor to one request."""
+
+    tokens: tuple[int, ...]  # new tokens
+    final: bool
+    finish_reason: str | None = None
+    disaggregated_params: DisaggregatedParams | None = None
+    error: str | None = None
+
+
+class RequestOutput:
+    def __init__(self, request_id: int, prompt_token_ids: list[int], *,
+                 on_abort: Callable[[RequestOutput], None]) -> None:
+        self.request_id = request_id
+        self.prompt_token_ids = prompt_token_ids
+        self.outputs = [CompletionOutput(0)]
+        self.finished = False
+        self._aborted = False
+        self._on_abort = on_abort
+        self._steps: deque[Step] = deque()
+        self._cond = threading.Condition()
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        self._wakeup = asyncio.Event()
+
+    # -- the executor side (any thread) ------------------------------------------------------
+    def _push(self, step: Step) -> None:
+        with self._cond:
+            self._steps.append(step)
+            self._cond.notify_all()
+        if self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._wakeup.set)
+            except RuntimeError:  # the loop has closed: nobody waits any more
+                pass
+
+    # -- the caller side ---------------------------------------------------------------------
+    def abort(self) -> None:
+        """Stop the request (a finished context-only request: free the KV it holds)."""
+        self._aborted = True
+        self._on_abort(self)
+
+    def aborted(self) -> bool:
+        return self._aborted
+
+    def _apply(self, step: Step) -> None:
+        out = self.outputs[0]
+        out._last_token_ids_len = len(out.token_ids)
+        out.token_ids.extend(step.tokens)
+        self.finished = step.final
+        if step.disaggregated_params is not None:
+            out.disaggregated_params = step.disaggregated_params
+        if step.final:
+            out.finish_reason = step.finish_reason
+        if step.error is not None:
+            self.finished = True
+            raise RequestError(step.error)
+
+    def _take(self) -> Step | None:
+        with self._cond:
+            return self._steps.popleft() if self._steps else None
+
+    def __aiter__(self) -> RequestOutput:
+        return self
+
+    async def __anext__(self) -> RequestOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        while (step := self._take()) is None:
+            self._wakeup.clear()
+            if (step := self._take()) is not None:
+                break
+            await self._wakeup.wait()
+        self._apply(step)
+        return self
+
+    async def aresult(self) -> RequestOutput:
+        async for _ in self:
+            pass
+        return self
+
+    def result(self, timeout: float | None = None) -> RequestOutput:
+        """Block until finished (for callers without an event loop)."""
+        while not self.finished:
+            with self._cond:
+                if not self._steps and not self._cond.wait(timeout):
+                    raise TimeoutError(f"request {self.request_id} not finished")
+                step = self._steps.popleft()
+            self._apply(step)
+        return self

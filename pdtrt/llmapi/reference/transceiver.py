@@ -1,0 +1,111 @@
+"""The reference KV cache transceiver: a prompt's KV from a context-only request to a
+generation-only one, over UCX (ucxx, :class:`pdtrt.runtime.kv_transfer.UcxKVNode`).
+
+Upstream, ``cache_transceiver_config`` (backend UCX) makes the executor hold a finished
+context-only request's KV and return, in ``DisaggregatedParams.opaque_state``, the serialized
+communication and cache state the generation side needs to pull it; the generation-only request
+pulls it before it runs (``kv_transfer_timeout_ms`` bounds the wait). The reference does the
+same: :meth:`KVCacheTransceiver.offer` holds the packed KV and returns the opaque state -- this
+worker's UCX address, the transfer id, the byte count, the prompt length and the KV layout --
+and :meth:`KVCacheTransceiver.pull` checks the layout and fetches it. TensorRT-LLM's opaque state
+is not this; only the same pdtrt reference reads it back.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from dataclasses import dataclass
+
+from pdtrt.build.manifest import KVLayout
+from pdtrt.errors import KVTransferError
+from pdtrt.runtime.kv_transfer import UcxKVNode
+from pdtrt.runtime.reference_engine import KV, pack_kv, unpack_kv
+
+__all__ = ["HeldKV", "KVCacheTransceiver"]
+
+_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeldKV:
+    """What ``opaque_state`` says about one held KV cache."""
+
+    address: bytes  # the context worker's UCX worker address
+    transfer_id: int
+    kv_nbytes: int
+    prompt_len: int
+    layout: KVLayout
+
+    def encode(self) -> bytes:
+        return json.dumps({"v": _VERSION, "address": base64.b64encode(self.address).decode(),
+                           "transfer_id": self.transfer_id, "kv_nbytes": self.kv_nbytes,
+                           "prompt_len": self.prompt_len,
+                           "layout": self.layout.model_dump(mode="json")},
+                          sort_keys=True).encode()
+
+    @classmethod
+    def decode(cls, opaque_state: bytes) -> HeldKV:
+        try:
+            doc = json.loads(opaque_state.decode())
+            if doc.get("v") != _VERSION:
+                raise ValueError(f"opaque_state version {doc.get('v')!r}, expected {_VERSION}")
+            return cls(address=base64.b64decode(doc["address"]),
+                       transfer_id=int(doc["transfer_id"]), kv_nbytes=int(doc["kv_nbytes"]),
+                       prompt_len=int(doc["prompt_len"]),
+                       layout=KVLayout.model_validate(doc["layout"]))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise KVTransferError(f"unreadable opaque_state: {exc}") from None
+
+
+class KVCacheTransceiver:
+    """One worker's side of the KV hand-off; :meth:`start` before use, :meth:`stop` after."""
+
+    def __init__(self, layout: KVLayout, *, timeout_s: float,
+                 transports: tuple[str, ...]) -> None:
+        self.layout = layout
+        self.node = UcxKVNode(transports=transports, timeout_s=timeout_s)
+        self.pulled = 0
+        self.pulled_bytes = 0
+        self.pull_s = 0.0
+
+    def start(self) -> None:
+        self.node.start()
+
+    def stop(self) -> None:
+        self.node.stop()
+
+    def offer(self, kv: KV, prompt_len: int) -> bytes:
+        """Hold ``kv`` for a generation worker; the ``opaque_state`` that lets it pull."""
+        buffer = pack_kv(kv)
+        transfer_id = self.node.offer(buffer)
+        return HeldKV(address=self.node.address, transfer_id=transfer_id,
+                      kv_nbytes=int(buffer.nbytes), prompt_len=prompt_len,
+                      layout=self.layout).encode()
+
+    def release(self, opaque_state: bytes) -> bool:
+        """Free held KV early (its request was aborted); True if it was still held."""
+        return self.node.release(HeldKV.decode(opaque_state).transfer_id)
+
+    def pull(self, opaque_state: bytes, prompt_len: int) -> KV:
+        """Fetch the KV ``opaque_state`` names (blocking). Raises :class:`KVTransferError`."""
+        held = HeldKV.decode(opaque_state)
+        if held.layout != self.layout:
+            raise KVTransferError(f"KV layout of the context worker ({held.layout}) differs "
+                                  f"from this worker's ({self.layout})")
+        if held.prompt_len != prompt_len:
+            raise KVTransferError(f"the held KV covers {held.prompt_len} tokens but the prompt "
+                                  f"has {prompt_len}")
+        start = time.perf_counter()
+        buffer = self.node.pull(held.address, held.transfer_id, held.kv_nbytes)
+        self.pull_s += time.perf_counter() - start
+        self.pulled += 1
+        self.pulled_bytes += held.kv_nbytes
+        return unpack_kv(buffer, self.layout, held.prompt_len)
+
+    def stats(self) -> dict[str, float]:
+        s = self.node.stats
+        return {"held": len(s.held), "offered": s.offered, "served": s.served,
+                "expired": s.expired, "released": s.released, "pulled": self.pulled,
+                "pulled_bytes": self.pulled_bytes, "pull_s": self.pull_s}

@@ -1,0 +1,123 @@
+"""The pinned LLM-API surface as typed data, and the choice between TensorRT-LLM and the reference.
+
+:func:`load_surface` reads ``pdtrt/data/targets/trtllm-1.2-llmapi.yaml`` -- every class, callable
+parameter, field, attribute and enum value of TensorRT-LLM's LLM API that pdtrt's engine model
+touches, each with the upstream file and commit it was read from. :func:`load_llm_api` returns
+the three classes the engine model constructs (``LLM``, ``SamplingParams``,
+``DisaggregatedParams``) from ``tensorrt_llm`` when it is importable (a GPU container) and from
+:mod:`pdtrt.llmapi.reference` otherwise, or as :class:`LLMApiImpl` says.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["SURFACE_PATH", "ClassSurface", "LLMApi", "LLMApiImpl", "ParamSurface", "Surface",
+           "load_llm_api", "load_surface"]
+
+SURFACE_PATH = Path(__file__).resolve().parent.parent / "data" / "targets" / \
+    "trtllm-1.2-llmapi.yaml"
+REQUIRED = "required"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamSurface:
+    name: str
+    kind: str  # positional | keyword | var_keyword
+    default: Any = REQUIRED
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassSurface:
+    name: str
+    source_file: str
+    source_commit: str
+    init: tuple[ParamSurface, ...] = ()
+    methods: tuple[tuple[str, tuple[ParamSurface, ...]], ...] = ()
+    fields: tuple[tuple[str, Any], ...] = ()  # dataclass fields with their defaults
+    attributes: tuple[str, ...] = ()
+    used_keywords: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def method(self, name: str) -> tuple[ParamSurface, ...]:
+        return dict(self.methods)[name]
+
+    @property
+    def names(self) -> frozenset[str]:
+        """Every attribute name this class exposes on the surface."""
+        return frozenset({n for n, _ in self.methods} | {n for n, _ in self.fields}
+                         | set(self.attributes))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Surface:
+    pinned_version: str
+    imports: tuple[tuple[str, str], ...]
+    classes: tuple[ClassSurface, ...]
+    enums: tuple[tuple[str, tuple[str, ...]], ...]
+    stats_keys: tuple[str, ...]
+
+    def cls(self, name: str) -> ClassSurface:
+        return {c.name: c for c in self.classes}[name]
+
+    def enum(self, name: str) -> tuple[str, ...]:
+        return dict(self.enums)[name]
+
+
+def _params(raw: list[dict[str, Any]]) -> tuple[ParamSurface, ...]:
+    return tuple(ParamSurface(name=p["name"], kind=p["kind"], default=p.get("default", REQUIRED))
+                 for p in raw)
+
+
+def load_surface(path: Path = SURFACE_PATH) -> Surface:
+    doc = yaml.safe_load(path.read_text())
+    sources = doc["sources"]
+    classes = []
+    for name, raw in doc["classes"].items():
+        source = sources[raw["source"]]
+        classes.append(ClassSurface(
+            name=name, source_file=source["file"], source_commit=source["commit"],
+            init=_params(raw.get("init", [])),
+            methods=tuple((m, _params(ps)) for m, ps in raw.get("methods", {}).items()),
+            fields=tuple((f["name"], f.get("default")) for f in raw.get("fields", [])),
+            attributes=tuple(raw.get("attributes", [])),
+            used_keywords=tuple((k, tuple(v)) for k, v in raw.get("used_keywords", {}).items())))
+    return Surface(pinned_version=str(doc["pinned_version"]),
+                   imports=tuple(doc["imports"].items()), classes=tuple(classes),
+                   enums=tuple((k, tuple(v)) for k, v in doc["enums"].items()),
+                   stats_keys=tuple(doc["stats_keys"]))
+
+
+class LLMApiImpl(StrEnum):
+    AUTO = "auto"  # tensorrt_llm when importable, else the reference
+    TENSORRT_LLM = "tensorrt_llm"
+    REFERENCE = "reference"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LLMApi:
+    impl: LLMApiImpl  # TENSORRT_LLM or REFERENCE
+    LLM: Any
+    SamplingParams: Any
+    DisaggregatedParams: Any
+
+    @property
+    def is_reference(self) -> bool:
+        return self.impl is LLMApiImpl.REFERENCE
+
+
+def load_llm_api(impl: LLMApiImpl = LLMApiImpl.AUTO) -> LLMApi:
+    """The LLM-API classes; ``ImportError`` when ``tensorrt_llm`` is asked for and absent."""
+    if impl is LLMApiImpl.AUTO:
+        found = importlib.util.find_spec("tensorrt_llm") is not None
+        impl = LLMApiImpl.TENSORRT_LLM if found else LLMApiImpl.REFERENCE
+    module = importlib.import_module("tensorrt_llm.llmapi" if impl is LLMApiImpl.TENSORRT_LLM
+                                     else "pdtrt.llmapi.reference")
+    return LLMApi(impl=impl, LLM=module.LLM, SamplingParams=module.SamplingParams,
+                  DisaggregatedParams=module.DisaggregatedParams)

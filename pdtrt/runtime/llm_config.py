@@ -1,0 +1,100 @@
+"""What an LLM-API engine model serves: its role, the model the LLM API loads, the LLM-API options.
+
+Two ways to say it in ``config.pbtxt`` (:class:`pdtrt.engine_io.Param`):
+
+- ``llm_model`` + ``llm_options``: the checkpoint and the phase's LLM-API options file (the
+  ``extra_llm_api_options`` YAML ``pdtrt build`` writes for the ``trtllm-1.2`` target);
+- the reference target's parameters (``engine_dir``, ``max_batch_size``, ``max_num_tokens``,
+  ``max_input_len``, ``max_seq_len``, ``tokens_per_block``, ``kv_transfer_timeout_s``,
+  ``ucx_tls``), turned here into the same LLM-API options: the KV block size goes to
+  ``kv_cache_config.tokens_per_block``, the prefill and decode roles get
+  ``cache_transceiver_config`` (backend UCX, ``kv_transfer_timeout_ms``), ``max_beam_width``
+  comes from the engine's manifest, and the UCX transports become ``UCX_TLS`` (what UCX reads).
+
+:func:`engine_limits` derives what a request may ask (prompt and sequence lengths, vocabulary,
+beam width) from the options and the checkpoint's ``config.json``, with the LLM API's defaults
+where the options are silent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pdtrt.build.manifest import read_manifest
+from pdtrt.engine_io import Param, Role
+from pdtrt.runtime.requests import EngineLimits
+
+__all__ = ["PHASE_ROLES", "LLMEngineConfig", "engine_limits"]
+
+PHASE_ROLES = (Role.PREFILL, Role.DECODE)
+# LlmArgs defaults the limits fall back on (tensorrt_llm/llmapi/llm_args.py)
+_DEFAULT_MAX_INPUT_LEN = 1024
+_DEFAULT_KV_TIMEOUT_MS = 30_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class LLMEngineConfig:
+    role: Role
+    model: Path  # the checkpoint the LLM API loads
+    options: Mapping[str, Any] = field(default_factory=dict)  # LLM-API options (LlmArgs names)
+    ucx_tls: tuple[str, ...] = ()  # the reference target's UCX transports (UCX_TLS); () unset
+
+    @classmethod
+    def from_params(cls, p: Mapping[str, str]) -> LLMEngineConfig:
+        role = Role(p[Param.ROLE])
+        if p.get(Param.LLM_MODEL):
+            text = Path(p[Param.LLM_OPTIONS]).read_text() if p.get(Param.LLM_OPTIONS) else ""
+            return cls(role=role, model=Path(p[Param.LLM_MODEL]),
+                       options=yaml.safe_load(text) or {})
+        engine_dir = Path(p[Param.ENGINE_DIR])
+        options: dict[str, Any] = {
+            "max_batch_size": int(p[Param.MAX_BATCH_SIZE]),
+            "max_num_tokens": int(p[Param.MAX_NUM_TOKENS]),
+            "max_input_len": int(p[Param.MAX_INPUT_LEN]),
+            "max_seq_len": int(p[Param.MAX_SEQ_LEN]),
+            "max_beam_width": max_beam_width(engine_dir),
+            "kv_cache_config": {"tokens_per_block": int(p[Param.TOKENS_PER_BLOCK])},
+        }
+        if role in PHASE_ROLES:
+            options["cache_transceiver_config"] = {
+                "backend": "UCX",
+                "kv_transfer_timeout_ms": round(float(p[Param.KV_TRANSFER_TIMEOUT_S]) * 1000)}
+        return cls(role=role, model=engine_dir, options=options,
+                   ucx_tls=tuple(p[Param.UCX_TLS].split(",")) if p.get(Param.UCX_TLS) else ())
+
+    @property
+    def serves_phases(self) -> bool:
+        """Context-only / generation-only requests: the KV cache transceiver is configured."""
+        return self.options.get("cache_transceiver_config") is not None
+
+    @property
+    def kv_transfer_timeout_s(self) -> float:
+        transceiver = self.options.get("cache_transceiver_config") or {}
+        return float(transceiver.get("kv_transfer_timeout_ms") or _DEFAULT_KV_TIMEOUT_MS) / 1000
+
+
+def max_beam_width(engine_dir: Path) -> int:
+    """The ``max_beam_width`` the engine was built with (its manifest's build settings)."""
+    settings = read_manifest(engine_dir).build_settings.get("settings", {})
+    value = settings.get("max_beam_width", {}) if isinstance(settings, dict) else {}
+    return int(value.get("value", 1)) if isinstance(value, dict) else 1
+
+
+def engine_limits(config: LLMEngineConfig, model_config: Mapping[str, Any] | None = None
+                  ) -> EngineLimits:
+    """What a request may ask of this engine; ``model_config`` is the checkpoint's
+    ``config.json`` (read from ``config.model`` when not given)."""
+    if model_config is None:
+        model_config = json.loads((config.model / "config.json").read_text())
+    o = config.options
+    return EngineLimits(
+        role=config.role, max_input_len=int(o.get("max_input_len") or _DEFAULT_MAX_INPUT_LEN),
+        max_seq_len=int(o.get("max_seq_len") or model_config["max_position_embeddings"]),
+        vocab_size=int(model_config["vocab_size"]), serves_phases=config.serves_phases,
+        max_beam_width=int(o.get("max_beam_width") or 1))

@@ -1,0 +1,275 @@
+"""pdtrt's engine model for Triton (roles prefill, decode, aggregated) over TensorRT-LLM's LLM API.
+
+Implements the ``tensorrt_llm`` I/O contract (:data:`pdtrt.engine_io.REFERENCE_ENGINE_IO`) that
+the router and the ensembles speak, on ``LLM.generate_async`` with ``SamplingParams`` and
+``DisaggregatedParams`` -- ``tensorrt_llm``'s on a GPU, pdtrt's CPU reference otherwise
+(:func:`pdtrt.llmapi.load_llm_api`); the surface it may touch is pinned in
+``pdtrt/data/targets/trtllm-1.2-llmapi.yaml`` and a contract test holds it to that.
+
+Requests are parsed strictly at the edge (:mod:`pdtrt.runtime.requests`); ``request_type``
+context_only / generation_only map onto ``DisaggregatedParams``, and ``context_phase_params``
+carries the context result's disaggregated params between them in pdtrt's versioned encoding
+(:mod:`pdtrt.runtime.phase_params`). The model is decoupled and serves many requests per
+instance: ``execute`` hands each one to the instance's asyncio loop thread, where a task drives
+its result (:class:`~pdtrt.runtime.llm_responder.Responder`: exactly one final response). A
+``stop`` request (same request id, ``stop`` = true) and a client's cancellation abort the result
+(``abort()``); a stop for a context-only request that has finished frees the KV it still holds.
+Per-instance stats (in flight, queued, KV usage, KV transfers) become Prometheus metrics. On
+SIGTERM every request in flight ends with "the server is shutting down" and new ones are refused
+(:meth:`TritonPythonModel.drain`); ``finalize`` shuts the LLM down and releases the seam.
+All of Triton goes through the injected seam (:class:`~pdtrt.runtime.triton_io.Triton`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pdtrt.engine_io import REFERENCE_ENGINE_IO, RequestType
+from pdtrt.errors import InvalidRequestError, KVTransferError
+from pdtrt.llmapi import LLMApi, load_llm_api
+from pdtrt.runtime.faults import FaultInjection
+from pdtrt.runtime.inflight import InflightRequests
+from pdtrt.runtime.llm_config import LLMEngineConfig, engine_limits
+from pdtrt.runtime.llm_metrics import METRICS, StatsPublisher
+from pdtrt.runtime.llm_responder import Responder
+from pdtrt.runtime.requests import EngineRequest, StopRequest, parse_engine_request
+from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
+from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, model_params
+
+__all__ = ["TritonPythonModel"]
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.05  # how often client cancellations are looked for
+_STATS_EVERY = 10  # polls between two stats refreshes (held KV expires without a request)
+
+
+class TritonPythonModel:
+    def __init__(self, triton: Triton) -> None:
+        self.triton = triton
+
+    def initialize(self, args: dict[str, Any]) -> None:
+        config = LLMEngineConfig.from_params(model_params(args))
+        if config.ucx_tls:
+            os.environ["UCX_TLS"] = ",".join(config.ucx_tls)  # read when UCX starts
+        api = load_llm_api()
+        llm = api.LLM(str(config.model), skip_tokenizer_init=True, **config.options)
+        self.setup(config, api, llm, model_name=args["model_name"],
+                   faults=FaultInjection.from_env(config.role))
+
+    def setup(self, config: LLMEngineConfig, api: LLMApi, llm: Any, *, model_name: str,
+              faults: Any = None, model_config: dict[str, Any] | None = None) -> None:
+        """Serve ``llm`` (``initialize`` builds it from ``config``; tests pass their own)."""
+        self.config, self.api, self.llm = config, api, llm
+        self.limits = engine_limits(config, model_config)
+        self.metrics = Metrics(self.triton, METRICS, {"model": model_name})
+        self.stats = StatsPublisher(self.metrics, llm)
+        self.inflight = InflightRequests()
+        self.draining = False  # the server is stopping: nothing new is admitted
+        self._live: set[Responder] = set()  # requests without their final response yet
+        self._by_engine_id: dict[int, str] = {}  # the LLM's request id -> Triton's
+        self._lock = threading.Lock()
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="pdtrt-llm-loop",
+                                        daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._poll(), self.loop)
+        if faults is not None and api.is_reference:
+            llm._pdtrt_set_fault_hook(_FaultHook(faults, self._by_engine_id))
+        self.triton.on_server_stop(self.drain)
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def publish(self) -> None:
+        self.stats.publish(num_live=self.inflight.num_live)
+
+    # -- requests ----------------------------------------------------------------------------
+    def execute(self, requests: list[Any]) -> None:
+        admitted: list[Responder] = []
+        for incoming in self.triton.receive(requests, REFERENCE_ENGINE_IO.input_names,
+                                            decoupled=True):
+            arrival_ns = time.time_ns()
+            try:
+                request = parse_engine_request(incoming, self.limits)
+                if isinstance(request, StopRequest):
+                    self._stop(incoming, request)
+                else:
+                    admitted.append(self._admit(incoming, request, arrival_ns))
+            except (InvalidRequestError, KVTransferError) as exc:
+                self.triton.send_error(incoming, exc.message)
+            except Exception as exc:  # a bug: still one final response, and the traceback
+                log.exception("engine model failure on request %r", incoming.request_id)
+                self.triton.send_error(incoming, f"engine model failure: {exc}")
+        if admitted:  # submitted together, so the engine can schedule them together
+            asyncio.run_coroutine_threadsafe(self._submit(admitted), self.loop)
+        self.publish()
+        return None
+
+    def _admit(self, incoming: Incoming, request: EngineRequest, arrival_ns: int) -> Responder:
+        handle = self.inflight.register(request.request_id)
+        out = Responder(self, incoming, request, arrival_ns=arrival_ns, handle=handle)
+        with self._lock:
+            if self.draining:
+                self.inflight.finished(handle)
+                raise InvalidRequestError(SHUTTING_DOWN)
+            self._live.add(out)
+        return out
+
+    def _sampling_params(self, request: EngineRequest) -> Any:
+        """The LLM API's ``SamplingParams`` for ``request`` (tensorrt_llm/sampling_params.py,
+        commit 000a01de66f0eab4ab05640711f0253f50f5209c): greedy requests ask for top_k 1,
+        greedy in every sampler (``_greedy_decoding``: top_k None/1, top_p None/0); no
+        ``end_id`` becomes -1, a token id that never comes (the LLM API needs one when it has
+        no tokenizer); 0 for top_k / top_p means "not set", as in the ``tensorrt_llm`` model."""
+        s = request.sampling
+        common = {"max_tokens": request.max_new_tokens,
+                  "end_id": -1 if request.end_id is None else request.end_id}
+        if s.greedy:
+            return self.api.SamplingParams(top_k=1, **common)
+        return self.api.SamplingParams(temperature=s.temperature, top_k=s.top_k or None,
+                                       top_p=s.top_p or None, seed=s.seed, **common)
+
+    async def _submit(self, outs: list[Responder]) -> None:
+        """``generate_async`` for each request (on this loop: the results wait on it), then one
+        task per request drives its result."""
+        for out in outs:
+            if out.done or out.held:  # drained before it reached the engine
+                continue
+            try:
+                result = self.llm.generate_async(
+                    list(out.request.prompt), sampling_params=self._sampling_params(out.request),
+                    streaming=out.request.streaming,
+                    disaggregated_params=self._disaggregated_params(out.request))
+            except Exception as exc:
+                out.fail(str(getattr(exc, "message", exc)))
+                continue
+            self._by_engine_id[result.request_id] = out.request.request_id
+            out.attach(result)
+            asyncio.get_running_loop().create_task(self._serve(out, result))
+
+    def _disaggregated_params(self, request: EngineRequest) -> Any:
+        if request.mode is RequestType.CONTEXT_ONLY:
+            return self.api.DisaggregatedParams(request_type=str(request.mode))
+        if request.context_phase_params is not None:
+            return request.context_phase_params.to_disaggregated(self.api.DisaggregatedParams)
+        return None
+
+    async def _serve(self, out: Responder, result: Any) -> None:
+        try:
+            async for step in result:
+                out.update(step)
+            if not out.done and not out.held:  # no final step came: still one final
+                out.fail("the engine ended the request without a final response")
+        except Exception as exc:
+            if not out.held:  # held: the drain sends the one final error
+                out.fail(str(getattr(exc, "message", exc)))
+        finally:
+            self._by_engine_id.pop(result.request_id, None)
+
+    def _stop(self, incoming: Incoming, stop: StopRequest) -> None:
+        """The ``tensorrt_llm`` stop request: abort ``request_id``'s results, free held KV."""
+        result = self.inflight.stop(stop.request_id)
+        with self._lock:
+            live = [o for o in self._live if o.request.request_id == stop.request_id]
+        for out in live:
+            out.abort()
+        for offer in result.transfers:
+            offer.result.abort()  # a finished context-only result: frees the KV it holds
+        log.info("stop %s: %d sequence(s), %d held KV", stop.request_id, result.sequences,
+                 len(result.transfers))
+        self.publish()
+        self.triton.send(incoming, {}, final=True)
+
+    def offered(self, request_id: str, result: Any) -> None:
+        """A context-only ``result`` finished and its KV is held for a decode to pull."""
+        offer = _Offer(result, time.monotonic() + self.config.kv_transfer_timeout_s)
+        self.inflight.offered(request_id, offer, lambda o: o.deadline > time.monotonic())
+
+    def ended(self, out: Responder) -> None:
+        """``out``'s final response is going out."""
+        with self._lock:
+            self._live.discard(out)
+        self.inflight.finished(out.handle)
+
+    async def _poll(self) -> None:
+        """Abort the results whose clients have gone; refresh the stats."""
+        tick = 0
+        while True:
+            await asyncio.sleep(_POLL_S)
+            with self._lock:
+                live = list(self._live)
+            for out in live:
+                if out.client_gone():
+                    out.abort()
+            tick += 1
+            if tick % _STATS_EVERY == 0:
+                await asyncio.to_thread(self.publish)
+
+    # -- the end -----------------------------------------------------------------------------
+    def drain(self) -> None:
+        """The server is stopping (SIGTERM, or finalize): every request in flight ends now with
+        :data:`SHUTTING_DOWN` (its result is aborted), new ones are refused."""
+        with self._lock:
+            self.draining = True
+            live, self._live = list(self._live), set()
+        for out in live:
+            out.hold()
+            out.abort()
+        if live:
+            time.sleep(SETTLE_S)  # the responses already sent go through their ensemble steps
+        for out in live:
+            out.fail(SHUTTING_DOWN)
+        if live:
+            log.info("drained %d request(s) in flight", len(live))
+        self.publish()
+
+    def finalize(self) -> None:
+        """Drain, stop the loop, shut the LLM down (its threads, UCX, held KV), then release
+        the seam -- in that order, so no thread touches the stub once it tears down."""
+        if self.loop.is_closed():
+            return
+        self.drain()
+        try:
+            asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(timeout=5)
+        except Exception:  # a task that will not end must not keep the stub from finalizing
+            log.exception("ending the engine model's tasks")
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self.loop.close()
+        self.llm.shutdown()
+        self.stats.detach()
+        self.triton.release()
+
+
+@dataclass(frozen=True)
+class _Offer:
+    """A finished context-only result whose KV the engine holds until ``deadline``."""
+
+    result: Any
+    deadline: float  # time.monotonic() when the engine frees it anyway
+
+
+async def _cancel_tasks() -> None:
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _FaultHook:
+    """The reference LLM's decode-step hook, by Triton request id (:mod:`pdtrt.runtime.faults`)."""
+
+    def __init__(self, faults: FaultInjection, by_engine_id: dict[int, str]) -> None:
+        self.faults, self.by_engine_id = faults, by_engine_id
+
+    def before_decode(self, request_ids: list[str]) -> None:
+        self.faults.before_decode([self.by_engine_id.get(int(r), r) for r in request_ids])

@@ -1,0 +1,96 @@
+"""The LLM-API engine model's Prometheus metrics, and the LLM API's stats turned into them.
+
+The names are today's (the deploy dashboards, the serve tests and ``benchmarks/soak.py`` read
+them). :class:`StatsPublisher` reads ``LLM.get_stats`` -- TensorRT-LLM's iteration stats
+(``numQueuedRequests``, ``kvCacheStats``; upstream fills them with ``enable_iter_perf_stats``) --
+and, from the reference implementation, its UCX transceiver's counters (``pdtrt_kv_transfer``:
+KV held for a decode pull, expired, released, pulled with bytes and seconds; ``tensorrt_llm``
+has no such key, so those metrics stay 0 on a GPU). Counters grow by the difference since the
+last read.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from pdtrt.runtime.triton_io import MetricKind, Metrics, MetricSpec
+
+__all__ = ["METRICS", "StatsPublisher"]
+
+log = logging.getLogger(__name__)
+
+_COUNTER, _GAUGE = MetricKind.COUNTER, MetricKind.GAUGE
+METRICS = {
+    "kv_seconds": MetricSpec("pdtrt_kv_transfer_seconds_total",
+                             "Seconds spent pulling KV caches over UCX (decode side)", _COUNTER),
+    "kv_count": MetricSpec("pdtrt_kv_transfers_total", "KV caches pulled (decode side)",
+                           _COUNTER),
+    "kv_bytes": MetricSpec("pdtrt_kv_transfer_bytes_total", "KV bytes pulled over UCX",
+                           _COUNTER),
+    "kv_held": MetricSpec("pdtrt_kv_held_buffers", "KV caches held for a decode pull", _GAUGE),
+    "kv_expired": MetricSpec("pdtrt_kv_expired_total", "Held KV caches freed by timeout",
+                             _GAUGE),
+    "kv_released": MetricSpec("pdtrt_kv_released_total", "Held KV caches freed early by a stop",
+                              _GAUGE),
+    "cancelled": MetricSpec("pdtrt_engine_cancelled_total",
+                            "Sequences stopped before their end (client cancel or stop request)",
+                            _COUNTER),
+    "failed": MetricSpec("pdtrt_engine_failed_total", "Requests that ended in an engine error",
+                         _COUNTER),
+    "queue_s": MetricSpec("pdtrt_engine_queue_seconds_total",
+                          "Seconds requests waited before the LLM API took them", _COUNTER),
+    "requests": MetricSpec("pdtrt_engine_requests_total", "Requests the engine finished",
+                           _COUNTER),
+    "active": MetricSpec("pdtrt_engine_active_sequences",
+                         "Requests the engine model holds (in flight)", _GAUGE),
+    "queued": MetricSpec("pdtrt_engine_queued_requests",
+                         "Requests the LLM API has queued, not yet scheduled", _GAUGE),
+    "kv_usage": MetricSpec("pdtrt_engine_kv_cache_usage_ratio",
+                           "Used / total KV cache blocks of the LLM API's KV cache", _GAUGE),
+}
+_GAUGES = {"held": "kv_held", "expired": "kv_expired", "released": "kv_released"}
+_COUNTERS = {"pulled": "kv_count", "pulled_bytes": "kv_bytes", "pull_s": "kv_seconds"}
+
+
+class StatsPublisher:
+    def __init__(self, metrics: Metrics, llm: Any) -> None:
+        self.metrics = metrics
+        self._llm: Any = llm
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+
+    def detach(self) -> None:
+        """The LLM is shut down: publish only what the engine model itself counts."""
+        self._llm = None
+
+    def publish(self, *, num_live: int) -> None:
+        with self._lock:
+            self.metrics.set("active", num_live)
+            if self._llm is None:
+                return
+            try:
+                snapshots = self._llm.get_stats(0)
+            except Exception:  # stats must never fail a request
+                log.debug("get_stats failed", exc_info=True)
+                return
+            if snapshots:
+                self._apply(snapshots[-1])
+
+    def _apply(self, stats: dict[str, Any]) -> None:
+        if "numQueuedRequests" in stats:
+            self.metrics.set("queued", stats["numQueuedRequests"])
+        kv = stats.get("kvCacheStats") or {}
+        if kv.get("maxNumBlocks"):
+            self.metrics.set("kv_usage", kv.get("usedNumBlocks", 0) / kv["maxNumBlocks"])
+        transfer = stats.get("pdtrt_kv_transfer") or {}
+        for key, metric in _GAUGES.items():
+            if key in transfer:
+                self.metrics.set(metric, transfer[key])
+        for key, metric in _COUNTERS.items():
+            if key in transfer:
+                delta = transfer[key] - self._last.get(key, 0)
+                self._last[key] = transfer[key]
+                if delta > 0:
+                    self.metrics.add(metric, delta)

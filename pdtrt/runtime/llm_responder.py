@@ -1,0 +1,164 @@
+"""One request of the LLM-API engine model: LLM-API results in, Triton responses out, one final.
+
+:class:`Responder` turns the steps of one ``generate_async`` result (cumulative
+``outputs[0].token_ids``; ``finished``; ``finish_reason``; a context-only request's
+``disaggregated_params``) into the ``tensorrt_llm`` model's responses: streaming, one response per
+step with the new tokens; otherwise one response with the whole output (and the prompt unless
+``exclude_input_in_output``); timing outputs; ``context_phase_params`` on a context-only final.
+Exactly one final response goes out, whatever happens: the end of the result, an error
+(:meth:`Responder.fail`: before data an error response; after data the in-band error then the
+final flag -- the reasons are in ``_fail``), or the server draining. Its methods run on the
+engine model's event-loop thread and on Triton's threads (stop, drain), one at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pdtrt.engine_io import ERROR_OUTPUT, RequestType
+from pdtrt.runtime.inflight import StopHandle
+from pdtrt.runtime.phase_params import ContextPhaseParams
+from pdtrt.runtime.requests import EngineRequest
+from pdtrt.runtime.triton_io import Incoming, token_outputs
+
+if TYPE_CHECKING:
+    from pdtrt.runtime.llm_engine_model import TritonPythonModel
+
+__all__ = ["Responder"]
+
+
+class Responder:
+    def __init__(self, model: TritonPythonModel, incoming: Incoming, request: EngineRequest, *,
+                 arrival_ns: int, handle: StopHandle) -> None:
+        self.model, self.triton, self.incoming = model, model.triton, incoming
+        self.request, self.arrival_ns, self.handle = request, arrival_ns, handle
+        self._lock = threading.Lock()
+        self.result: Any = None  # the LLM API's RequestOutput, once submitted
+        self.submitted_ns = 0
+        self.first_token_ns = 0
+        self.num_seen = 0  # tokens of outputs[0].token_ids already taken
+        self.tokens: list[int] = []
+        self.done = False  # the final response went out
+        self.sent = False  # a response with data went out
+        self.held = False  # the server is stopping: only the error goes out
+        self.aborted = False
+
+    # -- control -----------------------------------------------------------------------------
+    def attach(self, result: Any) -> None:
+        """``generate_async`` returned ``result``; abort it at once if stopped meanwhile."""
+        with self._lock:
+            self.result = result
+            self.submitted_ns = time.time_ns()
+        if self.handle.stopped:
+            self.abort()
+
+    def abort(self) -> None:
+        """Stop the request in the engine (once); its final step then comes as 'cancelled'."""
+        with self._lock:
+            if self.aborted or self.result is None or self.done:
+                return
+            self.aborted = True
+            result = self.result
+        result.abort()
+
+    def client_gone(self) -> bool:
+        """The client cancelled. Triton is not asked once the final is out: its response
+        factory is gone then, and asking crashed the server (SIGSEGV in
+        ``TRITONBACKEND_ResponseFactoryIsCancelled``) -- hence the lock the final takes too."""
+        with self._lock:
+            return not self.done and self.triton.is_cancelled(self.incoming)
+
+    def hold(self) -> None:
+        """Send nothing more but the error :meth:`fail` will send."""
+        with self._lock:
+            self.held = True
+            self.handle.stopped = True
+
+    def fail(self, message: str) -> None:
+        with self._lock:
+            self._fail(message)
+
+    # -- results -----------------------------------------------------------------------------
+    def update(self, result: Any) -> None:
+        """One step of the result: send what is new; the final response when finished."""
+        with self._lock:
+            if self.done or self.held:
+                return
+            out = result.outputs[0]
+            new = list(out.token_ids[self.num_seen:])
+            self.num_seen += len(new)
+            if new and not self.first_token_ns:
+                self.first_token_ns = time.time_ns()
+            self._emit(new, final=bool(result.finished), out=out)
+
+    def _emit(self, new: list[int], *, final: bool, out: Any) -> None:
+        self.tokens += new
+        extra: dict[str, np.ndarray] = {}
+        if final:
+            self.done = True
+            self.model.ended(self)
+            if out.finish_reason == "cancelled" or self.handle.stopped:
+                self.model.metrics.add("cancelled", 1)
+            self.model.metrics.add("requests", 1)
+            if self.submitted_ns:
+                self.model.metrics.add("queue_s", (self.submitted_ns - self.arrival_ns) / 1e9)
+            if self.request.mode is RequestType.CONTEXT_ONLY and \
+                    out.disaggregated_params is not None:
+                if self.tokens and not self.handle.stopped:
+                    extra = self._offer(out.disaggregated_params)
+                else:  # stopped as it finished: nobody will pull the KV the engine holds
+                    self.result.abort()
+            self.model.publish()  # before the final response: a client may look
+        if self.request.streaming:
+            if new or extra:
+                self.triton.send(self.incoming, {**token_outputs(new), **self._timing(),
+                                                 **extra}, final=final)
+                self.sent = True
+            elif final:
+                self.triton.close(self.incoming)
+        elif final:
+            prompt = [] if self.request.exclude_input else list(self.request.prompt)
+            self.triton.send(self.incoming, {**token_outputs(prompt + self.tokens),
+                                             **self._timing(), **extra}, final=True)
+
+    def _offer(self, params: Any) -> dict[str, np.ndarray]:
+        """The ``context_phase_params`` output; remember the result so a stop frees its KV."""
+        self.model.offered(self.request.request_id, self.result)
+        encoded = ContextPhaseParams.from_disaggregated(params, len(self.request.prompt))
+        return {"context_phase_params": encoded.to_array().reshape(1, -1)}
+
+    def _timing(self) -> dict[str, np.ndarray]:
+        values = {"arrival_time_ns": self.arrival_ns, "first_scheduled_time_ns": self.submitted_ns,
+                  "first_token_time_ns": self.first_token_ns, "last_token_time_ns": time.time_ns()}
+        return {k: np.array([[v]], dtype=np.int64) for k, v in values.items()}
+
+    def _fail(self, message: str) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.model.ended(self)
+        self.model.metrics.add("failed", 1)
+        self.model.publish()
+        wanted = self.incoming.requested_outputs
+        if not self.sent or (wanted and ERROR_OUTPUT not in wanted):
+            # Before data, or a caller that did not ask for the in-band error (an ensemble
+            # step): one error response that ends the request. An ensemble runs its next step
+            # for every response, so an in-band one would reach the postprocessing empty; and
+            # Triton 2.51's ensemble never completes a request whose step sent its error and
+            # its final flag apart (measured).
+            self.triton.send_error(self.incoming, message)
+            return
+        # After data, Triton 2.51's BLS drops an error response (and an error response flagged
+        # final never ends the caller's stream): the message goes in-band, then the final flag
+        # on its own. The error response goes only to a caller that did not name its outputs
+        # (a gRPC client): sent to a BLS caller, it also kept that caller's stream from ever
+        # ending, and its stub from finalizing (measured).
+        text = np.array([[message.encode()]], dtype=object)
+        self.triton.send(self.incoming, {ERROR_OUTPUT: text})
+        if not wanted:
+            self.triton.send_error(self.incoming, message, final=False)
+        self.triton.close(self.incoming)

@@ -1,0 +1,220 @@
+"""The per-phase LLM-API options of target trtllm-1.2: what "built for the phase and the GPU" is.
+
+With the PyTorch flow there is no engine to build: ``tensorrt_llm.LLM(model=..., **options)``
+loads the checkpoint and sizes itself from an options file (TensorRT-LLM's
+``extra_llm_api_options`` YAML). :func:`phase_options` computes every value of that file from
+the phase's settings (:mod:`pdtrt.build.settings`: spec > profile > model facts), the pool, the
+GPU and the phase, each as an :class:`LlmOption` with the reason it is what it is;
+:func:`options_yaml` renders them deterministically. The values differ where the phases differ:
+the prefill phase gets no CUDA graphs (its batches hold context requests, which graphs never
+capture) and the overlap scheduler off (TensorRT-LLM's context servers do not support it); the
+decode phase gets CUDA graphs for its batch sizes and keeps the overlap scheduler. Both get UCX
+cache transceivers and KV block reuse off.
+
+Checking the keys against the pinned version's ``LlmArgs`` is :mod:`pdtrt.targets.llm_args`;
+writing the file is the target's in-process build step (:mod:`pdtrt.targets.trtllm_1_2`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from pdtrt.build.settings import EngineSettings, Setting, SettingSource
+from pdtrt.enums import KVDType, Phase
+from pdtrt.errors import BuildRejected
+from pdtrt.repo.models import param_number
+from pdtrt.spec.deployment import Deployment
+from pdtrt.targets.llm_args import LlmArgsFacts, option_problems
+
+__all__ = ["OPTIONS_FILE", "LlmOption", "check_options", "cuda_graph_batch_sizes",
+           "options_mapping", "options_yaml", "phase_options", "with_options"]
+
+OPTIONS_FILE = "extra_llm_api_options.yaml"  # in the phase's directory
+
+OptionValue = int | float | bool | str | tuple[int, ...] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlmOption:
+    key: str  # dotted path into the options mapping: kv_cache_config.dtype
+    value: OptionValue
+    source: SettingSource
+    why: str
+
+    @property
+    def shown(self) -> int | str | bool | None:
+        """The value as a plan setting shows it (booleans, floats and lists as text)."""
+        if isinstance(self.value, bool):
+            return "true" if self.value else "false"  # the YAML's spelling
+        if isinstance(self.value, tuple):
+            return ",".join(map(str, self.value))
+        if isinstance(self.value, float):
+            return param_number(self.value)
+        return self.value
+
+
+def cuda_graph_batch_sizes(max_batch_size: int) -> tuple[int, ...]:
+    """Powers of two below ``max_batch_size``, and ``max_batch_size`` itself."""
+    sizes = []
+    size = 1
+    while size < max_batch_size:
+        sizes.append(size)
+        size *= 2
+    return (*sizes, max_batch_size)
+
+
+def _from(settings: EngineSettings, name: str, key: str | None = None) -> LlmOption:
+    s: Setting = settings.values[name]
+    return LlmOption(key=key or name, value=s.value, source=s.source, why=s.why)
+
+
+def _computed(key: str, value: OptionValue, why: str) -> LlmOption:
+    return LlmOption(key=key, value=value, source=SettingSource.COMPUTED, why=why)
+
+
+def _kv_dtype(dep: Deployment, phase: Phase) -> LlmOption:
+    kv, model_dtype = dep.spec.kv_cache_dtype(phase), dep.spec.model.dtype
+    if kv is KVDType.FP8:
+        return LlmOption(key="kv_cache_config.dtype", value="fp8", source=SettingSource.SPEC,
+                         why="model.kv_cache_dtype fp8")
+    return LlmOption(key="kv_cache_config.dtype", value="auto", source=SettingSource.SPEC,
+                     why=f"model.kv_cache_dtype {kv} = model.dtype {model_dtype}: auto keeps "
+                     "the checkpoint's dtype")
+
+
+def _transfer_buffer(dep: Deployment, phase: Phase, settings: EngineSettings) -> LlmOption:
+    """Tokens of the KV-transfer buffer: the spec's bytes over one token's KV on one rank."""
+    spec, pool = dep.spec, dep.spec.pool(phase)
+    per_token = dep.model.kv_bytes_per_token(spec.kv_cache_dtype(phase), tp=pool.tp, pp=pool.pp)
+    tpb = int(settings["tokens_per_block"])
+    tokens = spec.kv_transfer.buffer_size_bytes // per_token // tpb * tpb
+    longest = int(settings["max_input_len"])
+    why = (f"kv_transfer.buffer_size_bytes {spec.kv_transfer.buffer_size_bytes} B / "
+           f"{per_token} B of KV per token per rank, rounded down to tokens_per_block {tpb}")
+    if tokens < longest:
+        raise BuildRejected([
+            f"{phase}: the KV-transfer buffer holds {tokens} tokens ({why}), fewer than the "
+            f"longest prompt, max_input_len {longest}: a prompt's KV must fit it whole"],
+            hint="raise kv_transfer.buffer_size_bytes, use fp8 KV, or lower max_input_len")
+    return _computed("cache_transceiver_config.max_tokens_in_buffer", tokens, why)
+
+
+def _phase_specific(phase: Phase, settings: EngineSettings) -> list[LlmOption]:
+    batch, budget = int(settings["max_batch_size"]), int(settings["max_num_tokens"])
+    longest = int(settings["max_input_len"])
+    if phase is Phase.PREFILL:
+        chunked = longest > budget
+        return [
+            _computed("enable_chunked_prefill", chunked,
+                      f"max_input_len {longest} {'>' if chunked else '<='} max_num_tokens "
+                      f"{budget}: " + ("a prompt is split over steps" if chunked else
+                                       "a whole prompt fits one step, no chunking needed")),
+            _computed("disable_overlap_scheduler", True,
+                      "context-only requests: TensorRT-LLM's disaggregated context servers do "
+                      "not support the overlap scheduler"),
+            _computed("cuda_graph_config", None,
+                      "prefill batches hold context requests, which CUDA graphs never capture; "
+                      "none saves the graphs' memory"),
+        ]
+    sizes = cuda_graph_batch_sizes(batch)
+    return [
+        _computed("enable_chunked_prefill", False,
+                  "generation-only requests: the prompt arrives as transferred KV, nothing "
+                  "to chunk"),
+        _computed("disable_overlap_scheduler", False,
+                  "decode steps overlap the host's scheduling with the GPU's step"),
+        _computed("cuda_graph_config.batch_sizes", sizes,
+                  f"decode batches are generation-only, which CUDA graphs capture: powers of "
+                  f"two below max_batch_size {batch}, and {batch}"),
+        _computed("cuda_graph_config.enable_padding", True,
+                  "a batch runs the graph of the next captured size up"),
+    ]
+
+
+def phase_options(dep: Deployment, phase: Phase, settings: EngineSettings
+                  ) -> tuple[LlmOption, ...]:
+    """Every option of ``phase``'s file, in the file's order; raises :class:`BuildRejected`
+    when the spec's KV-transfer buffer cannot hold the longest prompt."""
+    spec, pool = dep.spec, dep.spec.pool(phase)
+    fraction = pool.engine.kv_cache_free_gpu_mem_fraction
+    fraction_source = (SettingSource.SPEC if "kv_cache_free_gpu_mem_fraction"
+                       in pool.engine.model_fields_set else SettingSource.COMPUTED)
+    timeout_ms = round(spec.kv_transfer.timeout_s * 1000)
+    return (
+        LlmOption(key="tensor_parallel_size", value=pool.tp, source=SettingSource.SPEC,
+                  why=f"{phase}.tp"),
+        LlmOption(key="pipeline_parallel_size", value=pool.pp, source=SettingSource.SPEC,
+                  why=f"{phase}.pp"),
+        _from(settings, "max_batch_size"),
+        _from(settings, "max_num_tokens"),
+        _from(settings, "max_input_len"),
+        _from(settings, "max_seq_len"),
+        _from(settings, "max_beam_width"),
+        _kv_dtype(dep, phase),
+        LlmOption(key="kv_cache_config.free_gpu_memory_fraction", value=fraction,
+                  source=fraction_source,
+                  why=f"{phase}.engine.kv_cache_free_gpu_mem_fraction (after weights, "
+                  "activations and the KV-transfer buffer)"),
+        _from(settings, "tokens_per_block", "kv_cache_config.tokens_per_block"),
+        _computed("kv_cache_config.enable_block_reuse", False,
+                  "disaggregated serving: a block evicted from the reuse tree before its "
+                  "asynchronous send finished hangs the transfer (TensorRT-LLM #12542)"),
+        _computed("scheduler_config.capacity_scheduler_policy", "GUARANTEED_NO_EVICT",
+                  "a request once scheduled keeps its KV blocks to the end (as trtllm-0.21)"),
+        *_phase_specific(phase, settings),
+        LlmOption(key="cache_transceiver_config.backend", value="UCX",
+                  source=SettingSource.SPEC, why=f"kv_transfer.backend {spec.kv_transfer.backend}"),
+        _transfer_buffer(dep, phase, settings),
+        LlmOption(key="cache_transceiver_config.kv_transfer_timeout_ms", value=timeout_ms,
+                  source=SettingSource.SPEC,
+                  why=f"kv_transfer.timeout_s {param_number(spec.kv_transfer.timeout_s)} x 1000"),
+    )
+
+
+def options_mapping(options: tuple[LlmOption, ...]) -> dict[str, object]:
+    """The nested mapping the LLM API takes (``None`` a null; tuples as lists)."""
+    out: dict[str, object] = {}
+    for option in options:
+        *parents, leaf = option.key.split(".")
+        node = out
+        for part in parents:
+            child = node.setdefault(part, {})
+            assert isinstance(child, dict), f"{option.key}: {part} is both a value and a map"
+            node = child
+        node[leaf] = list(option.value) if isinstance(option.value, tuple) else option.value
+    return out
+
+
+def check_options(facts: LlmArgsFacts, options: dict[str, object], *, file: Path) -> None:
+    """Raise :class:`BuildRejected` naming ``file`` and each key the LLM API would refuse."""
+    problems = option_problems(facts, options)
+    if problems:
+        raise BuildRejected(
+            [f"{file}: {p}" for p in problems]
+            + [f"{file}: the LLM API forbids unknown keys; its fields as of {facts.cite()} "
+               "are in pdtrt/data/targets/trtllm-1.2-llm-args.yaml"])
+
+
+def options_yaml(options: tuple[LlmOption, ...], *, phase: Phase, deployment: str) -> str:
+    """The options file: a header giving every value's reason, then the YAML (stable order)."""
+    lines = [f"# Generated by `pdtrt build` for {deployment}, phase {phase} -- regenerate, "
+             "do not edit.",
+             "# tensorrt_llm.LLM(model=<llm_model>, **yaml.safe_load(this file)); why each "
+             "value:"]
+    lines += [f"#   {o.key}: {o.source}: {o.why}" for o in options]
+    body = yaml.safe_dump(options_mapping(options), sort_keys=False, default_flow_style=None,
+                          width=100)
+    return "\n".join(lines) + "\n" + body
+
+
+def with_options(settings: EngineSettings, options: tuple[LlmOption, ...]) -> EngineSettings:
+    """``settings`` plus one entry per option the limits do not already show."""
+    values = dict(settings.values)
+    for option in options:
+        if option.key not in values:
+            values[option.key] = Setting(value=option.shown, source=option.source,
+                                         why=option.why)
+    return EngineSettings(phase=settings.phase, profile=settings.profile, values=values)

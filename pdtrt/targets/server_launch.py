@@ -1,0 +1,115 @@
+"""How a trtllm-1.2 repository is started: one Triton server on one host, no MPI world.
+
+The LLM-API engine models transfer KV over UCX with TensorRT-LLM's cache transceiver, which
+needs no shared MPI world: each pool is its own Triton server on the host of its GPU type
+(``--mode pools`` for the pool another server's router calls, e.g. decode on the L40S host;
+the router, prefill and the ensembles in the repository of the H100 host). So a repository's
+engine models must all be on one GPU type; a pool on another type gets an ``endpoint`` and
+its own ``--mode pools`` repository.
+
+GPU pinning: the host's container sees only the GPUs its engines use (``docker run --gpus
+device=0,...``), and each engine instance owns ``tp * pp`` of them in order -- the
+``gpu_device_ids`` parameter of its model (``;`` between instances, ``,`` within one; the engine
+model sets ``CUDA_VISIBLE_DEVICES`` of instance k to its entry before it builds the LLM).
+
+Cross-host KV transfer: ``UCX_TLS`` / ``UCX_NET_DEVICES`` from ``kv_transfer``, and the address
+the transceiver advertises: TensorRT-LLM 1.2 (``cpp/tensorrt_llm/executor/cache_transmission/
+ucx_utils/ucxCacheCommunicator.cpp``, ``getLocalIp``, read at NVIDIA/TensorRT-LLM commit
+cb4c622cf5bb) takes the IPv4/IPv6 address of the interface named by ``TRTLLM_UCX_INTERFACE``;
+unset (or without an address) it falls back to the source address of a route to 8.8.8.8, then
+the hostname's address -- wrong on hosts whose default route is not the transfer network, so
+``launch.sh`` passes ``TRTLLM_UCX_INTERFACE`` from ``PDTRT_UCX_INTERFACE_<GPU>``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from pdtrt import envvars
+from pdtrt.errors import RepoError
+from pdtrt.spec.deployment import Deployment
+from pdtrt.spec.schema import DeploymentSpec
+from pdtrt.targets.launch import HostPlan, LaunchPlan, RankPlan, host_command
+from pdtrt.targets.trtllm_launch import (
+    EnginePlacement,
+    checked_env,
+    host_suffix,
+    rank_command,
+    ucx_env,
+)
+
+__all__ = ["plan_server_launch", "server_script_values"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Devices:
+    ranks: tuple[RankPlan, ...]
+    num_gpus: int
+
+
+def _devices(engines: list[EnginePlacement]) -> _Devices:
+    """Each instance's GPU ordinals, in model order (the container's ordinals)."""
+    ranks, next_device = [], 0
+    for eng in engines:
+        per_instance = eng.tp * eng.pp
+        gids = []
+        for _ in range(eng.instances):
+            gids.append(tuple(range(next_device, next_device + per_instance)))
+            next_device += per_instance
+        ranks.append(RankPlan(model=eng.model, participant_ids=tuple(() for _ in gids),
+                              gpu_device_ids=tuple(gids)))
+    return _Devices(ranks=tuple(ranks), num_gpus=next_device)
+
+
+def plan_server_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, image: str,
+                       mounts: list[str]) -> LaunchPlan:
+    """The one server of a repository holding ``engines`` (all of one GPU type).
+
+    Raises :class:`RepoError` when they need two GPU types (two hosts)."""
+    gpus = list(dict.fromkeys(e.gpu for e in engines))
+    if len(gpus) > 1:
+        placed = ", ".join(f"{e.model} on {e.gpu}" for e in engines)
+        raise RepoError(
+            f"a trtllm-1.2 repository is one Triton server on one host, but its engine models "
+            f"need {len(gpus)} GPU types ({placed})",
+            hint="give the pool on the other GPU type an endpoint (e.g. decode.endpoint: "
+            "<its host>:8001), serve it with `pdtrt repo SPEC --mode pools` on that host, and "
+            "this repository with --mode disaggregated or both")
+    devices = _devices(engines)
+    gpu = gpus[0] if gpus else ""
+    host = HostPlan(gpu=gpu, host_var="",
+                    interface_var=envvars.PDTRT_UCX_INTERFACE_PREFIX + host_suffix(gpu),
+                    ranks=(0,), models=tuple(e.model for e in engines),
+                    num_gpus=devices.num_gpus, launcher=True, server=True)
+    return LaunchPlan(
+        world_size=1, ranks=devices.ranks, env=checked_env(ucx_env(spec)), image=image,
+        mounts=tuple(sorted(set(mounts))), worker_mounts=(), hosts=(host,), rank_hosts=(0,),
+        rank_commands=(rank_command(spec, 0, []),), forwarded_env=(),
+        launcher_env=(envvars.PDTRT_SRC,), worker_env=())
+
+
+def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
+                         ) -> dict[str, object]:
+    """The values ``launch_server.sh.j2`` formats: every line prepared, the template only
+    loops."""
+    host = plan.hosts[0]
+    devices = ",".join(str(i) for i in range(host.num_gpus))
+    return {
+        "name": dep.spec.name, "target": target, "image": plan.image, "host": host.summary,
+        "usage": [f"on the {host.gpu} host:  {host_command(plan, host)}",
+                  "inside the container:  PYTHONPATH=/path/to/pdtrt-checkout ./launch.sh "
+                  "--in-container"],
+        "launcher_checks": [f': "${{{name}:?set {name} (see docs/repo.md)}}"'
+                            for name in plan.launcher_env],
+        "gpus": [f"--gpus {shlex.quote(chr(34) + 'device=' + devices + chr(34))}"]
+        if devices else [],
+        "interface": (f'-e {envvars.TRTLLM_UCX_INTERFACE}='
+                      f'"${{{host.interface_var}:-}}"'),
+        "interface_var": envvars.TRTLLM_UCX_INTERFACE,
+        # an empty value would name no NIC: unset, TensorRT-LLM falls back to its own guess
+        "interface_check": f'[[ -n "${{{envvars.TRTLLM_UCX_INTERFACE}:-}}" ]] || '
+                           f"unset {envvars.TRTLLM_UCX_INTERFACE}",
+        "mounts": [shlex.quote(p) for p in plan.mounts],
+        "command": plan.rank_commands[0],
+    }

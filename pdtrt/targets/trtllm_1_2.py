@@ -1,0 +1,233 @@
+"""Target ``trtllm-1.2``: pdtrt's LLM-API engine model in the NGC 26.07 container.
+
+From TensorRT-LLM 1.0 NVIDIA's Triton C++ backend forces the MPI KV transport, and its
+``llmapi`` Triton model has no prefill/decode split; 26.07 (Triton 2.71, TensorRT-LLM 1.2.1) is
+the last Triton container listed with TensorRT-LLM. So here the engine models are pdtrt's own
+Python engine model (decoupled, the I/O of the reference target) driving the LLM API's PyTorch
+flow -- ``tensorrt_llm.LLM(model=<llm_model>, **<phase options>)`` -- with UCX cache transceivers.
+
+Build: no engines. Per phase an in-process step writes the LLM-API options file
+(:mod:`pdtrt.targets.llm_options`, checked against the pinned ``LlmArgs`` facts of
+:mod:`pdtrt.targets.llm_args`); when the phase asks FP8 weights, NVIDIA ModelOpt's ``hf_ptq.py``
+first exports an FP8 Hugging Face checkpoint, run in the container on the phase's GPU type
+like trtllm-0.21's steps (argv checked by the version's schema, ``trtllm-1.2.yaml``).
+Launch: one Triton server per host (:mod:`pdtrt.targets.server_launch`); a pool on another GPU
+type is another server (``<pool>.endpoint``, ``--mode pools``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pdtrt.build.manifest import EngineLayout
+from pdtrt.build.settings import EngineSettings
+from pdtrt.build.steps import BuildPlan, BuildStep, StepKind
+from pdtrt.engine_io import ERROR_OUTPUT, REFERENCE_ENGINE_IO, Param
+from pdtrt.enums import KVDType, Phase, Target, TritonBackend, WeightQuant
+from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES
+from pdtrt.errors import BuildError, SpecIssue, ToolchainError
+from pdtrt.facts.catalog import load_catalog
+from pdtrt.facts.gpu_detect import detect_gpus
+from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
+from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, python_model
+from pdtrt.spec.deployment import Deployment
+from pdtrt.spec.schema import DeploymentSpec
+from pdtrt.targets import toolchain as toolchains
+from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild, TargetSupport
+from pdtrt.targets.launch import LaunchPlan
+from pdtrt.targets.llm_args import LlmArgsFacts, load_llm_args
+from pdtrt.targets.llm_options import (
+    OPTIONS_FILE,
+    check_options,
+    options_mapping,
+    options_yaml,
+    phase_options,
+    with_options,
+)
+from pdtrt.targets.schema import TargetSchema, Tool, load_target_schema
+from pdtrt.targets.server_launch import plan_server_launch, server_script_values
+from pdtrt.targets.toolchain import Toolchain, check_toolchain
+from pdtrt.targets.trtllm_build import check_gpus, check_model_dir, hf_model_ref, model_dir
+from pdtrt.targets.trtllm_launch import engine_placements, launch_mounts
+from pdtrt.yamlio import write_atomic
+
+__all__ = ["Trtllm12Target", "fp8_checkpoint_dir"]
+
+_WEIGHTS = (WeightQuant.NONE, WeightQuant.FP8)
+
+
+def fp8_checkpoint_dir(layout: EngineLayout, phase: Phase) -> Path:
+    """Where the phase's FP8 Hugging Face checkpoint goes (the ``llm_model`` it loads)."""
+    return layout.deployment_dir / "checkpoints" / str(phase)
+
+
+class Trtllm12Target(TargetSupport):
+    target = Target.TRTLLM_1_2
+    needs_gpu = True
+    supports_remote_pools = True  # one Triton server per pool's host (--mode pools)
+    engine_defaults = TRTLLM_BUILD_DEFAULTS  # = TorchLlmArgs' max_batch_size / max_num_tokens
+    build_switches = ()  # trtllm-build's plugin switches mean nothing to the PyTorch flow
+    engine_io = REFERENCE_ENGINE_IO
+    engine_backend = TritonBackend.PYTHON
+    engine_error_output = ERROR_OUTPUT
+
+    @property
+    def schema(self) -> TargetSchema:
+        """The version's pins and ModelOpt flag schema (``pdtrt/data/targets/trtllm-1.2.yaml``)."""
+        return load_target_schema(self.target)
+
+    @property
+    def llm_args(self) -> LlmArgsFacts:
+        return load_llm_args(self.target)
+
+    @property
+    def container_image(self) -> str:
+        return self.schema.container
+
+    # --- spec ------------------------------------------------------------------------------
+    def spec_issues(self, spec: DeploymentSpec) -> Iterator[SpecIssue]:
+        for phase in Phase:
+            kv, weights = spec.kv_cache_dtype(phase), spec.weights(phase)
+            if kv not in (KVDType.FP8, KVDType(str(spec.model.dtype))):
+                yield SpecIssue(path="model.kv_cache_dtype",
+                                message=f"{self.target} keeps the KV cache in the model dtype "
+                                f"({spec.model.dtype}) or fp8, not {kv}")
+            if weights not in _WEIGHTS:
+                yield SpecIssue(path="model.weights",
+                                message=f"{self.target} builds {phase} weights none or fp8 "
+                                f"(ModelOpt FP8), not {weights}")
+
+    # --- build -----------------------------------------------------------------------------
+    def build_source(self, ctx: BuildContext) -> BuildSource:
+        path, note = model_dir(ctx.dep)
+        return BuildSource(model_dir=path, notes=(note,) if note else (), steps=())
+
+    def plan_phase(self, ctx: BuildContext, phase: Phase, settings: EngineSettings) -> PhaseBuild:
+        dep = ctx.dep
+        options = phase_options(dep, phase, settings)
+        file = ctx.layout.phase_dir(phase) / OPTIONS_FILE
+        check_options(self.llm_args, options_mapping(options), file=file)
+        steps: list[BuildStep] = []
+        notes: list[str] = []
+        if dep.spec.weights(phase) is WeightQuant.FP8:
+            steps.append(self._quantize_step(ctx, phase))
+        elif dep.spec.kv_cache_dtype(phase) is KVDType.FP8:
+            notes.append(f"{phase}: FP8 KV cache on {dep.spec.model.dtype} weights: no "
+                         "calibrated KV scales (FP8 weights export them with ModelOpt)")
+        steps.append(BuildStep(
+            name=f"{phase}-{StepKind.LLM_OPTIONS}", kind=StepKind.LLM_OPTIONS, phase=phase,
+            argv=(), inputs=(), output_dir=ctx.layout.phase_dir(phase),
+            log_file=ctx.logs_dir / f"{phase}-{StepKind.LLM_OPTIONS}.log", gpu=None,
+            what=f"writes {file}: the LLM-API options above, checked against "
+            f"{self.llm_args.cite()}",
+            content=options_yaml(options, phase=phase, deployment=dep.spec.name)))
+        return PhaseBuild(settings=with_options(settings, options), notes=tuple(notes),
+                          steps=tuple(steps))
+
+    def _quantize_step(self, ctx: BuildContext, phase: Phase) -> BuildStep:
+        """ModelOpt FP8 post-training quantization, exported as a Hugging Face checkpoint."""
+        dep, schema = ctx.dep, self.schema
+        source = model_dir(dep)[0]
+        out = fp8_checkpoint_dir(ctx.layout, phase)
+        kv = dep.spec.kv_cache_dtype(phase)
+        examples = (ctx.examples_dir or os.environ.get(PDTRT_TRTLLM_EXAMPLES)
+                    or schema.examples_dir)
+        args = schema.render(Tool.HF_PTQ, {
+            "pyt_ckpt_path": str(source), "export_path": str(out), "qformat": "fp8",
+            "kv_cache_qformat": "fp8" if kv is KVDType.FP8 else "none", "calib_size": "512",
+            "batch_size": 1})
+        return BuildStep(
+            name=f"{phase}-{StepKind.HF_PTQ}", kind=StepKind.HF_PTQ, phase=phase,
+            argv=(schema.python, f"{examples}/{schema.quantize_script}", *args),
+            inputs=(source,), output_dir=out,
+            log_file=ctx.logs_dir / f"{phase}-{StepKind.HF_PTQ}.log", gpu=dep.gpus[phase])
+
+    def prepare_host(self, plan: BuildPlan, *, force: bool, nvml: Any,
+                     toolchain: Toolchain | None) -> BuildHost:
+        """Options files need nothing of this machine; an FP8 step needs the phase's GPU
+        type, TensorRT-LLM 1.2.1 with its ModelOpt, the script and the checkpoint."""
+        if all(s.in_process for s in plan.steps):
+            return BuildHost(detection=None, versions=self._versions())
+        detection = detect_gpus(load_catalog(), nvml)
+        check_gpus(plan, detection, force=force)
+        toolchain = toolchain or check_toolchain(plan)
+        self._check_modelopt(toolchain)
+        check_model_dir(plan.model_dir)
+        return BuildHost(detection=detection,
+                         versions={**toolchain.versions, **self._versions()})
+
+    def _versions(self) -> dict[str, str | None]:
+        version = toolchains.dist_version
+        return {"tensorrt_llm": version("tensorrt_llm") or version("tensorrt-llm"),
+                "nvidia_modelopt": version("nvidia-modelopt")}
+
+    def _check_modelopt(self, toolchain: Toolchain) -> None:
+        want = self.schema.versions["nvidia_modelopt"]
+        have = toolchains.dist_version("nvidia-modelopt")
+        if have is None or have.split(".")[:2] != want.split(".")[:2]:
+            raise ToolchainError(
+                f"nvidia-modelopt here is {have or 'not installed'}, TensorRT-LLM "
+                f"{toolchain.versions.get('tensorrt_llm')} pins ~={want}",
+                hint=f"run inside {self.container_image} (its TensorRT-LLM brings the pinned "
+                "ModelOpt); see docs/build.md")
+
+    def run_in_process(self, step: BuildStep, dep: Deployment) -> None:
+        """Write the options file the plan computed and checked (``step.content``)."""
+        if step.kind is not StepKind.LLM_OPTIONS or not step.content:
+            raise BuildError(f"BUG in pdtrt: {self.target} has no in-process step {step.name}")
+        file = step.output_dir / OPTIONS_FILE
+        write_atomic(file, step.content)
+        step.log_file.parent.mkdir(parents=True, exist_ok=True)
+        step.log_file.write_text(f"wrote {file}\n", encoding="utf-8")
+
+    def step_inputs(self, step: BuildStep, dep: Deployment) -> dict[str, str]:
+        if step.kind is not StepKind.LLM_OPTIONS:
+            return {}  # the argv and the input directory say everything
+        return {"options": hashlib.sha256(step.content.encode()).hexdigest()}
+
+    # --- repository ------------------------------------------------------------------------
+    def engine_decoupled(self, spec: DeploymentSpec) -> bool:
+        return True  # pdtrt's Python engine model is decoupled whatever serving.streaming says
+
+    def tokenizer_dir(self, dep: Deployment, layout: EngineLayout) -> str:
+        """The HF checkpoint's directory (``model.path``), else the model's Hub name."""
+        return hf_model_ref(dep)
+
+    def plan_launch(self, dep: Deployment, engines: Sequence[EngineUse], *,
+                    layout: EngineLayout, tokenizer_dir: str) -> LaunchPlan:
+        return plan_server_launch(dep.spec, engine_placements(dep, engines),
+                                  image=self.container_image,
+                                  mounts=launch_mounts(dep, layout, tokenizer_dir))
+
+    def engine_model(self, dep: Deployment, engine: EngineUse, *,
+                     launch: LaunchPlan | None) -> ModelPlan:
+        assert launch is not None, "plan_launch gives every trtllm-1.2 repository a launch plan"
+        layout_dir = engine.engine_dir  # <root>/<name>/<phase>
+        fp8 = dep.spec.weights(engine.phase) is WeightQuant.FP8
+        layout = EngineLayout(layout_dir.parent.parent, dep.spec.name)
+        llm_model = (str(fp8_checkpoint_dir(layout, engine.phase)) if fp8
+                     else hf_model_ref(dep))
+        params = (
+            (Param.ROLE, engine.role),
+            (Param.ENGINE_DIR, str(layout_dir)),  # the options and pdtrt-engine.json
+            (Param.LLM_MODEL, llm_model),
+            (Param.LLM_OPTIONS, str(layout_dir / OPTIONS_FILE)),
+            (Param.GPU_DEVICE_IDS, launch.rank_plan(engine.model).gpu_device_ids_param),
+        )
+        return python_model(engine.model, engine.role, batch=engine.limits.max_batch_size,
+                            decoupled=True, io=self.engine_io,
+                            count=engine.instances, params=params)
+
+    def launch_files(self, dep: Deployment, launch: LaunchPlan) -> tuple[TemplateFile, ...]:
+        return (
+            TemplateFile(path="pdtrt.env", template="pdtrt.env.j2",
+                         values={"name": dep.spec.name, "env": launch.env,
+                                 "processes": "the Triton server"}),
+            TemplateFile(path="launch.sh", template="launch_server.sh.j2", executable=True,
+                         values=server_script_values(dep, launch, target=str(self.target))),
+        )
+

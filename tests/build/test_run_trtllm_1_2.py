@@ -1,0 +1,104 @@
+"""Running trtllm-1.2 builds: the options files (no GPU, atomic, deterministic, resumable) and
+the ModelOpt FP8 step against a fake ``hf_ptq.py`` that records its argv."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+from buildspecs import fake_hf_checkpoint, write_spec
+from conftest import EXAMPLES
+from fake_trtllm import install_fake_tools
+from fakes import FakeNVML
+
+from pdtrt.build.manifest import read_manifest
+from pdtrt.build.plan import plan_build
+from pdtrt.build.run import StepStatus, run_build
+from pdtrt.enums import Phase
+from pdtrt.errors import GPUMismatchError, ToolchainError
+from pdtrt.spec.load import load_deployment
+from pdtrt.targets import toolchain
+
+H100 = ("NVIDIA H100 80GB HBM3", 85_520_809_984, (9, 0))
+L40S = ("NVIDIA L40S", 48_305_799_168, (8, 9))
+PINNED = {"tensorrt_llm": "1.2.1", "tensorrt": "10.14.1.48", "nvidia-modelopt": "0.37.0"}
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    """Fake hf_ptq.py under the examples dir, a fake HF checkpoint, TensorRT-LLM 1.2.1 and
+    ModelOpt 0.37.0 'installed'."""
+    _, examples = install_fake_tools(tmp_path)
+    monkeypatch.setenv("PDTRT_TRTLLM_EXAMPLES", str(examples))
+    monkeypatch.setenv("FAKE_TRTLLM_RECORD", str(tmp_path / "argv.jsonl"))
+    monkeypatch.setenv("CUDA_VERSION", "13.1.0")
+    monkeypatch.setattr(toolchain, "dist_version", PINNED.get)
+    fake_hf_checkpoint(tmp_path)
+    return tmp_path
+
+
+def _deployment(tmp, edit=lambda d: None):
+    data = yaml.safe_load((EXAMPLES / "llama3-8b-h100-l40s-trtllm-1.2.yaml").read_text())
+    data["model"]["path"] = str(tmp / "hf")
+    edit(data)
+    return load_deployment(write_spec(tmp, data))
+
+
+def _recorded(tmp):
+    path = tmp / "argv.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_options_files_need_no_gpu_and_resume(env):
+    dep = _deployment(env)
+    plan = plan_build(dep, engines_root=env / "engines")
+    result = run_build(plan, dep, nvml=FakeNVML([]))  # no GPU here: nothing needs one
+    assert [r.status for r in result.steps] == [StepStatus.RAN] * 2
+    for phase in Phase:
+        step = plan.phase(phase).steps[-1]
+        phase_dir = env / "engines" / dep.spec.name / str(phase)
+        written = (phase_dir / "extra_llm_api_options.yaml").read_text()
+        assert written == step.content  # what the dry run showed is what was written
+        assert not list(phase_dir.glob(".*.tmp"))  # written atomically
+        m = read_manifest(phase_dir)
+        assert (m.phase, m.target, m.gpu_name) == (phase, "trtllm-1.2", None)
+        assert m.kv_layout.tokens_per_block == 32 and m.kv_layout.kv_dtype == "fp8"
+    assert _recorded(env) == []
+    again = run_build(plan, dep, nvml=FakeNVML([]))
+    assert [r.status for r in again.steps] == [StepStatus.SKIPPED] * 2
+    changed = _deployment(env, lambda d: d["kv_transfer"].update(timeout_s=10))
+    third = run_build(plan_build(changed, engines_root=env / "engines"), changed,
+                      nvml=FakeNVML([]))
+    assert [r.status for r in third.steps] == [StepStatus.RAN] * 2
+
+
+def test_fp8_runs_modelopt_with_the_planned_argv(env):
+    dep = _deployment(env, lambda d: d["model"].update(weights="fp8"))
+    plan = plan_build(dep, engines_root=env / "engines")
+    result = run_build(plan, dep, nvml=FakeNVML([H100, L40S]))
+    assert [s.name for s in plan.steps] == ["prefill-hf-ptq", "prefill-llm-options",
+                                            "decode-hf-ptq", "decode-llm-options"]
+    assert [r.status for r in result.steps] == [StepStatus.RAN] * 4
+    recorded = _recorded(env)
+    assert [r[0] for r in recorded] == ["hf_ptq.py"] * 2
+    assert recorded[1][1:] == list(plan.steps[2].argv[2:])  # the exact rendered argv ran
+    assert recorded[1][1:5] == ["--pyt_ckpt_path", str(env / "hf"), "--export_path",
+                                str(env / "engines" / dep.spec.name / "checkpoints/decode")]
+    m = read_manifest(env / "engines" / dep.spec.name / "decode")
+    assert m.versions["nvidia_modelopt"] == "0.37.0" and m.gpu_name == "NVIDIA L40S"
+
+
+def test_fp8_needs_the_phase_gpu_and_the_pinned_modelopt(env, monkeypatch):
+    dep = _deployment(env, lambda d: d["model"].update(weights="fp8"))
+    plan = plan_build(dep, engines_root=env / "engines")
+    with pytest.raises(GPUMismatchError):
+        run_build(plan, dep, nvml=FakeNVML([H100]))
+    monkeypatch.setattr(toolchain, "dist_version",
+                        {**PINNED, "nvidia-modelopt": "0.35.1"}.get)
+    with pytest.raises(ToolchainError) as err:
+        run_build(plan, dep, nvml=FakeNVML([H100, L40S]))
+    assert err.value.message == ("nvidia-modelopt here is 0.35.1, TensorRT-LLM 1.2.1 pins "
+                                 "~=0.37.0")
+    assert not os.path.exists(env / "argv.jsonl")

@@ -1,0 +1,39 @@
+"""A context-only (prefill) reference LLM in its own process, driven over a multiprocessing pipe:
+the other side of a real UCX KV transfer for tests/llmapi/test_reference_llm.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+OPTIONS = {"max_batch_size": 4, "max_num_tokens": 64, "max_seq_len": 64,
+           "kv_cache_config": {"tokens_per_block": 16},
+           "cache_transceiver_config": {"backend": "UCX", "kv_transfer_timeout_ms": 10_000}}
+
+
+def context_process(conn, model_dir: str) -> None:
+    from pdtrt.llmapi.reference import LLM, DisaggregatedParams, SamplingParams
+
+    llm = LLM(model_dir, skip_tokenizer_init=True, **OPTIONS)
+    conn.send("ready")
+
+    async def context(prompt: list[int]):
+        result = llm.generate_async(prompt, SamplingParams(max_tokens=1, end_id=-1),
+                                    disaggregated_params=DisaggregatedParams(
+                                        request_type="context_only"))
+        return await result.aresult()
+
+    while True:
+        cmd, arg = conn.recv()
+        if cmd == "context":
+            result = asyncio.run(context(arg))
+            params = result.outputs[0].disaggregated_params
+            conn.send({"token_ids": result.outputs[0].token_ids,
+                       "first_gen_tokens": params.first_gen_tokens,
+                       "ctx_request_id": params.ctx_request_id,
+                       "opaque_state": params.opaque_state, "draft_tokens": params.draft_tokens})
+        elif cmd == "stats":
+            conn.send(llm.get_stats(0)[0]["pdtrt_kv_transfer"])
+        elif cmd == "stop":
+            llm.shutdown()
+            conn.send(None)
+            return

@@ -1,0 +1,92 @@
+"""The trtllm-1.2 launch: one Triton server per host, GPU pinning, and the UCX environment.
+
+``launch.sh`` runs with fake ``docker`` and ``tritonserver`` first on ``PATH`` that record their
+arguments (and, for ``tritonserver``, the environment it got), so the test sees the exact
+command each host runs -- outside the container and inside it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pdtrt import envvars
+from pdtrt.errors import RepoError
+from pdtrt.repo.generate import RepoMode, generate_repo
+from pdtrt.repo.plan import plan_repo
+from pdtrt.spec.load import load_deployment
+from tests.conftest import EXAMPLES
+from tests.recorders import install_recorders, run_recorded
+
+SPEC = EXAMPLES / "llama3-8b-h100-l40s-trtllm-1.2.yaml"
+@pytest.fixture(scope="module")
+def dep():
+    return load_deployment(SPEC)
+
+
+def _fakes(tmp_path: Path) -> dict[str, str]:
+    return install_recorders(tmp_path, ("docker", "tritonserver"))
+
+
+_run = run_recorded
+
+
+def test_each_pool_is_a_server_on_its_own_host(dep, tmp_path):
+    front = plan_repo(dep, mode=RepoMode.BOTH, engines_root=tmp_path).launch
+    pools = plan_repo(dep, mode=RepoMode.POOLS, engines_root=tmp_path).launch
+    [h100], [l40s] = front.hosts, pools.hosts
+    assert (h100.gpu, h100.models, h100.num_gpus, h100.server) == (
+        "h100-sxm", ("prefill", "aggregated"), 2, True)
+    assert (l40s.gpu, l40s.models, l40s.num_gpus) == ("l40s", ("decode",), 2)
+    assert not front.mpi and front.world_size == 1
+    assert front.rank_plan("aggregated").gpu_device_ids_param == "1"  # after prefill's GPU 0
+    assert pools.rank_plan("decode").gpu_device_ids_param == "0;1"  # one GPU per instance
+    assert dict(pools.env) == {"UCX_TLS": "rc,cuda_copy,tcp", "UCX_MEMTYPE_CACHE": "n"}
+    assert set(dict(pools.env)) <= set(envvars.WRITTEN)
+    assert pools.launcher_env == (envvars.PDTRT_SRC,)
+    assert l40s.interface_var.startswith(envvars.PDTRT_UCX_INTERFACE_PREFIX)
+
+
+def test_two_gpu_types_in_one_server_are_refused(tmp_path):
+    text = SPEC.read_text().replace("  endpoint: l40s-host:8001 ", "  # no endpoint ")
+    spec = tmp_path / "one-repo.yaml"
+    spec.write_text(text)
+    with pytest.raises(RepoError) as err:
+        plan_repo(load_deployment(spec), mode=RepoMode.BOTH, engines_root=tmp_path)
+    assert err.value.message == (
+        "a trtllm-1.2 repository is one Triton server on one host, but its engine models need "
+        "2 GPU types (prefill on h100-sxm, decode on l40s, aggregated on h100-sxm)")
+    assert "--mode pools" in (err.value.hint or "")
+
+
+def test_what_the_l40s_host_runs(dep, tmp_path):
+    repo, engines = tmp_path / "repo", tmp_path / "engines"
+    generate_repo(dep, repo, mode=RepoMode.POOLS, engines_root=engines)
+    env = {**_fakes(tmp_path), "PDTRT_SRC": "/src", "PDTRT_UCX_INTERFACE_L40S": "ib0"}
+    docker = _run(repo / "launch.sh", [], env, "docker")
+    assert docker[:4] == ["run", "--rm", "--gpus", '"device=0,1"']
+    assert docker[-2:] == [str(repo / "launch.sh"), "--in-container"]
+    passed = [docker[i + 1] for i, a in enumerate(docker) if a == "-e"]
+    assert passed == ["PYTHONPATH=/opt/pdtrt-src", "TRTLLM_UCX_INTERFACE=ib0"]
+    mounts = [docker[i + 1] for i, a in enumerate(docker) if a == "-v"]
+    name = dep.spec.name
+    assert mounts == ["/src:/opt/pdtrt-src:ro", f"{repo}:{repo}:ro",
+                      f"{engines}/{name}:{engines}/{name}:ro"]
+    assert docker[docker.index("--env-file") + 1] == f"{repo}/pdtrt.env"
+
+
+@pytest.mark.parametrize(("nic", "seen"), [("ib0", "TRTLLM_UCX_INTERFACE=ib0"), ("", None)],
+                         ids=["nic", "unset"])
+def test_inside_the_container_it_runs_tritonserver(dep, tmp_path, nic, seen):
+    repo = tmp_path / "repo"
+    generate_repo(dep, repo, mode=RepoMode.POOLS, engines_root=tmp_path / "engines")
+    env = {**_fakes(tmp_path), "TRTLLM_UCX_INTERFACE": nic}
+    argv = _run(repo / "launch.sh", ["--in-container"], env, "tritonserver")
+    assert argv[:3] == [f"--model-repository={repo}", "--grpc-port=8001",
+                        "--grpc-address=0.0.0.0"]
+    assert "--disable-auto-complete-config" in argv
+    got = (tmp_path / "record" / "tritonserver.env").read_text().splitlines()
+    assert "UCX_TLS=rc,cuda_copy,tcp" in got and "UCX_MEMTYPE_CACHE=n" in got
+    assert [line for line in got if line.startswith("TRTLLM_UCX_INTERFACE=")] == (
+        [seen] if seen else [])

@@ -1,0 +1,426 @@
+"""The CPU-only engine model (pdtrt.runtime.engine_model) against a fake Triton seam -- kept,
+with the module, until the LLM-API engine model (test_engine_model.py) has passed every serve
+test; then both go. The tiny reference engine in memory, no server.
+
+Requests go through ``TritonPythonModel.execute`` with :class:`FakeTriton` recording the
+responses; a fake KV node stands in for UCX (the real transfer is tested in
+test_kv_transfer.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pdtrt.engine_io import ERROR_OUTPUT, RequestType, Role
+from pdtrt.errors import KVTransferError
+from pdtrt.runtime.engine_model import EngineConfig, TritonPythonModel
+from pdtrt.runtime.faults import FaultInjection
+from pdtrt.runtime.kv_transfer import TransferStats
+from tests.runtime.fake_triton import FakeRequest, FakeTriton
+
+PROMPT = [5, 6, 7, 8]
+
+
+class FakeKVNode:
+    """The :class:`~pdtrt.runtime.kv_transfer.UcxKVNode` calls the engine model makes, in one
+    process: offered buffers are held until pulled or released."""
+
+    address = b"fake-ucx-worker"
+
+    def __init__(self) -> None:
+        self.stats = TransferStats()
+        self.released: list[int] = []
+
+    def offer(self, buffer: np.ndarray) -> int:
+        transfer_id = len(self.released) + self.stats.offered + 1
+        self.stats.held[transfer_id] = (buffer, float("inf"))
+        self.stats.offered += 1
+        return transfer_id
+
+    def is_held(self, transfer_id: int) -> bool:
+        return transfer_id in self.stats.held
+
+    def release(self, transfer_id: int) -> bool:
+        self.released.append(transfer_id)
+        found = self.stats.held.pop(transfer_id, None) is not None
+        self.stats.released += found
+        return found
+
+    def pull(self, address: bytes, transfer_id: int, nbytes: int) -> np.ndarray:
+        held = self.stats.held.pop(transfer_id, None)
+        if held is None:
+            raise KVTransferError(f"the prefill instance no longer holds KV transfer "
+                                  f"{transfer_id:x}")
+        return held[0]
+
+    def stop(self) -> None:
+        pass
+
+
+class Gate:
+    """Fault-injection hook that holds every batched decode step until ``open()``."""
+
+    def __init__(self) -> None:
+        self._open = threading.Event()
+
+    def open(self) -> None:
+        self._open.set()
+
+    def before_decode(self, request_ids) -> None:
+        assert self._open.wait(10), "the test never opened the gate"
+
+
+@pytest.fixture
+def engine_model(tiny_model):
+    """``engine_model(role, ucx=None, faults=None)``: a serving engine model on a fake seam."""
+    from pdtrt.runtime.reference_engine import ReferenceEngine
+
+    made = []
+
+    def make(role=Role.AGGREGATED, *, ucx=None, faults=None):
+        triton = FakeTriton()
+        model = TritonPythonModel(triton)
+        config = EngineConfig(role=role, engine_dir=Path("in-memory"), tokens_per_block=16,
+                              max_batch_size=4, max_num_tokens=64, max_input_len=16,
+                              max_seq_len=64, ucx_tls=("sm",), kv_transfer_timeout_s=1.0)
+        model.setup(config, ReferenceEngine(tiny_model, tokens_per_block=16),
+                    model_name=str(role), ucx=ucx, faults=faults)
+        made.append(model)
+        return model, triton
+
+    yield make
+    for model in made:
+        model.finalize()
+
+
+def request(ids=PROMPT, max_new=4, *, request_id="r1", streaming=True, exclude_input=True,
+            request_type=None, **inputs):
+    """An engine request as Triton hands it over (scalars reshaped to ``[batch]``)."""
+    arrays = {"input_ids": np.array([ids], dtype=np.int32),
+              "input_lengths": np.array([len(ids)], dtype=np.int32),
+              "request_output_len": np.array([max_new], dtype=np.int32),
+              "streaming": np.array([streaming]),
+              "exclude_input_in_output": np.array([exclude_input]), **inputs}
+    params = {} if request_type is None else {"request_type": str(request_type)}
+    return FakeRequest(request_id, arrays, params)
+
+
+def stop(request_id="r1"):
+    return request(request_id=request_id, stop=np.array([True]))
+
+
+def ended_once(req, error=None):
+    """Exactly one final response, nothing after it; an error response iff ``error``."""
+    req.wait_final()
+    assert req.num_finals == 1 and not req.late, req.responses + req.late
+    if error is None:
+        assert req.errors == []
+    else:
+        assert len(req.errors) == 1 and error in req.errors[0], req.errors
+    return True
+
+
+# -- requests parsed at the edge ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("role", "req", "error"),
+    [(Role.AGGREGATED, request(ids=[]), "input 'input_ids' is required and must not be empty"),
+     (Role.AGGREGATED, request(ids=[1] * 17), "prompt of 17 tokens; this engine takes 1..16"),
+     (Role.AGGREGATED, request(input_lengths=np.array([0], dtype=np.int32)),
+      "input 'input_lengths' is 0 but 'input_ids' holds 4 tokens; allowed: exactly 4"),
+     (Role.AGGREGATED, request(input_lengths=np.array([9], dtype=np.int32)),
+      "input 'input_lengths' is 9 but 'input_ids' holds 4 tokens; allowed: exactly 4"),
+     (Role.AGGREGATED, request(max_new=61), "exceeds max_seq_len 64"),
+     (Role.AGGREGATED, request(max_new=0), "(or is < 1)"),
+     (Role.AGGREGATED, request(ids=[5, 512]), "input_ids outside the vocabulary [0, 512)"),
+     (Role.AGGREGATED, request(request_type="prefill_first"), "unknown request_type"),
+     (Role.AGGREGATED, request(request_type=RequestType.CONTEXT_ONLY),
+      "the aggregated model does not serve context_only requests"),
+     (Role.DECODE, request(request_type=RequestType.GENERATION_ONLY),
+      "generation_only requests need 'context_phase_params'"),
+     (Role.DECODE, request(request_type=RequestType.GENERATION_ONLY,
+                           context_phase_params=np.array([[1, 2, 3]], dtype=np.uint8)),
+      "malformed context_phase_params"),
+     (Role.AGGREGATED, stop(request_id=""), "a stop request needs the request id")],
+    ids=["empty-prompt", "prompt-too-long", "zero-input-lengths", "input-lengths-too-big",
+         "too-many-tokens", "no-tokens", "outside-vocabulary", "unknown-request-type",
+         "phase-on-aggregated", "generation-without-params", "malformed-params",
+         "anonymous-stop"])
+def test_a_bad_request_gets_one_error_and_the_model_keeps_serving(engine_model, role, req,
+                                                                   error):
+    model, triton = engine_model(role, ucx=FakeKVNode() if role is not Role.AGGREGATED else None)
+    model.execute([req])
+    assert ended_once(req, error=error) and len(req.responses) == 1
+    ok = request(request_id="ok")
+    model.execute([ok])
+    assert ended_once(ok) and len(ok.tokens) == 4
+    assert triton.metrics["pdtrt_engine_active_sequences"] == 0
+
+
+# -- strict input: TensorRT-LLM's sampling rules (pdtrt/runtime/requests.py cites them) ---------
+def _f32(value):
+    return np.array([value], dtype=np.float32)
+
+
+def _i32(value):
+    return np.array([value], dtype=np.int32)
+
+
+NO_WORDS = np.array([[[0], [-1]]], dtype=np.int32)  # what the preprocessing sends: no words
+STRICT_CASES = [
+    ("temperature-nan", {"temperature": _f32(np.nan)},
+     "input 'temperature' is nan; allowed: a finite number >= 0"),
+    ("temperature-negative", {"temperature": _f32(-1)},
+     "input 'temperature' is -1.0; allowed: a finite number >= 0"),
+    ("temperature-inf", {"temperature": _f32(np.inf)},
+     "input 'temperature' is inf; allowed: a finite number >= 0"),
+    ("top-p-7", {"runtime_top_p": _f32(7)},
+     "input 'runtime_top_p' (the ensemble's 'top_p') is 7.0; allowed: (0, 1], or 0 for none"),
+    ("top-p-negative", {"runtime_top_p": _f32(-0.5)},
+     "input 'runtime_top_p' (the ensemble's 'top_p') is -0.5; allowed: (0, 1], or 0 for none"),
+    ("top-k-negative", {"runtime_top_k": _i32(-3)},
+     "input 'runtime_top_k' (the ensemble's 'top_k') is -3; allowed: >= 0"),
+    ("repetition-penalty-0", {"repetition_penalty": _f32(0)},
+     "input 'repetition_penalty' is 0.0; allowed: a finite number > 0"),
+    ("length-penalty-negative", {"len_penalty": _f32(-1)},
+     "input 'len_penalty' (the ensemble's 'length_penalty') is -1.0; allowed: a finite number "
+     ">= 0"),
+    ("min-length-negative", {"min_length": _i32(-1)},
+     "input 'min_length' is -1; allowed: >= 0"),
+    ("presence-penalty-nan", {"presence_penalty": _f32(np.nan)},
+     "input 'presence_penalty' is nan; allowed: a finite number"),
+    ("beam-width-4", {"beam_width": _i32(4)},
+     "input 'beam_width' is 4; allowed: 1..1 (the engine's max_beam_width)"),
+    ("beam-width-0", {"beam_width": _i32(0)},
+     "input 'beam_width' is 0; allowed: 1..1 (the engine's max_beam_width)"),
+    ("two-prompts", {"input_ids": np.array([[5, 6], [7, 8]], dtype=np.int32),
+                     "input_lengths": _i32([2, 2]).reshape(-1)},
+     "input 'input_ids' holds 2 prompts; pdtrt serves one prompt per request"),
+    ("repetition-penalty-not-implemented", {"repetition_penalty": _f32(1.3)},
+     "input 'repetition_penalty' is 1.3; allowed: 1.0 (the reference engine does not "
+     "implement repetition_penalty)"),
+    ("log-probs-not-implemented", {"return_log_probs": np.array([True])},
+     "input 'return_log_probs' is True; allowed: false"),
+    ("stop-words-not-implemented",
+     {"stop_words_list": np.array([[[7, 8], [2, -1]]], dtype=np.int32)},
+     "input 'stop_words_list' is a non-empty word list; allowed: no words"),
+]
+
+
+@pytest.mark.parametrize(("inputs", "error"), [c[1:] for c in STRICT_CASES],
+                         ids=[c[0] for c in STRICT_CASES])
+def test_input_tensorrt_llm_refuses_is_refused_naming_it(engine_model, inputs, error):
+    model, triton = engine_model()
+    req = request(**inputs)
+    model.execute([req])
+    assert ended_once(req, error=error) and len(req.responses) == 1
+    assert triton.metrics["pdtrt_engine_active_sequences"] == 0
+    ok = request(request_id="ok")
+    model.execute([ok])
+    assert ended_once(ok) and len(ok.tokens) == 4
+
+
+@pytest.mark.parametrize("inputs", [
+    {"temperature": _f32(0)}, {"runtime_top_p": _f32(0)}, {"runtime_top_p": _f32(1)},
+    {"runtime_top_k": _i32(0)}, {"beam_width": _i32(1)}, {"repetition_penalty": _f32(1)},
+    {"len_penalty": _f32(0)}, {"min_length": _i32(1)}, {"stop_words_list": NO_WORDS,
+                                                        "bad_words_list": NO_WORDS}],
+    ids=["temperature-0-greedy", "top-p-0-none", "top-p-1", "top-k-0", "beam-width-1",
+         "repetition-penalty-1", "length-penalty-0", "min-length-1", "empty-word-lists"])
+def test_the_edges_tensorrt_llm_allows_are_served(engine_model, inputs):
+    model, _ = engine_model()
+    req = request(**inputs)
+    model.execute([req])
+    assert ended_once(req) and len(req.tokens) == 4
+
+
+@pytest.mark.parametrize("built", [1, 4])
+def test_the_beam_width_limit_comes_from_the_engine_manifest(tmp_path, built):
+    from pdtrt.build.manifest import EngineManifest, KVLayout, write_manifest
+    from pdtrt.enums import KVDType, Phase, Target, WeightQuant
+    from pdtrt.runtime.engine_model import _max_beam_width
+
+    write_manifest(tmp_path, EngineManifest(
+        phase=Phase.DECODE, target=Target.REFERENCE, model="m", gpu_name=None,
+        compute_capability=None, tp=1, pp=1, weights=WeightQuant.NONE,
+        kv_layout=KVLayout(num_layers=1, num_kv_heads=1, head_dim=8, kv_dtype=KVDType.FP32,
+                           tokens_per_block=16),
+        versions={}, build_settings={"settings": {"max_beam_width": {"value": built}}},
+        input_hashes={}, pdtrt_version="0"))
+    assert _max_beam_width(tmp_path) == built
+
+
+# -- one final response ------------------------------------------------------------------------
+def test_a_streaming_request_gets_its_tokens_then_one_final(engine_model):
+    model, triton = engine_model()
+    req = request(max_new=6)
+    model.execute([req])
+    assert ended_once(req) and len(req.tokens) == 6
+    assert [len(r.tokens) for r in req.responses] == [1] * 6  # one token a response
+    assert all("first_token_time_ns" in r.outputs for r in req.responses)
+    assert triton.metrics["pdtrt_engine_requests_total"] == 1
+
+
+@pytest.mark.parametrize(("exclude_input", "length"), [(True, 5), (False, 4 + 5)],
+                         ids=["output-only", "prompt-and-output"])
+def test_a_non_streaming_request_gets_one_response(engine_model, exclude_input, length):
+    model, _ = engine_model()
+    req = request(max_new=5, streaming=False, exclude_input=exclude_input)
+    model.execute([req])
+    assert ended_once(req) and len(req.responses) == 1 and len(req.tokens) == length
+
+
+# -- stop and cancellation ---------------------------------------------------------------------
+@pytest.mark.parametrize("how", ["stop-request", "client-cancel"])
+def test_a_stopped_request_ends_once_and_counts_as_cancelled(engine_model, how):
+    gate = Gate()
+    model, triton = engine_model(faults=gate)
+    req = request(max_new=50)
+    model.execute([req])
+    for _ in range(200):  # the first token comes from the prefill, before any decode step
+        if req.responses:
+            break
+        threading.Event().wait(0.01)
+    assert req.tokens and not req.num_finals
+    if how == "stop-request":
+        halt = stop()
+        model.execute([halt])
+        assert ended_once(halt) and halt.responses[0].outputs == {}
+    else:
+        req.cancel()
+    gate.open()
+    assert ended_once(req) and len(req.tokens) < 50
+    assert triton.metrics["pdtrt_engine_cancelled_total"] == 1
+    assert triton.metrics["pdtrt_engine_active_sequences"] == 0
+
+
+def test_a_stop_frees_the_kv_a_prefill_holds(engine_model):
+    ucx = FakeKVNode()
+    model, triton = engine_model(Role.PREFILL, ucx=ucx)
+    ctx = request(request_type=RequestType.CONTEXT_ONLY, request_id="held-1", streaming=False)
+    model.execute([ctx])
+    assert ended_once(ctx) and "context_phase_params" in ctx.responses[0].outputs
+    assert list(ucx.stats.held) == [1] and triton.metrics["pdtrt_kv_held_buffers"] == 1
+    halt = stop("held-1")
+    model.execute([halt])
+    assert ended_once(halt) and ucx.released == [1] and not ucx.stats.held
+    assert triton.metrics["pdtrt_kv_released_total"] == 1
+    assert triton.metrics["pdtrt_kv_held_buffers"] == 0
+
+
+def test_prefill_then_decode_gives_the_aggregated_tokens(engine_model):
+    ucx = FakeKVNode()  # one node: the decode pulls what the prefill offered
+    prefill, _ = engine_model(Role.PREFILL, ucx=ucx)
+    decode, triton = engine_model(Role.DECODE, ucx=ucx)
+    aggregated, _ = engine_model()
+    ctx = request(request_type=RequestType.CONTEXT_ONLY, streaming=False)
+    prefill.execute([ctx])
+    assert ended_once(ctx)
+    params = ctx.responses[0].outputs["context_phase_params"]
+    gen = request(max_new=6, request_type=RequestType.GENERATION_ONLY,
+                  context_phase_params=params)
+    decode.execute([gen])
+    whole = request(max_new=6)
+    aggregated.execute([whole])
+    assert ended_once(gen) and ended_once(whole)
+    assert gen.tokens == whole.tokens and gen.tokens[:1] == ctx.tokens
+    assert triton.metrics["pdtrt_kv_transfers_total"] == 1
+    again = request(max_new=6, request_type=RequestType.GENERATION_ONLY,
+                    context_phase_params=params, request_id="again")
+    decode.execute([again])  # the KV has been pulled: gone
+    assert ended_once(again, error="KV transfer failed: the prefill instance no longer holds")
+
+
+# -- engine failures ---------------------------------------------------------------------------
+def test_an_engine_failure_after_data_goes_in_band_then_ends_once(engine_model):
+    model, triton = engine_model(faults=FaultInjection(("fault-",)))
+    req = request(max_new=8, request_id="fault-1")
+    model.execute([req])
+    assert ended_once(req, error="injected decode-step fault")
+    tokens, in_band, error, final = req.responses
+    assert tokens.tokens and not tokens.final  # the first token, from the prefill
+    assert in_band.outputs[ERROR_OUTPUT].reshape(-1)[0].decode() == error.error
+    assert not error.final and final.final and final.outputs == {} and final.error is None
+    assert triton.metrics["pdtrt_engine_failed_total"] == 1
+
+
+def test_a_bls_caller_gets_a_failure_after_data_in_band_and_no_error_response(engine_model):
+    """The router names its outputs, the in-band one among them: an error response after data
+    would keep its BLS stream from ever ending (and its stub from finalizing)."""
+    model, _ = engine_model(faults=FaultInjection(("fault-",)))
+    req = request(max_new=8, request_id="fault-4")
+    req.requested_outputs = ("output_ids", "sequence_length", ERROR_OUTPUT)
+    model.execute([req])
+    req.wait_final()
+    tokens, in_band, final = req.responses
+    assert tokens.tokens and not tokens.final
+    assert in_band.outputs[ERROR_OUTPUT].reshape(-1)[0].decode() == (
+        "engine failure: injected decode-step fault (PDTRT_FAULT_INJECTION) for request "
+        "'fault-4'")
+    assert req.errors == [] and final.final and final.outputs == {}
+
+
+def test_an_ensemble_step_gets_a_failure_after_data_as_one_final_error(engine_model):
+    """An ensemble asks for its step's outputs only and runs its next step on every response:
+    no in-band response, one error response that ends the request."""
+    model, _ = engine_model(faults=FaultInjection(("fault-",)))
+    req = request(max_new=8, request_id="fault-3")
+    req.requested_outputs = ("output_ids", "sequence_length")
+    model.execute([req])
+    assert ended_once(req, error="injected decode-step fault")
+    tokens, error = req.responses
+    assert tokens.tokens and not tokens.final
+    assert error.final and error.outputs == {}
+
+
+def test_an_engine_failure_before_data_is_one_error_response(engine_model):
+    model, _ = engine_model(faults=FaultInjection(("fault-",)))
+    req = request(max_new=8, request_id="fault-2", streaming=False)
+    model.execute([req])
+    assert ended_once(req, error="engine failure: injected decode-step fault")
+    assert len(req.responses) == 1 and req.responses[0].final
+
+
+# -- the server stops --------------------------------------------------------------------------
+def _first_token(req):
+    for _ in range(500):  # the first token comes from the prefill, before any decode step
+        if req.responses:
+            return True
+        threading.Event().wait(0.01)
+    return False
+
+
+def test_a_drain_ends_every_request_in_flight_with_an_error_and_refuses_new_ones(engine_model):
+    gate = Gate()
+    model, triton = engine_model(faults=gate)
+    streams = [request(max_new=50, request_id=f"s{i}") for i in range(3)]
+    model.execute(streams)
+    assert all(_first_token(r) for r in streams)
+    triton.stop_server()  # SIGTERM to the server: the stub's models hear of it
+    late = request(request_id="late")
+    model.execute([late])
+    gate.open()
+    for req in streams:
+        assert ended_once(req, error="the server is shutting down") and len(req.tokens) < 50
+    assert ended_once(late, error="the server is shutting down") and late.tokens == []
+    for _ in range(200):
+        if model.scheduler.num_active == 0:
+            break
+        threading.Event().wait(0.01)
+    assert model.scheduler.num_active == 0  # the stopped sequences left the engine
+    assert triton.metrics["pdtrt_engine_active_sequences"] == 0
+
+
+def test_finalize_ends_what_is_left_stops_its_threads_and_releases_the_seam(engine_model):
+    gate = Gate()
+    model, triton = engine_model(Role.PREFILL, ucx=FakeKVNode(), faults=gate)
+    req = request(max_new=50)
+    model.execute([req])
+    assert _first_token(req)
+    gate.open()
+    model.finalize()
+    assert ended_once(req, error="the server is shutting down")
+    assert triton.released and not model.scheduler._thread.is_alive()  # noqa: SLF001

@@ -1,0 +1,48 @@
+"""The LLM-API engine model's parameters: the reference target's, turned into LLM-API options,
+or an LLM-API options file (pdtrt/runtime/llm_config.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pdtrt.engine_io import Param, Role
+from pdtrt.runtime.llm_config import LLMEngineConfig, engine_limits
+
+MODEL = {"vocab_size": 512, "max_position_embeddings": 512}
+
+
+def _reference(role: Role, monkeypatch) -> dict[str, str]:
+    monkeypatch.setattr("pdtrt.runtime.llm_config.max_beam_width", lambda _: 1)
+    return {Param.ROLE: role, Param.ENGINE_DIR: "/engines/prefill", Param.MAX_BATCH_SIZE: "8",
+            Param.MAX_NUM_TOKENS: "256", Param.MAX_INPUT_LEN: "128", Param.MAX_SEQ_LEN: "192",
+            Param.TOKENS_PER_BLOCK: "16", Param.KV_TRANSFER_TIMEOUT_S: "1.5",
+            Param.UCX_TLS: "sm,tcp"}
+
+
+@pytest.mark.parametrize("role", [Role.PREFILL, Role.DECODE, Role.AGGREGATED])
+def test_reference_parameters_become_llm_api_options(role, monkeypatch):
+    config = LLMEngineConfig.from_params(_reference(role, monkeypatch))
+    phase = {"cache_transceiver_config": {"backend": "UCX", "kv_transfer_timeout_ms": 1500}}
+    assert config.model == Path("/engines/prefill") and config.ucx_tls == ("sm", "tcp")
+    assert config.options == {
+        "max_batch_size": 8, "max_num_tokens": 256, "max_input_len": 128, "max_seq_len": 192,
+        "max_beam_width": 1, "kv_cache_config": {"tokens_per_block": 16},
+        **(phase if role is not Role.AGGREGATED else {})}
+    assert config.serves_phases is (role is not Role.AGGREGATED)
+    limits = engine_limits(config, MODEL)
+    assert (limits.max_input_len, limits.max_seq_len, limits.vocab_size) == (128, 192, 512)
+
+
+def test_an_options_file_is_read_as_is_and_the_limits_default_like_the_llm_api(tmp_path):
+    options = tmp_path / "decode.yaml"
+    options.write_text("max_batch_size: 64\ncache_transceiver_config:\n  backend: UCX\n")
+    config = LLMEngineConfig.from_params({Param.ROLE: Role.DECODE,
+                                          Param.LLM_MODEL: "/models/llama",
+                                          Param.LLM_OPTIONS: str(options)})
+    assert config.options == {"max_batch_size": 64,
+                              "cache_transceiver_config": {"backend": "UCX"}}
+    assert config.serves_phases and config.kv_transfer_timeout_s == 30.0 and config.ucx_tls == ()
+    limits = engine_limits(config, MODEL)
+    assert (limits.max_input_len, limits.max_seq_len, limits.max_beam_width) == (1024, 512, 1)

@@ -1,0 +1,177 @@
+"""trtllm-1.2: the per-phase LLM-API options (golden files, reasons, phase differences), their
+check against the pinned LlmArgs facts, the FP8 step's argv, and the target's spec rules.
+
+Regenerate the golden options with ``.venv/bin/python -m pytest tests/targets/test_trtllm_1_2.py
+--update-golden`` (tests/golden/README.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from buildspecs import write_spec
+
+from pdtrt.build.plan import plan_build
+from pdtrt.build.settings import SettingSource
+from pdtrt.build.steps import StepKind
+from pdtrt.enums import Phase, Target
+from pdtrt.errors import BuildRejected, SpecError
+from pdtrt.spec.load import load_deployment
+from pdtrt.targets import trtllm_1_2
+from pdtrt.targets.llm_args import load_llm_args, option_problems
+from pdtrt.targets.llm_options import LlmOption, cuda_graph_batch_sizes, options_mapping
+from tests.conftest import EXAMPLES
+
+EXAMPLE = "llama3-8b-h100-l40s-trtllm-1.2"
+FACTS = load_llm_args(Target.TRTLLM_1_2)
+
+
+def _data() -> dict:
+    return yaml.safe_load((EXAMPLES / f"{EXAMPLE}.yaml").read_text())
+
+
+def _dep(tmp_path: Path, edit=lambda d: None):
+    data = _data()
+    edit(data)
+    return load_deployment(write_spec(tmp_path, data))
+
+
+def _options(plan, phase: Phase) -> dict:
+    step = next(s for s in plan.phase(phase).steps if s.kind is StepKind.LLM_OPTIONS)
+    return yaml.safe_load(step.content)
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return plan_build(load_deployment(EXAMPLES / f"{EXAMPLE}.yaml"),
+                      engines_root=Path("engines"))
+
+
+@pytest.mark.parametrize("phase", list(Phase), ids=str)
+def test_golden_options_file(plan, phase, golden):
+    step = plan.phase(phase).steps[-1]
+    assert step.kind is StepKind.LLM_OPTIONS and step.argv == ()
+    assert step.output_dir == Path(f"engines/{EXAMPLE}/{phase}")
+    golden(f"build/llm-options-{EXAMPLE}-{phase}.yaml", step.content)
+
+
+def test_the_phases_differ_where_the_phases_differ(plan):
+    prefill, decode = _options(plan, Phase.PREFILL), _options(plan, Phase.DECODE)
+    assert (prefill["max_batch_size"], decode["max_batch_size"]) == (8, 92)
+    assert (prefill["max_num_tokens"], decode["max_num_tokens"]) == (16384, 512)
+    assert (prefill["disable_overlap_scheduler"], decode["disable_overlap_scheduler"]) == (
+        True, False)
+    assert prefill["cuda_graph_config"] is None
+    assert decode["cuda_graph_config"] == {"batch_sizes": [1, 2, 4, 8, 16, 32, 64, 92],
+                                           "enable_padding": True}
+    for options in (prefill, decode):
+        assert options["kv_cache_config"]["enable_block_reuse"] is False
+        assert options["kv_cache_config"]["dtype"] == "fp8"
+        assert options["cache_transceiver_config"] == {
+            "backend": "UCX", "max_tokens_in_buffer": 8192, "kv_transfer_timeout_ms": 30000}
+        assert option_problems(FACTS, options) == []
+
+
+def test_every_option_shows_in_the_plan_with_its_reason(plan):
+    settings = plan.phase(Phase.DECODE).settings.values
+    graphs = settings["cuda_graph_config.batch_sizes"]
+    assert (graphs.value, graphs.source) == ("1,2,4,8,16,32,64,92", SettingSource.COMPUTED)
+    assert "powers of two below max_batch_size 92" in graphs.why
+    buffer = settings["cache_transceiver_config.max_tokens_in_buffer"]
+    assert buffer.why == ("kv_transfer.buffer_size_bytes 536870912 B / 65536 B of KV per token "
+                          "per rank, rounded down to tokens_per_block 32")
+    assert settings["cache_transceiver_config.kv_transfer_timeout_ms"].why == (
+        "kv_transfer.timeout_s 30 x 1000")
+
+
+def test_a_buffer_smaller_than_the_longest_prompt_is_refused(tmp_path):
+    dep = _dep(tmp_path, lambda d: d["kv_transfer"].update(buffer_size_bytes=64 << 20))
+    with pytest.raises(BuildRejected) as err:
+        plan_build(dep, engines_root=tmp_path / "engines")
+    assert err.value.reasons[0] == (
+        "prefill: the KV-transfer buffer holds 1024 tokens (kv_transfer.buffer_size_bytes "
+        "67108864 B / 65536 B of KV per token per rank, rounded down to tokens_per_block 32), "
+        "fewer than the longest prompt, max_input_len 4096: a prompt's KV must fit it whole")
+
+
+def _seeded(monkeypatch, option: LlmOption) -> None:
+    real = trtllm_1_2.phase_options
+    monkeypatch.setattr(trtllm_1_2, "phase_options",
+                        lambda dep, phase, settings: (*real(dep, phase, settings), option))
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("kv_cache_config.enable_block_resue", False,
+     "kv_cache_config.enable_block_resue: KvCacheConfig has no field 'enable_block_resue' "
+     "(did you mean 'enable_block_reuse'?)"),
+    ("disable_overlap_schedular", True,
+     "disable_overlap_schedular: TorchLlmArgs has no field 'disable_overlap_schedular' "
+     "(did you mean 'disable_overlap_scheduler'?)"),
+    ("cache_transceiver_config.backend", "ucx",
+     "cache_transceiver_config.backend: 'ucx' is not one of DEFAULT, UCX, NIXL, MOONCAKE, MPI "
+     "(did you mean 'UCX'?)"),
+    ("kv_cache_config.free_gpu_memory_fraction", "0.9",
+     "kv_cache_config.free_gpu_memory_fraction: expected a number, got '0.9'"),
+    ("cache_transceiver_config.kv_transfer_timeout_ms", 0,
+     "cache_transceiver_config.kv_transfer_timeout_ms: 0 is not > 0"),
+], ids=["misspelt-nested-key", "misspelt-key", "enum-case", "wrong-type", "bound"])
+def test_a_bad_option_is_a_build_error_naming_key_and_file(monkeypatch, tmp_path, key, value,
+                                                           message):
+    _seeded(monkeypatch, LlmOption(key=key, value=value, source=SettingSource.COMPUTED,
+                                   why="seeded"))
+    dep = _dep(tmp_path)
+    with pytest.raises(BuildRejected) as err:
+        plan_build(dep, engines_root=tmp_path / "engines")
+    file = tmp_path / "engines" / EXAMPLE / "prefill" / "extra_llm_api_options.yaml"
+    assert err.value.reasons[0] == f"{file}: {message}"
+    assert "llm_args.py @ 1b1598c0c25f" in err.value.reasons[-1]
+
+
+def test_fp8_weights_quantize_with_modelopt_first(tmp_path, monkeypatch):
+    monkeypatch.delenv("PDTRT_TRTLLM_EXAMPLES", raising=False)
+    dep = _dep(tmp_path, lambda d: d["model"].update(weights="fp8"))
+    plan = plan_build(dep, engines_root=Path("engines"))
+    quantize, options = plan.phase(Phase.DECODE).steps
+    assert quantize.kind is StepKind.HF_PTQ and quantize.gpu.key == "l40s"
+    assert list(quantize.argv) == [
+        "python3", "/opt/Model-Optimizer/examples/llm_ptq/hf_ptq.py",
+        "--pyt_ckpt_path", "models/meta-llama/Meta-Llama-3.1-8B",
+        "--export_path", f"engines/{EXAMPLE}/checkpoints/decode",
+        "--qformat", "fp8", "--kv_cache_qformat", "fp8", "--calib_size", "512",
+        "--batch_size", "1"]
+    assert options.kind is StepKind.LLM_OPTIONS
+    assert quantize.output_dir == Path(f"engines/{EXAMPLE}/checkpoints/decode")
+
+
+def test_without_fp8_weights_no_step_needs_a_gpu(plan):
+    assert all(s.gpu is None and s.in_process for s in plan.steps)
+    assert plan.phase(Phase.PREFILL).notes == (
+        "prefill: FP8 KV cache on bf16 weights: no calibrated KV scales (FP8 weights export "
+        "them with ModelOpt)",)
+
+
+@pytest.mark.parametrize(("edit", "path", "text"), [
+    (lambda d: d["model"].update(kv_cache_dtype="int8"), "model.kv_cache_dtype",
+     "trtllm-1.2 keeps the KV cache in the model dtype (bf16) or fp8, not int8"),
+    (lambda d: d["model"].update(weights="int4-awq"), "model.weights",
+     "trtllm-1.2 builds prefill weights none or fp8 (ModelOpt FP8), not int4-awq"),
+], ids=["int8-kv", "int4-weights"])
+def test_the_targets_spec_rules(tmp_path, edit, path, text):
+    with pytest.raises(SpecError) as err:
+        _dep(tmp_path, edit)
+    assert any(i.path == path and i.message == text for i in err.value.issues), err.value.message
+
+
+@pytest.mark.parametrize(("batch", "sizes"), [(1, (1,)), (8, (1, 2, 4, 8)),
+                                              (92, (1, 2, 4, 8, 16, 32, 64, 92))])
+def test_cuda_graph_batch_sizes(batch, sizes):
+    assert cuda_graph_batch_sizes(batch) == sizes
+
+
+def test_nested_options_become_one_mapping():
+    options = (LlmOption(key="a.b", value=(1, 2), source=SettingSource.SPEC, why=""),
+               LlmOption(key="a.c", value=None, source=SettingSource.SPEC, why=""),
+               LlmOption(key="d", value=0.5, source=SettingSource.SPEC, why=""))
+    assert options_mapping(options) == {"a": {"b": [1, 2], "c": None}, "d": 0.5}
