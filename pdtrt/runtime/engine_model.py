@@ -37,6 +37,7 @@ from pdtrt.llmapi.reference.transceiver import HeldKV
 from pdtrt.runtime.faults import FaultInjection
 from pdtrt.runtime.inflight import InflightRequests, StopHandle
 from pdtrt.runtime.kv_transfer import UcxKVNode
+from pdtrt.runtime.llm_metrics import METRICS as LLM_METRICS
 from pdtrt.runtime.phase_params import ContextPhaseParams
 from pdtrt.runtime.reference_engine import (
     ReferenceEngine,
@@ -65,27 +66,11 @@ from pdtrt.runtime.triton_io import (
 log = logging.getLogger(__name__)
 
 _COUNTER, _GAUGE = MetricKind.COUNTER, MetricKind.GAUGE
-_METRICS = {
-    "kv_seconds": MetricSpec("pdtrt_kv_transfer_seconds_total",
-                             "Seconds spent pulling KV caches over UCX (decode side)", _COUNTER),
-    "kv_count": MetricSpec("pdtrt_kv_transfers_total", "KV caches pulled (decode side)",
-                           _COUNTER),
-    "kv_bytes": MetricSpec("pdtrt_kv_transfer_bytes_total", "KV bytes pulled over UCX",
-                           _COUNTER),
-    "kv_held": MetricSpec("pdtrt_kv_held_buffers", "KV caches held for a decode pull", _GAUGE),
-    "kv_expired": MetricSpec("pdtrt_kv_expired_total", "Held KV caches freed by timeout",
-                             _GAUGE),
-    "kv_released": MetricSpec("pdtrt_kv_released_total", "Held KV caches freed early by a stop",
-                              _GAUGE),
-    "cancelled": MetricSpec("pdtrt_engine_cancelled_total",
-                            "Sequences stopped before their end (client cancel or stop request)",
-                            _COUNTER),
-    "failed": MetricSpec("pdtrt_engine_failed_total", "Requests that ended in an engine error",
-                         _COUNTER),
+# The LLM-API engine model's table (the same names), less its two gauges this model has no
+# figure for, and two descriptions that say what this model measures.
+_METRICS = {k: v for k, v in LLM_METRICS.items() if k not in ("kv_usage", "queued")} | {
     "queue_s": MetricSpec("pdtrt_engine_queue_seconds_total",
                           "Seconds requests waited before the scheduler took them", _COUNTER),
-    "requests": MetricSpec("pdtrt_engine_requests_total", "Requests the engine finished",
-                           _COUNTER),
     "active": MetricSpec("pdtrt_engine_active_sequences",
                          "Sequences the engine holds (waiting or running)", _GAUGE),
 }
