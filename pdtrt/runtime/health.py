@@ -19,9 +19,9 @@ answering on a connection that stays open. So the router never waits on a phase 
   a dead one is noticed before a request is sent to it, and an ejected one less and less often
   (:func:`probe_due`), which is how it comes back (e.g. after ``pdtrt serve``'s supervisor
   reloaded the model whose stub died). Probing a dead *local* endpoint is not free: Triton 2.51
-  takes about a second to answer a request to a dead stub, and the router's BLS calls wait
-  meanwhile (measured: every router stream stalled ~0.8 s per probe). The router therefore
-  also probes an ejected endpoint on demand, when its pool has no healthy one left.
+  takes about a second to answer a request to a dead stub (a reader thread waits that long),
+  so the router also probes an ejected endpoint on demand, when its pool has no healthy one
+  left.
 - An error that says the callee's stub is dead
   (:data:`~pdtrt.runtime.phase_client.STUB_GONE`, Triton's own words) ejects its endpoint at
   once, without a probe.

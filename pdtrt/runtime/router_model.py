@@ -436,8 +436,15 @@ class TritonPythonModel:
         if not is_stop:
             self.metrics.add("calls", **labels)
 
+        started_s = self.prober.clock()
+
         async def alive() -> str | None:
             problem = await self.prober.check(endpoint)
+            if problem is None and endpoint.failed_s > started_s:
+                # It answers again, but it failed (its stub died) while this call was in
+                # flight: the call is lost -- a BLS stream then never ends, and its exec may
+                # never return (docs/serve.md, Triton facts).
+                problem = "it failed while this call was in flight, which lost the call"
             if problem is not None:
                 self.metrics.add("stalled", **labels)
             return problem

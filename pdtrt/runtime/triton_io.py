@@ -193,11 +193,17 @@ class BackendTriton:
                  skip_if: Callable[[], str | None] | None = None) -> Any:
         """Send a decoupled request to ``model``; returns its response iterator (opaque).
 
-        ``exec`` holds the lock until Triton has taken the request -- about a second when the
-        callee's stub has died (measured on 2.51), during which every other call of this
-        model waits. ``skip_if`` is asked under the lock, just before: a message instead of
-        None raises :class:`PhaseError` with it, and nothing is sent (so requests that queued
-        for the lock behind a call to a dead model do not each wait that second again).
+        ``exec`` runs WITHOUT the lock (only building the request takes it): Triton's
+        ``exec(decoupled=True)`` returns only once the callee has sent its *first* response
+        (python_backend r24.10 ``src/python_be.cc`` ``ExecuteBLSRequest`` waits on the
+        request's future, which ``src/infer_payload.cc`` ``SetValue`` fulfils with the first
+        response) -- a whole prefill, or never, for a request lost in a callee whose stub died
+        (seen in the 30-minute soak: the router froze for good, docs/soak.md). Held across it,
+        the lock stopped every other stream, response and metric of the model meanwhile. The
+        stub runs ``exec`` on several threads at once itself (``async_exec``: the event loop's
+        executor, ``src/pb_stub.cc`` r24.10). ``skip_if`` is asked just before: a message
+        instead of None raises :class:`PhaseError` with it, and nothing is sent (requests for a
+        model known to be dead fail at once instead of each waiting on its stub).
         """
         with _LOCK:
             if skip_if is not None and (why := skip_if()) is not None:
@@ -206,7 +212,7 @@ class BackendTriton:
                 model_name=model, inputs=self._tensors(inputs),
                 requested_output_names=list(outputs), request_id=request_id,
                 parameters=dict(parameters))
-            return request.exec(decoupled=True)
+        return request.exec(decoupled=True)
 
     def bls_next(self, responses: Any, outputs: Sequence[str]) -> dict[str, np.ndarray] | None:
         """Block for the next response of a :meth:`bls_exec` call: its ``outputs`` (those

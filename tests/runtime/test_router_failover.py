@@ -172,6 +172,37 @@ def test_a_phase_that_stops_answering_ends_the_stream_within_its_liveness_deadli
     assert stop.request_id == work(triton, "prefill")[0].request_id  # the KV is freed
 
 
+def test_a_call_lost_while_its_endpoint_was_down_ends_though_the_endpoint_is_back(router, hang):
+    """The 30-minute soak's hang: a prefill sent as its stub was killed never answers (Triton's
+    BLS exec waits for a first response that never comes); the background probe sees the
+    endpoint dead, then reloaded. The lost call ends within seconds, with an error that says
+    why (one prefill endpoint: there is no other to retry on)."""
+    probes, calls = [], []
+
+    def reloaded(call):
+        if is_probe(call):
+            probes.append(call)
+            return [Fail(DEAD)] if len(probes) == 1 else []
+        if call.is_stop:
+            return []
+        calls.append(call)
+        return lost()
+
+    def lost():
+        hang.wait()
+        yield from ()
+
+    model, triton = router(phases({"prefill": reloaded}), **{
+        Param.LIVENESS_S: "0.6", Param.PROBE_TIMEOUT_S: "0.5", Param.PROBE_INTERVAL_S: "0.1"})
+    req = request()
+    asyncio.run(asyncio.wait_for(model.execute([req]), 5.0))  # a hang fails, not blocks
+    assert len(probes) >= 2 and len(calls) == 1  # seen dead, then back
+    assert ended_once(req, error="prefill failed: endpoint prefill stopped answering: it failed "
+                      "while this call was in flight, which lost the call")
+    assert metric(triton, "pdtrt_router_stalled_calls_total", phase="prefill",
+                  endpoint="prefill") == 1
+
+
 def test_a_slow_phase_that_answers_its_probe_is_waited_for(router):
     def slow(call):
         if call.is_stop:

@@ -1,5 +1,5 @@
-"""The Triton seam itself: every ``pb_utils`` call under the lock, the blocking BLS ``next()``
-outside it, and no other module of pdtrt touching ``pb_utils``.
+"""The Triton seam itself: every ``pb_utils`` call under the lock, the blocking BLS ``exec`` and
+``next()`` outside it, and no other module of pdtrt touching ``pb_utils``.
 
 :class:`BackendTriton` runs here over a recording stand-in for ``triton_python_backend_utils``
 that notes, for each call, whether the seam's lock was held; the real module is exercised by
@@ -141,7 +141,7 @@ def recording_pb_utils(rec: Recorder) -> SimpleNamespace:
         get_output_tensor_by_name=get_output_tensor_by_name)
 
 
-def test_every_pb_utils_call_holds_the_lock_except_the_blocking_next():
+def test_every_pb_utils_call_holds_the_lock_except_the_blocking_exec_and_next():
     rec = Recorder()
     pb = recording_pb_utils(rec)
     rec.calls.clear()  # the scripted BLS answers were made by the test, not the seam
@@ -167,9 +167,37 @@ def test_every_pb_utils_call_holds_the_lock_except_the_blocking_next():
     assert triton.bls_next(responses, ["output_ids"]) is None
     assert not triton_io._LOCK.locked()
     unlocked = sorted({what for what, locked in rec.calls if not locked})
-    assert unlocked == ["next"], rec.calls
+    assert unlocked == ["exec", "next"], rec.calls
     assert {what for what, _ in rec.calls} >= {"send", "exec", "increment", "set", "Metric",
                                                "is_cancelled", "get_response_sender"}
+
+
+def test_a_bls_call_waiting_for_its_first_response_blocks_nothing_else():
+    """``exec`` returns with the callee's first response (or never, for a request lost in a
+    dying callee): meanwhile the model's other calls go through."""
+    import threading
+
+    rec = Recorder()
+    pb = recording_pb_utils(rec)
+    answered, release = threading.Event(), threading.Event()
+    pb.InferenceRequest.exec = lambda self, decoupled: release.wait(30)
+    triton = BackendTriton(pb)
+    [incoming] = triton.receive([pb.Request()], ["input_ids"], decoupled=True)
+    waiting = threading.Thread(target=triton.bls_exec, args=("prefill", {}), kwargs={
+        "request_id": "r", "parameters": {}, "outputs": ["output_ids"]})
+    waiting.start()
+
+    def others() -> None:
+        triton.send(incoming, {"output_ids": np.array([[[1]]], dtype=np.int32)})
+        triton.is_cancelled(incoming)
+        answered.set()
+
+    threading.Thread(target=others).start()
+    try:
+        assert answered.wait(5), "a send waited for another stream's exec"
+    finally:
+        release.set()
+        waiting.join(5)
 
 
 def _names_used(tree: ast.AST) -> set[str]:
