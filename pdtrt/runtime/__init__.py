@@ -5,10 +5,9 @@
 - :mod:`scheduler` -- in-flight batching of the sequences one engine instance holds;
 - :mod:`phase_params` -- the ``context_phase_params`` hand-off (versioned encoding of the
   LLM API's disaggregated params);
-- :mod:`engine_model` -- the reference target's engine model, straight over the reference
-  engine (to be replaced by :mod:`llm_engine_model`, issue 13);
-- :mod:`llm_engine_model` -- the engine model over TensorRT-LLM's LLM API (trtllm-1.2; in the
-  tests over pdtrt's CPU reference of it, :mod:`pdtrt.llmapi.reference`), with
+- :mod:`llm_engine_model` -- the engine model of trtllm-1.2 and of the reference target, over
+  TensorRT-LLM's LLM API (on a GPU) or pdtrt's CPU reference of it
+  (:mod:`pdtrt.llmapi.reference`, over the reference engine and UCX), with
   :mod:`llm_config` (its parameters as LLM-API options), :mod:`llm_responder` (one
   request's responses) and :mod:`llm_metrics`;
 - :mod:`kv_transfer` -- moving a request's KV cache between instances over UCX (ucxx);

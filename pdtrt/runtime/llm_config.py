@@ -3,7 +3,9 @@
 Two ways to say it in ``config.pbtxt`` (:class:`pdtrt.engine_io.Param`):
 
 - ``llm_model`` + ``llm_options``: the checkpoint and the phase's LLM-API options file (the
-  ``extra_llm_api_options`` YAML ``pdtrt build`` writes for the ``trtllm-1.2`` target);
+  ``extra_llm_api_options`` YAML ``pdtrt build`` writes for the ``trtllm-1.2`` target), and
+  ``gpu_device_ids``: each instance's GPUs, ``;`` between instances (``0,1;2,3``), which the
+  instance makes its ``CUDA_VISIBLE_DEVICES`` before the LLM API starts;
 - the reference target's parameters (``engine_dir``, ``max_batch_size``, ``max_num_tokens``,
   ``max_input_len``, ``max_seq_len``, ``tokens_per_block``, ``kv_transfer_timeout_s``,
   ``ucx_tls``), turned here into the same LLM-API options: the KV block size goes to
@@ -44,6 +46,7 @@ class LLMEngineConfig:
     model: Path  # the checkpoint the LLM API loads
     options: Mapping[str, Any] = field(default_factory=dict)  # LLM-API options (LlmArgs names)
     ucx_tls: tuple[str, ...] = ()  # the reference target's UCX transports (UCX_TLS); () unset
+    gpu_devices: tuple[tuple[int, ...], ...] = ()  # each instance's GPU ordinals; () unpinned
 
     @classmethod
     def from_params(cls, p: Mapping[str, str]) -> LLMEngineConfig:
@@ -51,7 +54,8 @@ class LLMEngineConfig:
         if p.get(Param.LLM_MODEL):
             text = Path(p[Param.LLM_OPTIONS]).read_text() if p.get(Param.LLM_OPTIONS) else ""
             return cls(role=role, model=Path(p[Param.LLM_MODEL]),
-                       options=yaml.safe_load(text) or {})
+                       options=yaml.safe_load(text) or {},
+                       gpu_devices=_device_groups(p.get(Param.GPU_DEVICE_IDS, "")))
         engine_dir = Path(p[Param.ENGINE_DIR])
         options: dict[str, Any] = {
             "max_batch_size": int(p[Param.MAX_BATCH_SIZE]),
@@ -68,6 +72,18 @@ class LLMEngineConfig:
         return cls(role=role, model=engine_dir, options=options,
                    ucx_tls=tuple(p[Param.UCX_TLS].split(",")) if p.get(Param.UCX_TLS) else ())
 
+    def visible_devices(self, instance_name: str) -> str | None:
+        """``CUDA_VISIBLE_DEVICES`` for the instance Triton named ``instance_name``
+        (``<model>_<group>_<ordinal>``: pdtrt writes one instance group); None when unpinned."""
+        if not self.gpu_devices:
+            return None
+        ordinal = instance_name.rpartition("_")[2]
+        if not ordinal.isdigit() or int(ordinal) >= len(self.gpu_devices):
+            raise ValueError(f"instance {instance_name!r} has no GPUs in {Param.GPU_DEVICE_IDS} "
+                             f"({len(self.gpu_devices)} group(s)): give every instance of the "
+                             "model one group")
+        return ",".join(str(g) for g in self.gpu_devices[int(ordinal)])
+
     @property
     def serves_phases(self) -> bool:
         """Context-only / generation-only requests: the KV cache transceiver is configured."""
@@ -77,6 +93,15 @@ class LLMEngineConfig:
     def kv_transfer_timeout_s(self) -> float:
         transceiver = self.options.get("cache_transceiver_config") or {}
         return float(transceiver.get("kv_transfer_timeout_ms") or _DEFAULT_KV_TIMEOUT_MS) / 1000
+
+
+def _device_groups(text: str) -> tuple[tuple[int, ...], ...]:
+    try:
+        return tuple(tuple(int(g) for g in group.split(",")) for group in text.split(";")
+                     ) if text.strip() else ()
+    except ValueError:
+        raise ValueError(f"{Param.GPU_DEVICE_IDS} {text!r}: expected GPU ordinals, ',' within "
+                         "an instance and ';' between instances (0,1;2,3)") from None
 
 
 def max_beam_width(engine_dir: Path) -> int:

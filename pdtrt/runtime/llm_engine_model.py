@@ -58,6 +58,9 @@ class TritonPythonModel:
         config = LLMEngineConfig.from_params(model_params(args))
         if config.ucx_tls:
             os.environ["UCX_TLS"] = ",".join(config.ucx_tls)  # read when UCX starts
+        if (devices := config.visible_devices(args["model_instance_name"])) is not None:
+            # before tensorrt_llm loads: CUDA and the LLM API's MPI workers read it at start
+            os.environ["CUDA_VISIBLE_DEVICES"] = devices
         api = load_llm_api()
         llm = api.LLM(str(config.model), skip_tokenizer_init=True, **config.options)
         self.setup(config, api, llm, model_name=args["model_name"],

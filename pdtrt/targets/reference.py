@@ -2,10 +2,11 @@
 
 Its "engines" are a seeded Llama-family Hugging Face checkpoint per phase and an offline-trained
 tokenizer (:mod:`pdtrt.build.reference`), written by in-process steps; its engine model is
-pdtrt's Python engine model (:mod:`pdtrt.runtime.engine_model`), always decoupled, reporting
-phase errors in band; pdtrt's embedded server starts it, so it has no launch artifacts. Its
-pools may live in other Triton servers (``<pool>.endpoint``). It has no data file: nothing of it
-is pinned to an upstream release.
+the ``trtllm-1.2`` target's LLM-API engine model (:mod:`pdtrt.runtime.llm_engine_model`) over
+pdtrt's CPU reference of the LLM API (:mod:`pdtrt.llmapi.reference`), always decoupled,
+reporting phase errors in band; pdtrt's embedded server starts it, so it has no launch
+artifacts. Its pools may live in other Triton servers (``<pool>.endpoint``). It has no data
+file: nothing of it is pinned to an upstream release.
 """
 
 from __future__ import annotations
@@ -35,9 +36,7 @@ from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild,
 from pdtrt.targets.launch import LaunchPlan
 from pdtrt.targets.toolchain import Toolchain
 
-__all__ = ["CPU_ENGINE_MODULE", "ReferenceTarget", "engine_parameters"]
-
-CPU_ENGINE_MODULE = "pdtrt.runtime.engine_model"
+__all__ = ["ReferenceTarget", "engine_parameters"]
 
 
 def engine_parameters(dep: Deployment, engine: EngineUse) -> tuple[tuple[str, str], ...]:
@@ -153,15 +152,12 @@ class ReferenceTarget(TargetSupport):
 
     def engine_model(self, dep: Deployment, engine: EngineUse, *,
                      launch: LaunchPlan | None) -> ModelPlan:
-        # Still the CPU-only engine model: the LLM-API engine model (trtllm-1.2's) passes the
-        # serve tests but one -- under 300 concurrent streams over two decode endpoints its
-        # instances stop answering the router's health probe within 4 s
-        # (tests/serve/test_pools.py; issue 13 item 4 is open until it does).
+        # trtllm-1.2's LLM-API engine model, over pdtrt's CPU reference of the LLM API
+        # (pdtrt.llmapi.load_llm_api picks it where tensorrt_llm is not installed)
         return python_model(engine.model, engine.role, batch=engine.limits.max_batch_size,
                             decoupled=self.engine_decoupled(dep.spec), io=self.engine_io,
                             count=engine.instances,
-                            params=engine_parameters(dep, engine),
-                            shim_module=CPU_ENGINE_MODULE)
+                            params=engine_parameters(dep, engine))
 
     def launch_files(self, dep: Deployment, launch: LaunchPlan) -> tuple[TemplateFile, ...]:
         return ()

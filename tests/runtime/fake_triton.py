@@ -216,7 +216,9 @@ def tokens_out(*ids: int, **extra: Any) -> dict[str, np.ndarray]:
             **{k: np.asarray(v) for k, v in extra.items()}}
 
 
-def model_args(name: str, params: Mapping[str, str]) -> dict[str, str]:
-    """The ``args`` Triton passes to ``initialize``: the config's string parameters."""
-    return {"model_name": name, "model_config": json.dumps(
-        {"parameters": {k: {"string_value": v} for k, v in params.items()}})}
+def model_args(name: str, params: Mapping[str, str], *, instance: int = 0) -> dict[str, str]:
+    """The ``args`` Triton passes to ``initialize``: the config's string parameters and the
+    instance's name (``<model>_<group>_<ordinal>``)."""
+    config = {"parameters": {k: {"string_value": v} for k, v in params.items()}}
+    return {"model_name": name, "model_instance_name": f"{name}_0_{instance}",
+            "model_config": json.dumps(config)}

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pdtrt.engine_io import ERROR_OUTPUT, RequestType, Role
+from pdtrt.engine_io import ERROR_OUTPUT, Param, RequestType, Role
 from pdtrt.llmapi import LLMApiImpl, load_llm_api
 from pdtrt.runtime.faults import FaultInjection
 from pdtrt.runtime.llm_config import LLMEngineConfig
@@ -403,3 +403,26 @@ def test_finalize_ends_what_is_left_stops_its_threads_and_releases_the_seam(engi
     model.finalize()
     assert ended_once(req, error="the server is shutting down")
     assert triton.released and not model.llm._scheduler._thread.is_alive()  # noqa: SLF001
+
+
+def test_an_instance_pins_its_gpus_before_the_llm_api_loads(monkeypatch):
+    """trtllm-1.2's ``gpu_device_ids``: instance 1 of ``0,1;2,3`` sees GPUs 2 and 3 when
+    ``tensorrt_llm`` is imported (CUDA and the LLM API's MPI workers read it at start)."""
+    import os
+
+    import pdtrt.runtime.llm_engine_model as module
+    from tests.runtime.fake_triton import model_args
+
+    seen = []
+
+    def load_llm_api():
+        seen.append(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "unset by the test")
+    monkeypatch.setattr(module, "load_llm_api", load_llm_api)
+    args = model_args("prefill", {Param.ROLE: Role.PREFILL, Param.LLM_MODEL: "/models/llama",
+                                  Param.GPU_DEVICE_IDS: "0,1;2,3"}, instance=1)
+    with pytest.raises(RuntimeError, match="stop here"):
+        TritonPythonModel(FakeTriton()).initialize(args)
+    assert seen == ["2,3"]

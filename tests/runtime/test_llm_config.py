@@ -46,3 +46,22 @@ def test_an_options_file_is_read_as_is_and_the_limits_default_like_the_llm_api(t
     assert config.serves_phases and config.kv_transfer_timeout_s == 30.0 and config.ucx_tls == ()
     limits = engine_limits(config, MODEL)
     assert (limits.max_input_len, limits.max_seq_len, limits.max_beam_width) == (1024, 512, 1)
+
+
+def test_each_instance_sees_its_own_gpus(tmp_path):
+    p = {Param.ROLE: Role.PREFILL, Param.LLM_MODEL: "/models/llama",
+         Param.GPU_DEVICE_IDS: "0,1;2,3"}
+    config = LLMEngineConfig.from_params(p)
+    assert config.gpu_devices == ((0, 1), (2, 3))
+    assert config.visible_devices("prefill_0_0") == "0,1"
+    assert config.visible_devices("prefill_0_1") == "2,3"
+    with pytest.raises(ValueError, match="prefill_0_2.*2 group"):
+        config.visible_devices("prefill_0_2")
+    assert LLMEngineConfig.from_params({**p, Param.GPU_DEVICE_IDS: ""}).visible_devices(
+        "prefill_0_5") is None
+
+
+def test_unreadable_gpu_device_ids_say_the_format():
+    with pytest.raises(ValueError, match=r"0,1;2,3"):
+        LLMEngineConfig.from_params({Param.ROLE: Role.DECODE, Param.LLM_MODEL: "/m",
+                                     Param.GPU_DEVICE_IDS: "0,a"})

@@ -12,9 +12,10 @@ model with ``backend: "tensorrtllm"`` loads this file when the test's backend di
   per instance, one GPU per rank, rank 0 left to the orchestrator, ranks = the engine's TP x PP);
 - it serves the 0.21 ``tensorrt_llm`` request contract -- 0.21's input names (``seed``,
   ``min_tokens``), ``request_type`` context_only / generation_only / context_and_generation,
-  ``context_phase_params`` out and in, streaming, ``stop`` -- with pdtrt's reference engine model
-  over the reference checkpoint at ``gpt_model_path`` (its limits from the checkpoint's manifest,
-  as the real backend takes them from the engine's ``config.json``).
+  ``context_phase_params`` out and in, streaming, ``stop`` -- with pdtrt's LLM-API engine model
+  over the CPU reference of the LLM API and the reference checkpoint at ``gpt_model_path`` (its
+  limits from the checkpoint's manifest, as the real backend takes them from the engine's
+  ``config.json``).
 
 It does not emulate MPI ranks, the orchestrator, GPUs, TensorRT engines or TensorRT-LLM's KV
 transfer (the reference engine's own UCX transfer moves the KV, over shared memory/TCP).
@@ -32,7 +33,7 @@ import triton_python_backend_utils as pb_utils
 from pdtrt.build.manifest import MANIFEST_NAME, EngineManifest, read_manifest
 from pdtrt.targets.trtllm_backend import load_backend_contract
 
-_KV_TRANSFER_TIMEOUT_S = 30.0
+_KV_TRANSFER_TIMEOUT_MS = 30_000
 
 
 def _setting(manifest: EngineManifest, name: str) -> int:
@@ -41,12 +42,14 @@ def _setting(manifest: EngineManifest, name: str) -> int:
 
 
 def _engine_model(engine_dir: Path, manifest: EngineManifest, model_name: str) -> Any:
-    """pdtrt's reference engine model over ``engine_dir``, behind a seam that reads the 0.21
-    input names (imported here: torch only once the parameters passed)."""
+    """pdtrt's LLM-API engine model over the CPU reference LLM at ``engine_dir``, behind a seam
+    that reads the 0.21 input names (imported here: torch only once the parameters passed)."""
+    import os
+
     from pdtrt.engine_io import TRTLLM_0_21_INPUT_NAMES, Role
-    from pdtrt.runtime.engine_model import EngineConfig, TritonPythonModel
-    from pdtrt.runtime.kv_transfer import UcxKVNode
-    from pdtrt.runtime.reference_engine import load_reference_engine
+    from pdtrt.llmapi import load_llm_api
+    from pdtrt.runtime.llm_config import LLMEngineConfig, max_beam_width
+    from pdtrt.runtime.llm_engine_model import TritonPythonModel
     from pdtrt.runtime.triton_io import BackendTriton
 
     core_names = {v: k for k, v in TRTLLM_0_21_INPUT_NAMES.items()}  # seed -> random_seed
@@ -60,21 +63,21 @@ def _engine_model(engine_dir: Path, manifest: EngineManifest, model_name: str) -
                                                    for k, v in r.inputs.items()})
                     for r in super().receive(requests, wanted, decoupled=decoupled)]
 
-    tokens_per_block = _setting(manifest, "tokens_per_block")
-    # NVIDIA's model serves every request type, so every instance can hand KV over.
-    config = EngineConfig(
-        role=Role.AGGREGATED, engine_dir=engine_dir, tokens_per_block=tokens_per_block,
-        max_batch_size=_setting(manifest, "max_batch_size"),
-        max_num_tokens=_setting(manifest, "max_num_tokens"),
-        max_input_len=_setting(manifest, "max_input_len"),
-        max_seq_len=_setting(manifest, "max_seq_len"),
-        ucx_tls=("sm", "tcp"), kv_transfer_timeout_s=_KV_TRANSFER_TIMEOUT_S)
+    # NVIDIA's model serves every request type, so every instance can hand KV over: the
+    # aggregated role with the KV cache transceiver configured.
+    options = {name: _setting(manifest, name)
+               for name in ("max_batch_size", "max_num_tokens", "max_input_len", "max_seq_len")}
+    options["max_beam_width"] = max_beam_width(engine_dir)
+    options["kv_cache_config"] = {"tokens_per_block": _setting(manifest, "tokens_per_block")}
+    options["cache_transceiver_config"] = {"backend": "UCX",
+                                           "kv_transfer_timeout_ms": _KV_TRANSFER_TIMEOUT_MS}
+    config = LLMEngineConfig(role=Role.AGGREGATED, model=engine_dir, options=options,
+                             ucx_tls=("sm", "tcp"))
+    os.environ["UCX_TLS"] = ",".join(config.ucx_tls)
+    api = load_llm_api()
+    llm = api.LLM(str(engine_dir), skip_tokenizer_init=True, **config.options)
     model = TritonPythonModel(V021Names(pb_utils))
-    ucx = UcxKVNode(transports=config.ucx_tls, timeout_s=_KV_TRANSFER_TIMEOUT_S,
-                    on_change=model._publish_gauges)
-    ucx.start()
-    model.setup(config, load_reference_engine(engine_dir, tokens_per_block=tokens_per_block),
-                model_name=model_name, ucx=ucx)
+    model.setup(config, api, llm, model_name=model_name)
     return model
 
 
