@@ -15,6 +15,8 @@ so the stubs get the SIGTERM together with ``tritonserver``. The stub ignores SI
 instead, with a wakeup pipe that a small thread reads, so ``on_stop`` runs at once even though
 the stub's main thread sits in C++ most of the time. A SIGTERM sent to ``tritonserver`` alone
 does not reach the stubs: stop servers by their process group.
+
+When the server dies instead (SIGKILL, a crash), :class:`ParentWatch` ends the stub.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 import threading
 from collections.abc import Callable
 
-__all__ = ["SETTLE_S", "SHUTTING_DOWN", "ShutdownWatch"]
+__all__ = ["SETTLE_S", "SHUTTING_DOWN", "ParentWatch", "ShutdownWatch"]
 
 log = logging.getLogger(__name__)
 
@@ -78,3 +81,33 @@ class ShutdownWatch:
                 log.info("SIGTERM: the server is stopping; ending the requests in flight")
                 self._on_stop()
                 return
+
+
+class ParentWatch:
+    """Kills this process (SIGKILL) once the process that started it -- the server, for a
+    stub -- has died, i.e. this one was re-parented.
+
+    Triton's stub checks its parent every 300 ms and, when it has died, destroys its Python
+    objects and calls ``exit`` (python_backend r24.10 ``src/pb_stub.cc``, the background
+    thread of ``main``). That needs the GIL, and a stub whose server died can be stuck with the
+    GIL held for good: a ``pb_utils`` call waiting for the dead server's answer (seen: the
+    LLM-API engine model's metric update, after a SIGKILL of ``tritonserver``; the stub kept
+    running, re-parented, with its memory and shared-memory region). No Python thread of the
+    stub would run again, so the watch is a small process of its own: a shell loop that reads
+    the stub's parent from ``/proc`` every ``interval_s`` and kills the stub once it changed;
+    it ends by itself when the stub ends.
+    """
+
+    SCRIPT = ('while read -r _ _ _ ppid _ < "/proc/$2/stat" && [ "$ppid" = "$1" ]; '
+              'do sleep "$3"; done; [ -e "/proc/$2" ] && kill -9 "$2"')
+
+    def __init__(self, *, interval_s: float = 2.0) -> None:
+        self.interval_s = interval_s
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Watch this process; its current parent is the one whose death ends it."""
+        argv = ["sh", "-c", self.SCRIPT, "pdtrt-parent-watch", str(os.getppid()),
+                str(os.getpid()), f"{self.interval_s:g}"]
+        self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

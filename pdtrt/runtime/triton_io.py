@@ -280,9 +280,10 @@ class BackendTriton:
         """Call ``callback`` (once, on a thread of its own) when the server is told to stop --
         before Triton stops scheduling ensemble steps for good (:mod:`pdtrt.runtime.shutdown`
         says why a model must end its requests then)."""
-        from pdtrt.runtime.shutdown import ShutdownWatch
+        from pdtrt.runtime.shutdown import ParentWatch, ShutdownWatch
 
         ShutdownWatch(callback).install()
+        ParentWatch().start()  # and when the server dies instead, this stub is killed
 
     def release(self) -> None:
         """Delete this model's metrics and metric families now; later metric updates are

@@ -3,10 +3,12 @@ while the main thread is busy elsewhere, and does not end the process (as in a s
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.conftest import ROOT
 
@@ -43,3 +45,39 @@ def test_off_the_main_thread_it_declines():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, cwd=ROOT)
     assert out.stdout.strip() == "False"
+
+
+ORPHAN = """
+import ctypes, os, threading, time
+from pdtrt.runtime.shutdown import ParentWatch
+threading.Thread(target=time.sleep, args=(60,)).start()  # a non-daemon thread, as an engine's
+ParentWatch(interval_s=0.1).start()
+print(os.getpid(), flush=True)
+ctypes.PyDLL(None).sleep(60)  # blocked in C with the GIL held, as a stub waiting on its server
+"""
+
+
+def test_a_process_whose_parent_died_exits_though_its_threads_run_on():
+    """The stub's server died: the stub (here the child of a shell that exits when told) ends
+    within seconds, though it holds the GIL for good and has a non-daemon thread."""
+    shell = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "$0" </dev/null & read x',
+                              ORPHAN], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, cwd=ROOT)
+    pid = int(shell.stdout.readline())  # printed once its ParentWatch runs
+    try:
+        shell.communicate("go\n", timeout=30)  # the shell exits: its child is re-parented
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+        assert not _alive(pid), "the orphaned process kept running"
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie left for a reaper."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
