@@ -79,7 +79,8 @@ def test_a_decode_engine_failure_is_a_request_error_and_the_server_keeps_serving
     # Nothing is left held on either side, and the next request is served normally.
     assert wait_for(lambda: _metric(fault_server, "pdtrt_engine_active_sequences",
                                     model="decode") == 0)
-    assert _metric(fault_server, "pdtrt_kv_held_buffers", model="prefill") == 0
+    assert wait_for(lambda: _metric(fault_server, "pdtrt_kv_held_buffers",
+                                    model="prefill") == 0)  # refreshed every 0.5 s
     ok = generate(url, "ensemble", ensemble_inputs("The decode engine will fail", 8),
                   request_id="healthy-1")
     assert ok.error is None and ok.final_seen and len(ok.texts) >= 1
