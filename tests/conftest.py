@@ -77,23 +77,29 @@ def serve_reference(spec_path: Path, engines_root: Path, workdir: Path,
 
     if find_embedded_triton() is None or importlib.util.find_spec("ucxx") is None:
         pytest.skip("needs the embedded Triton server (nvidia-pytriton) and ucxx")
-    from pdtrt.errors import ServerError
     from pdtrt.repo.generate import RepoMode
     from pdtrt.serve.launcher import prepare, server_config
-    from pdtrt.serve.triton_server import TritonServer
 
     prepared = prepare(spec_path, workdir=workdir, engines_root=engines_root,
                        mode=mode or RepoMode.BOTH)
     config = server_config(prepared)
     config = dataclasses.replace(config, env={**config.env, **(env or {})})
-    # Triton 2.51's Python backend now and then never finishes loading a stub when a second
-    # server starts on this host (docs/serve.md); a normal start takes 15-40 s here, so a
-    # start that is not ready after 240 s is abandoned and tried again (its log is kept).
+    return start_server(config, timeout_s=240), prepared
+
+
+def start_server(config, *, timeout_s: float):
+    """A started TritonServer for ``config``. Triton 2.51's Python backend now and then never
+    finishes loading a stub when a second server starts on this host (docs/serve.md); a normal
+    start takes 15-40 s here, so a start not ready after ``timeout_s`` is abandoned and tried
+    again, twice at most (its log kept as ``server.log.hung<n>``)."""
+    from pdtrt.errors import ServerError
+    from pdtrt.serve.triton_server import TritonServer
+
     for attempt in range(1, 4):
         server = TritonServer(config)
         try:
-            server.start(timeout_s=240)
-            return server, prepared
+            server.start(timeout_s=timeout_s)
+            return server
         except ServerError as exc:
             if attempt == 3 or "not ready after" not in str(exc):
                 raise

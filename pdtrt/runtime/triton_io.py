@@ -333,6 +333,8 @@ class Metrics:
         self._metrics = {key: metric for key, spec in specs.items() if key not in by
                          if (metric := triton.metric(spec, labels)) is not None}
         self._labelled: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+        self._gauges: dict[int, float] = {}  # id(metric) -> the value last set
+        self._set_lock = threading.Lock()
         for key, sets in by.items():
             made = triton.metric_family(specs[key], [{**labels, **extra} for extra in sets]) or []
             for extra, metric in zip(sets, made, strict=False):
@@ -348,8 +350,14 @@ class Metrics:
             self._triton.increment(metric, value)
 
     def set(self, key: str, value: float, **labels: str) -> None:
-        if (metric := self._find(key, labels)) is not None:
-            self._triton.set_gauge(metric, value)
+        """Set a gauge; a value it already has costs nothing (each set is a round trip to
+        the server, and the engine models refresh their gauges on every request)."""
+        if (metric := self._find(key, labels)) is None:
+            return
+        with self._set_lock:
+            if self._gauges.get(id(metric)) != value:
+                self._triton.set_gauge(metric, value)
+                self._gauges[id(metric)] = value
 
 
 def _label_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

@@ -15,14 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from functools import cache
-from importlib import resources
 
-import yaml
 from pydantic import BaseModel, ConfigDict
 
 from pdtrt.enums import Target
-from pdtrt.errors import BuildError
 from pdtrt.suggest import did_you_mean
+from pdtrt.targets.schema import target_data
 
 __all__ = ["ArgField", "ArgModel", "ArgType", "LlmArgsFacts", "load_llm_args", "option_problems"]
 
@@ -84,12 +82,8 @@ class LlmArgsFacts(_Frozen):
 @cache
 def load_llm_args(target: Target) -> LlmArgsFacts:
     """The LLM-API facts of ``target``; raises :class:`BuildError` when it has none."""
-    file = resources.files("pdtrt").joinpath(f"data/targets/{target}-llm-args.yaml")
-    try:
-        return LlmArgsFacts.model_validate(yaml.safe_load(file.read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        raise BuildError(f"no LLM-API facts for target {target}",
-                         hint=f"add pdtrt/data/targets/{target}-llm-args.yaml") from None
+    return LlmArgsFacts.model_validate(target_data(f"{target}-llm-args.yaml",
+                                                   f"no LLM-API facts for target {target}"))
 
 
 def option_problems(facts: LlmArgsFacts, options: Mapping[str, object]) -> list[str]:

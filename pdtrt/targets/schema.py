@@ -13,6 +13,7 @@ from __future__ import annotations
 from enum import StrEnum
 from functools import cache
 from importlib import resources
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,7 +22,8 @@ from pdtrt.enums import Target
 from pdtrt.errors import BuildError, BuildRejected
 from pdtrt.suggest import did_you_mean
 
-__all__ = ["FlagKind", "FlagSpec", "TargetRules", "TargetSchema", "Tool", "load_target_schema"]
+__all__ = ["FlagKind", "FlagSpec", "TargetRules", "TargetSchema", "Tool", "load_target_schema",
+           "target_data"]
 
 
 class Tool(StrEnum):
@@ -115,9 +117,15 @@ def load_target_schema(target: Target) -> TargetSchema:
 
     Raises :class:`BuildError` when ``pdtrt/data/targets/<target>.yaml`` is missing.
     """
-    file = resources.files("pdtrt").joinpath(f"data/targets/{target}.yaml")
+    return TargetSchema.model_validate(target_data(f"{target}.yaml", f"no schema file for "
+                                                   f"target {target}"))
+
+
+def target_data(name: str, missing: str) -> Any:
+    """The parsed ``pdtrt/data/targets/<name>``; :class:`BuildError` saying ``missing`` (and
+    which file to add) when there is none."""
+    file = resources.files("pdtrt").joinpath(f"data/targets/{name}")
     try:
-        return TargetSchema.model_validate(yaml.safe_load(file.read_text(encoding="utf-8")))
+        return yaml.safe_load(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise BuildError(f"no schema file for target {target}",
-                         hint=f"add pdtrt/data/targets/{target}.yaml") from None
+        raise BuildError(missing, hint=f"add pdtrt/data/targets/{name}") from None

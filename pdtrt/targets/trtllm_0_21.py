@@ -33,9 +33,9 @@ from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
 from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, param_number
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
-from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild, TargetSupport
+from pdtrt.targets.base import BuildContext, BuildHost, PhaseBuild
+from pdtrt.targets.container import ContainerTarget
 from pdtrt.targets.launch import LaunchPlan
-from pdtrt.targets.schema import TargetSchema, load_target_schema
 from pdtrt.targets.toolchain import Toolchain, check_toolchain
 from pdtrt.targets.trtllm_backend import load_backend_contract
 from pdtrt.targets.trtllm_build import (
@@ -86,7 +86,7 @@ _LEADING_FIXED = ("max_beam_width", "FORCE_CPU_ONLY_INPUT_TENSORS", "gpt_model_t
 EXECUTOR_WORKER_PATH = "/opt/tritonserver/backends/tensorrtllm/trtllmExecutorWorker"
 
 
-class Trtllm021Target(TargetSupport):
+class Trtllm021Target(ContainerTarget):
     target = Target.TRTLLM_0_21
     needs_gpu = True
     supports_remote_pools = False
@@ -95,15 +95,6 @@ class Trtllm021Target(TargetSupport):
     engine_io = TRTLLM_0_21_ENGINE_IO
     engine_backend = TritonBackend.TENSORRTLLM
     engine_error_output = ""  # NVIDIA's model has no in-band error output
-
-    @property
-    def schema(self) -> TargetSchema:
-        """The version's build-tool schema and pins (``pdtrt/data/targets/trtllm-0.21.yaml``)."""
-        return load_target_schema(self.target)
-
-    @property
-    def container_image(self) -> str:
-        return self.schema.container
 
     # --- spec ------------------------------------------------------------------------------
     def spec_issues(self, spec: DeploymentSpec) -> Iterator[SpecIssue]:
@@ -114,10 +105,6 @@ class Trtllm021Target(TargetSupport):
                                 "fp8 or int8")
 
     # --- build -----------------------------------------------------------------------------
-    def build_source(self, ctx: BuildContext) -> BuildSource:
-        path, note = model_dir(ctx.dep)
-        return BuildSource(model_dir=path, notes=(note,) if note else (), steps=())
-
     def plan_phase(self, ctx: BuildContext, phase: Phase, settings: EngineSettings) -> PhaseBuild:
         dep, schema = ctx.dep, self.schema
         outcome = apply_rules(settings, model=dep.model, gpu=dep.gpus[phase],

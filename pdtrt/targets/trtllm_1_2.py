@@ -37,7 +37,8 @@ from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, python_model
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets import toolchain as toolchains
-from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild, TargetSupport
+from pdtrt.targets.base import BuildContext, BuildHost, PhaseBuild
+from pdtrt.targets.container import ContainerTarget
 from pdtrt.targets.launch import LaunchPlan
 from pdtrt.targets.llm_args import LlmArgsFacts, load_llm_args
 from pdtrt.targets.llm_options import (
@@ -48,7 +49,7 @@ from pdtrt.targets.llm_options import (
     phase_options,
     with_options,
 )
-from pdtrt.targets.schema import TargetSchema, Tool, load_target_schema
+from pdtrt.targets.schema import Tool
 from pdtrt.targets.server_launch import plan_server_launch, server_script_values
 from pdtrt.targets.toolchain import Toolchain, check_toolchain
 from pdtrt.targets.trtllm_build import check_gpus, check_model_dir, hf_model_ref, model_dir
@@ -65,7 +66,7 @@ def fp8_checkpoint_dir(layout: EngineLayout, phase: Phase) -> Path:
     return layout.deployment_dir / "checkpoints" / str(phase)
 
 
-class Trtllm12Target(TargetSupport):
+class Trtllm12Target(ContainerTarget):
     target = Target.TRTLLM_1_2
     needs_gpu = True
     supports_remote_pools = True  # one Triton server per pool's host (--mode pools)
@@ -76,17 +77,8 @@ class Trtllm12Target(TargetSupport):
     engine_error_output = ERROR_OUTPUT
 
     @property
-    def schema(self) -> TargetSchema:
-        """The version's pins and ModelOpt flag schema (``pdtrt/data/targets/trtllm-1.2.yaml``)."""
-        return load_target_schema(self.target)
-
-    @property
     def llm_args(self) -> LlmArgsFacts:
         return load_llm_args(self.target)
-
-    @property
-    def container_image(self) -> str:
-        return self.schema.container
 
     # --- spec ------------------------------------------------------------------------------
     def spec_issues(self, spec: DeploymentSpec) -> Iterator[SpecIssue]:
@@ -102,10 +94,6 @@ class Trtllm12Target(TargetSupport):
                                 f"(ModelOpt FP8), not {weights}")
 
     # --- build -----------------------------------------------------------------------------
-    def build_source(self, ctx: BuildContext) -> BuildSource:
-        path, note = model_dir(ctx.dep)
-        return BuildSource(model_dir=path, notes=(note,) if note else (), steps=())
-
     def plan_phase(self, ctx: BuildContext, phase: Phase, settings: EngineSettings) -> PhaseBuild:
         dep = ctx.dep
         options = phase_options(dep, phase, settings)

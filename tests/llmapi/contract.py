@@ -30,8 +30,7 @@ class Recorder:
         self.positional: dict[tuple[str, str], int] = {}  # most positional args seen
         self.stats_keys: set[str] = set()  # keys read from get_stats' dicts (dotted)
 
-    def call(self, cls: str, fn: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-             var_keyword: bool = False) -> None:
+    def call(self, cls: str, fn: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         key = (cls, fn)
         self.positional[key] = max(self.positional.get(key, 0), len(args))
         for kw in kwargs:

@@ -33,8 +33,6 @@ pytestmark = pytest.mark.skipif(
     not _OWN_PROCESS, reason="runs in a process of its own (test_reference_llm_process.py)")
 
 
-
-
 def run(coro):
     return asyncio.run(coro)
 

@@ -23,13 +23,12 @@ from pdtrt.build.plan import plan_build
 from pdtrt.build.run import run_build
 from pdtrt.client import GenerateRequest, LLMClient
 from pdtrt.engine_io import Param
-from pdtrt.errors import ServerError
 from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.repo.validate import validate_repo
 from pdtrt.serve.embedded import find_embedded_triton
 from pdtrt.serve.triton_server import ServerConfig, TritonServer
 from pdtrt.spec.load import load_deployment
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, start_server
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -59,22 +58,11 @@ def _pointed(repo: Path, reference: Path) -> Path:
 
 
 def _started(repo: Path, workdir: Path) -> TritonServer:
-    """A started server for ``repo``. Triton 2.51's Python backend now and then never finishes
-    loading a stub when a second server starts on this host (tests/conftest.py): a start not
-    ready in time is abandoned and tried again, its log kept."""
+    """A started server for ``repo`` (retried like every test server: tests/conftest.py)."""
     workdir.mkdir(exist_ok=True)
-    config = ServerConfig(repository=repo, log_path=workdir / "server.log",
-                          env={"UCX_TLS": "tcp"}, backend_dir=workdir / "backends")
-    for attempt in range(1, 4):
-        server = TritonServer(config)
-        try:
-            server.start(timeout_s=600)
-            return server
-        except ServerError as exc:
-            if attempt == 3 or "not ready after" not in str(exc):
-                raise
-            config.log_path.replace(config.log_path.with_name(f"server.log.hung{attempt}"))
-    raise AssertionError("unreachable")
+    return start_server(ServerConfig(repository=repo, log_path=workdir / "server.log",
+                                     env={"UCX_TLS": "tcp"}, backend_dir=workdir / "backends"),
+                        timeout_s=600)
 
 
 @pytest.fixture(scope="module")

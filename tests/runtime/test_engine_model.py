@@ -29,10 +29,6 @@ PHASE_OPTIONS = {**OPTIONS, "cache_transceiver_config": {"backend": "UCX",
                                                          "kv_transfer_timeout_ms": 1000}}
 
 
-def FakeKVNode():  # noqa: N802 -- the tests below predate the LLM API; same role
-    return "shared"
-
-
 class Gate:
     """Fault-injection hook that holds every batched decode step until ``open()``."""
 
@@ -48,8 +44,8 @@ class Gate:
 
 @pytest.fixture
 def engine_model(tiny_model):
-    """``engine_model(role, ucx=None, faults=None)``: a serving engine model on a fake seam;
-    ``ucx`` (any value) gives it the KV transceiver every model of the test shares."""
+    """``engine_model(role, kv=False, faults=None)``: a serving engine model on a fake seam;
+    ``kv`` gives it the KV transceiver every model of the test shares."""
     from pdtrt.llmapi.reference import LLM
     from pdtrt.runtime.reference_engine import ReferenceEngine
 
@@ -57,12 +53,12 @@ def engine_model(tiny_model):
     engine = ReferenceEngine(tiny_model, tokens_per_block=16)
     shared = FakeTransceiver(engine.layout)
 
-    def make(role=Role.AGGREGATED, *, ucx=None, faults=None):
+    def make(role=Role.AGGREGATED, *, kv=False, faults=None):
         triton = FakeTriton()
         model = TritonPythonModel(triton)
-        options = PHASE_OPTIONS if ucx is not None else OPTIONS
+        options = PHASE_OPTIONS if kv else OPTIONS
         config = LLMEngineConfig(role=role, model=Path("in-memory"), options=options)
-        llm = LLM._from_engine(engine, transceiver=shared if ucx is not None else None,
+        llm = LLM._from_engine(engine, transceiver=shared if kv else None,
                                **options)
         model.setup(config, load_llm_api(LLMApiImpl.REFERENCE), llm, model_name=str(role),
                     faults=faults, model_config=tiny_model.config.to_dict())
@@ -129,7 +125,7 @@ def ended_once(req, error=None):
          "anonymous-stop"])
 def test_a_bad_request_gets_one_error_and_the_model_keeps_serving(engine_model, role, req,
                                                                    error):
-    model, triton = engine_model(role, ucx=FakeKVNode() if role is not Role.AGGREGATED else None)
+    model, triton = engine_model(role, kv=role is not Role.AGGREGATED)
     model.execute([req])
     assert ended_once(req, error=error) and len(req.responses) == 1
     ok = request(request_id="ok")
@@ -276,8 +272,7 @@ def test_a_stopped_request_ends_once_and_counts_as_cancelled(engine_model, how):
 
 
 def test_a_stop_frees_the_kv_a_prefill_holds(engine_model):
-    ucx = FakeKVNode()
-    model, triton = engine_model(Role.PREFILL, ucx=ucx)
+    model, triton = engine_model(Role.PREFILL, kv=True)
     ctx = request(request_type=RequestType.CONTEXT_ONLY, request_id="held-1", streaming=False)
     model.execute([ctx])
     assert ended_once(ctx) and "context_phase_params" in ctx.responses[0].outputs
@@ -291,9 +286,9 @@ def test_a_stop_frees_the_kv_a_prefill_holds(engine_model):
 
 
 def test_prefill_then_decode_gives_the_aggregated_tokens(engine_model):
-    ucx = FakeKVNode()  # one node: the decode pulls what the prefill offered
-    prefill, _ = engine_model(Role.PREFILL, ucx=ucx)
-    decode, triton = engine_model(Role.DECODE, ucx=ucx)
+    # one shared transceiver: the decode pulls what the prefill offered
+    prefill, _ = engine_model(Role.PREFILL, kv=True)
+    decode, triton = engine_model(Role.DECODE, kv=True)
     aggregated, _ = engine_model()
     ctx = request(request_type=RequestType.CONTEXT_ONLY, streaming=False)
     prefill.execute([ctx])
@@ -395,7 +390,7 @@ def test_a_drain_ends_every_request_in_flight_with_an_error_and_refuses_new_ones
 
 def test_finalize_ends_what_is_left_stops_its_threads_and_releases_the_seam(engine_model):
     gate = Gate()
-    model, triton = engine_model(Role.PREFILL, ucx=FakeKVNode(), faults=gate)
+    model, triton = engine_model(Role.PREFILL, kv=True, faults=gate)
     req = request(max_new=50)
     model.execute([req])
     assert _first_token(req)

@@ -48,7 +48,7 @@ def test_an_options_file_is_read_as_is_and_the_limits_default_like_the_llm_api(t
     assert (limits.max_input_len, limits.max_seq_len, limits.max_beam_width) == (1024, 512, 1)
 
 
-def test_each_instance_sees_its_own_gpus(tmp_path):
+def test_each_instance_sees_its_own_gpus():
     p = {Param.ROLE: Role.PREFILL, Param.LLM_MODEL: "/models/llama",
          Param.GPU_DEVICE_IDS: "0,1;2,3"}
     config = LLMEngineConfig.from_params(p)

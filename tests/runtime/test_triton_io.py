@@ -220,3 +220,23 @@ def test_no_pdtrt_module_imports_pb_utils_or_takes_the_lock():
         assert "triton_python_backend_utils" not in names, path
         if path.name != "triton_io.py":
             assert not names & {"pb_utils", "_LOCK", "PB_LOCK"}, path
+
+
+def test_a_gauge_set_to_the_value_it_has_costs_no_round_trip():
+    from tests.runtime.fake_triton import FakeTriton
+
+    class Counting(FakeTriton):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sets: list[float] = []
+
+        def set_gauge(self, metric, value):
+            self.sets.append(value)
+            super().set_gauge(metric, value)
+
+    triton = Counting()
+    metrics = triton_io.Metrics(triton, {"g": MetricSpec("g", "a gauge", MetricKind.GAUGE)},
+                                {"model": "m"})
+    for value in (1, 1, 2, 2, 1):
+        metrics.set("g", value)
+    assert triton.sets == [1, 2, 1] and triton.metrics["g"] == 1

@@ -7,7 +7,7 @@ understands, with upstream's names, so the options file the ``trtllm-1.2`` targe
 GPU is the same kind of file the reference target hands to the CPU: an unknown key is a
 ``ValueError`` naming it (with "did you mean"), not a silently ignored setting. Options that only
 tune GPU execution (CUDA graphs, the overlap scheduler, chunked prefill, iteration stats) are
-accepted and have no effect here; they are listed in :data:`GPU_ONLY`.
+accepted and have no effect here: the fields below "accepted for the GPU".
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from pdtrt.suggest import did_you_mean
 
-__all__ = ["GPU_ONLY", "CacheTransceiverConfig", "KvCacheConfig", "ReferenceLlmArgs"]
+__all__ = ["CacheTransceiverConfig", "KvCacheConfig", "ReferenceLlmArgs"]
 
 
 class _Strict(BaseModel):
@@ -37,11 +37,6 @@ class CacheTransceiverConfig(_Strict):
     backend: Literal["DEFAULT", "UCX", "NIXL", "MPI", "MOONCAKE"] | None = None
     max_tokens_in_buffer: int | None = None
     kv_transfer_timeout_ms: int | None = None
-
-
-GPU_ONLY = ("backend", "cuda_graph_config", "scheduler_config", "disable_overlap_scheduler",
-            "enable_chunked_prefill", "enable_iter_perf_stats", "enable_attention_dp",
-            "print_iter_log", "pipeline_parallel_size", "stream_interval", "enable_autotuner")
 
 
 class ReferenceLlmArgs(_Strict):
