@@ -33,10 +33,15 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import aclosing
 
 from pdtrt.runtime.endpoints import Endpoint, eject, readmit
-from pdtrt.runtime.phase_client import STUB_GONE, PhaseClient, PhaseResponse, probe
+from pdtrt.runtime.phase_client import (
+    STUB_GONE,
+    PhaseClient,
+    PhaseResponse,
+    ResponseStream,
+    probe,
+)
 
 __all__ = ["Prober", "health_loop", "probe_due", "watched"]
 
@@ -99,39 +104,39 @@ class Prober:
         return problem
 
 
-async def _next(responses: AsyncIterator[PhaseResponse]) -> PhaseResponse | None:
-    """The next response, or None at the end."""
-    return await anext(responses, None)
-
-
 async def watched(stream: AsyncIterator[PhaseResponse], *, liveness_s: float,
                   alive: Callable[[], Awaitable[str | None]], what: str
                   ) -> AsyncIterator[PhaseResponse]:
     """The responses of ``stream``; after ``liveness_s`` without one, ``alive()`` decides: None
     (alive) keeps waiting, anything else ends the stream with one error response naming
     ``what`` and the reason. ``liveness_s`` <= 0 watches nothing. ``stream`` is closed when
-    this one ends or is closed."""
-    async with aclosing(stream) as responses:
-        if liveness_s <= 0:
-            async for r in responses:
-                yield r
-            return
+    this one ends or is closed.
+
+    The deadline is a timeout on the wait for the next response, and only when one is not
+    waiting already: a :class:`~pdtrt.runtime.phase_client.ResponseStream` survives a timed-out
+    wait (any other stream is read into one by a task of its own), so there is no task and no
+    timer per response.
+    """
+    responses = stream if isinstance(stream, ResponseStream) else ResponseStream.pumped(stream)
+    try:
         while True:
-            pending = asyncio.ensure_future(_next(responses))
-            try:
-                while not (await asyncio.wait({pending}, timeout=liveness_s))[0]:
+            if liveness_s <= 0 or responses.ready():
+                response = await anext(responses, None)
+            else:
+                try:
+                    async with asyncio.timeout(liveness_s):
+                        response = await anext(responses, None)
+                except TimeoutError:
                     problem = await alive()
                     if problem is not None:
                         yield PhaseResponse(error=f"{what} stopped answering: {problem}")
                         return
-            finally:
-                if not pending.done():  # let the cancellation land before the stream closes
-                    pending.cancel()
-                    await asyncio.wait({pending})
-            response = pending.result()
+                    continue
             if response is None:
                 return
             yield response
+    finally:
+        await responses.aclose()
 
 
 def probe_due(endpoint: Endpoint, now_s: float, interval_s: float) -> bool:

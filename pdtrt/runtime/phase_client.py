@@ -6,13 +6,13 @@ depend on where a pool runs (DESIGN §3, router point 7).
 
 - :class:`BlsPhaseClient`: a decoupled BLS request through the model's Triton seam
   (:meth:`~pdtrt.runtime.triton_io.Triton.bls_exec`). Triton 2.51's BLS response iterator is
-  synchronous and has no timeout: each stream is read by a thread of its own
+  synchronous and has no timeout: each stream is read by a (pooled) thread of its own
   (:meth:`~pdtrt.runtime.triton_io.Triton.bls_next`), one response each time the caller asks
-  for the next (no read-ahead), handed over through an asyncio queue, so one router
-  instance keeps many requests in flight -- and a caller that stops listening (a liveness
-  deadline, see :mod:`pdtrt.runtime.health`) is never stuck with it: when the callee's stub
-  has died, ``next()`` never returns (measured: not even after the model is reloaded), and
-  only that one thread waits on.
+  for the next, into a :class:`ResponseStream` the event loop reads, so one router instance
+  keeps many requests in flight -- and a caller that stops listening (a liveness deadline, see
+  :mod:`pdtrt.runtime.health`) is never stuck with it: when the callee's stub has died,
+  ``next()`` never returns (measured: not even after the model is reloaded), and only that one
+  thread waits on.
 - :class:`GrpcPhaseClient`: a ``ModelStreamInfer`` stream to another Triton server over
   ``grpc.aio`` with tritonclient's protobuf types (``tritonclient.grpc.service_pb2``). It asks
   for the empty final response (``triton_enable_empty_final_response``, what tritonclient's
@@ -27,9 +27,12 @@ without touching its engine -- and says whether it answered in time.
 from __future__ import annotations
 
 import asyncio
+import logging
+import queue
 import secrets
 import threading
-from collections.abc import AsyncIterator, Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -40,7 +43,9 @@ from pdtrt.errors import PhaseError
 from pdtrt.runtime.triton_io import Triton
 
 __all__ = ["PROBE_ID_PREFIX", "STUB_GONE", "BlsPhaseClient", "GrpcPhaseClient", "PhaseClient",
-           "PhaseResponse", "probe", "probe_inputs"]
+           "PhaseResponse", "ResponseStream", "probe", "probe_inputs"]
+
+log = logging.getLogger(__name__)
 
 PROBE_ID_PREFIX = "pdtrt-probe-"
 # Triton 2.51's answer to a request for a model whose Python-backend stub has died:
@@ -91,72 +96,204 @@ def _read_to_end(triton: Triton, responses: Any) -> None:
             return
 
 
+class ResponseStream:
+    """The responses of one phase call, in order, as the router reads them (``async for``).
+
+    A producer -- a BLS reader thread, or a task (:meth:`pumped`) -- puts (:meth:`put`) each
+    response as it comes, then None (the end), or an exception for the reader to raise. Unlike
+    an async generator's, a wait for the next response can be cancelled (the liveness deadline's
+    timeout, :func:`pdtrt.runtime.health.watched`) without losing a response or ending the
+    stream, and a response that is already waiting costs no task, no timer and no wake-up of
+    the event loop (the producer wakes the loop only when the reader waits). :attr:`asked` tells
+    a producer that reads on demand when the reader wants the next response, :attr:`closed`
+    that the reader has gone.
+    """
+
+    def __init__(self, on_close: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._items: deque[PhaseResponse | BaseException | None] = deque()
+        self._lock = threading.Lock()
+        self._waiter: asyncio.Future[None] | None = None
+        self._on_close = on_close
+        self.closed = False
+        # one release per response the reader asks for (and one at close): a producer that
+        # must not read ahead waits on it (BlsPhaseClient says why)
+        self.asked = threading.Semaphore(0)
+        self._asking = False
+
+    def put(self, item: PhaseResponse | BaseException | None) -> None:
+        """Queue ``item`` (from any thread)."""
+        with self._lock:
+            self._items.append(item)
+            waiter, self._waiter = self._waiter, None
+        if waiter is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            _wake(waiter)
+        else:
+            try:
+                self._loop.call_soon_threadsafe(_wake, waiter)
+            except RuntimeError:  # the event loop has closed
+                self.closed = True
+
+    def ready(self) -> bool:
+        """Whether the next item is waiting (reading it will not wait)."""
+        return bool(self._items)
+
+    def __aiter__(self) -> ResponseStream:
+        return self
+
+    async def __anext__(self) -> PhaseResponse:
+        if not self._asking:  # one ask per response: a retried (timed-out) wait asks no more
+            self._asking = True
+            self.asked.release()
+        while True:
+            with self._lock:
+                if self._items:
+                    item = self._items[0]
+                    if item is not None:  # the end stays, for any later read
+                        self._items.popleft()
+                    break
+                waiter = self._waiter = self._loop.create_future()
+            await waiter  # cancellable: nothing is taken until it is done
+        self._asking = False
+        if item is None:
+            raise StopAsyncIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    async def aclose(self) -> None:
+        """The reader has gone: the producer discards the rest (a task producer is
+        cancelled, and awaited)."""
+        self.closed = True
+        self.asked.release()  # a producer waiting for the next ask ends
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            await on_close()
+
+    @classmethod
+    def pumped(cls, source: AsyncIterator[PhaseResponse]) -> ResponseStream:
+        """``source`` (any async iterator, e.g. a gRPC stream) read by a task of its own into
+        a new stream; closing the stream cancels the task, which closes ``source``."""
+        async def pump() -> None:
+            try:
+                async with aclosing(source) as responses:  # type: ignore[type-var]
+                    async for r in responses:
+                        stream.put(r)
+            except Exception as exc:  # the reader raises it, in order
+                stream.put(exc)
+            stream.put(None)
+
+        async def stop() -> None:
+            if not task.done():
+                task.cancel()
+                await asyncio.wait({task})
+
+        stream = cls(on_close=stop)
+        task = asyncio.ensure_future(pump())
+        return stream
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class _Workers:
+    """Threads for blocking work, reused: a job goes to an idle thread, or to a new one when
+    none is idle -- never queued behind a job that blocks (a BLS ``next()`` on a dead stub
+    blocks for good). A thread started per phase call was 13 % of the router's on-CPU Python
+    samples at 32 streams (``threading.Thread.start`` waits for the new thread to run;
+    benchmarks/router_bench.md). At most ``max_idle`` idle threads are kept."""
+
+    def __init__(self, name: str, max_idle: int = 64) -> None:
+        self._name, self._max_idle = name, max_idle
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        self._lock = threading.Lock()
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is not None:
+            inbox.put(job)
+            return
+        inbox = queue.SimpleQueue()
+        inbox.put(job)
+        threading.Thread(target=self._work, args=(inbox,), name=self._name, daemon=True).start()
+
+    def _work(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            job = inbox.get()
+            try:
+                job()
+            except Exception:  # a job reports its own failures: this is a bug; go on
+                log.exception("a %s job failed", self._name)
+            del job
+            with self._lock:
+                if len(self._idle) >= self._max_idle:
+                    return
+                self._idle.append(inbox)
+
+
 class BlsPhaseClient:
     """BLS streams; remembers the models whose stub Triton reported dead (:data:`STUB_GONE`)
-    until one of them answers again, and fails requests for those at once."""
+    until one of them answers again, and fails requests for those at once.
+
+    Each stream is read by a thread of its own (the BLS iterator blocks) into a
+    :class:`ResponseStream`, one response each time the caller asks for the next. Not ahead,
+    and not relaying the tokens itself: a reader thread that called ``next()`` again as soon
+    as it had handed a response over (read-ahead, 2 runs of 2), or right after sending the
+    token to the client itself (1 run of 1), segfaulted the router's stub inside libpython's
+    allocator within seconds at 32 concurrent streams (Triton 2.51, python_backend r24.10;
+    benchmarks/router_bench.md); reading on demand never did. Once the caller has gone, the
+    rest of the stream is read and discarded (:func:`_read_to_end` says why).
+    """
 
     where = "this server"
 
     def __init__(self, triton: Triton) -> None:
         self.triton = triton
         self._down: dict[str, str] = {}  # model -> Triton's message (threads: atomic ops only)
+        self._readers = _Workers("pdtrt-bls-reader")
 
-    async def stream(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-                     parameters: Mapping[str, str], outputs: list[str], error_output: str = "",
-                     fail_fast: bool = True) -> AsyncIterator[PhaseResponse]:
+    def stream(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
+               parameters: Mapping[str, str], outputs: list[str], error_output: str = "",
+               fail_fast: bool = True) -> ResponseStream:
         names = outputs + ([error_output] if error_output else [])
         skip_if = (lambda: self._down.get(model)) if fail_fast else None
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[PhaseResponse | BaseException | None] = asyncio.Queue()
-        wanted = threading.Semaphore(0)  # one release per response the caller asks for
-        gone = threading.Event()  # the caller stopped listening
+        stream = ResponseStream()
 
-        def deliver(item: PhaseResponse | BaseException | None) -> None:
-            if not gone.is_set():
-                try:
-                    loop.call_soon_threadsafe(queue.put_nowait, item)
-                except RuntimeError:  # the event loop has closed
-                    gone.set()
-
-        def drain() -> None:
+        def read() -> None:
             responses = None
             try:
                 responses = self.triton.bls_exec(model, inputs, request_id=request_id,
                                                  parameters=parameters, outputs=names,
                                                  skip_if=skip_if)
                 while True:
-                    wanted.acquire()
-                    if gone.is_set():
+                    stream.asked.acquire()  # the caller asks for the next response, or goes
+                    if stream.closed:
                         break
                     got = self.triton.bls_next(responses, names)
                     if got is None:
+                        responses = None  # read to its end
                         break
                     self._down.pop(model, None)  # it answers
-                    deliver(PhaseResponse.of(got, error_output))
+                    stream.put(PhaseResponse.of(got, error_output))
                 self._down.pop(model, None)
             except PhaseError as exc:  # an error response ends the stream
                 if STUB_GONE in exc.message:
                     self._down[model] = exc.message
-                deliver(PhaseResponse(error=exc.message))
+                stream.put(PhaseResponse(error=exc.message))
             except Exception as exc:  # a bug or a broken stub: the caller raises it
-                deliver(exc)
-            deliver(None)
+                stream.put(exc)
+            stream.put(None)
             if responses is not None:
                 _read_to_end(self.triton, responses)
 
-        threading.Thread(target=drain, name=f"pdtrt-bls-{model}", daemon=True).start()
-        try:
-            while True:
-                wanted.release()
-                item = await queue.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            gone.set()
-            wanted.release()  # a drain thread waiting for the next request exits
+        self._readers.run(read)
+        return stream
 
 
 class GrpcPhaseClient:

@@ -11,6 +11,7 @@ same token, or the request ends with an error instead of a changed or repeated t
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 
@@ -22,6 +23,10 @@ __all__ = ["Reply"]
 
 log = logging.getLogger(__name__)
 
+# The least time between two asks whether a client cancelled (see Reply.cancelled): at most
+# this much more of a cancelled request is generated and relayed.
+CANCEL_CHECK_S = 0.1
+
 
 class Reply:
     """What one client has been sent, and the one final response that ends it."""
@@ -32,9 +37,25 @@ class Reply:
         self.tokens: list[int] = []  # the output so far, each position once
         self.num_streamed = 0  # of which already sent (streaming)
         self.done = False  # the final response went out
+        self._cancelled = False
+        self._asked_s = -math.inf  # when Triton was last asked whether the client cancelled
 
-    def cancelled(self) -> bool:
-        return self.triton.is_cancelled(self.incoming)
+    def cancelled(self, *, now: bool = False) -> bool:
+        """Whether the client has cancelled the request.
+
+        Triton is asked at most once per :data:`CANCEL_CHECK_S` (``now``: at once): each ask
+        is a round trip to the server through the stub's shared memory, and this is asked for
+        every relayed response. So a cancel is seen at the first response at least
+        :data:`CANCEL_CHECK_S` after the last ask; the few tokens relayed meanwhile go to a
+        stream its client no longer reads. A cancel is for good, so a yes is kept.
+        """
+        if self._cancelled:
+            return True
+        t = time.monotonic()
+        if now or t - self._asked_s >= CANCEL_CHECK_S:
+            self._asked_s = t
+            self._cancelled = self.triton.is_cancelled(self.incoming)
+        return self._cancelled
 
     def extend(self, position: int, tokens: Sequence[int]) -> None:
         """Tokens of the output from ``position`` on; positions already known are dropped.

@@ -104,6 +104,9 @@ _METRICS = {
                           "Phase calls ended because their endpoint stopped answering",
                           _COUNTER),
 }
+# The router's counters reach Triton's metrics endpoint within this many seconds: summed and
+# sent together, not one round trip to the server per increment (six per request).
+METRICS_FLUSH_S = 0.1
 log = logging.getLogger(__name__)
 _PHASE_OUTPUTS = ["output_ids", "sequence_length", "arrival_time_ns", "first_scheduled_time_ns"]
 
@@ -149,7 +152,8 @@ class TritonPythonModel:
         self.metrics = Metrics(self.triton, _METRICS, {"model": args["model_name"]}, by={
             "retries": [{"phase": str(role)} for role in PHASE_ROLES],
             **{key: endpoint_labels for key in ("calls", "healthy", "ejections",
-                                                "readmissions", "stalled")}})
+                                                "readmissions", "stalled")}},
+            flush_s=METRICS_FLUSH_S)
         for role, pool in self.pools.items():
             for e in pool.endpoints:
                 self.metrics.set("healthy", 1, phase=str(role), endpoint=e.label)
@@ -185,6 +189,7 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.drain()
+        self.metrics.flush()
         self.triton.release()  # last: the metrics go while the stub can still delete them
 
     # -- endpoints ---------------------------------------------------------------------------
@@ -283,7 +288,7 @@ class TritonPythonModel:
                                   request.phase_inputs(streaming=True),
                                   _phase_id(request.request_id), request, reply)
             except PhaseError as exc:
-                allowed = reply.num_streamed == sent and not reply.cancelled()
+                allowed = reply.num_streamed == sent and not reply.cancelled(now=True)
                 if not await self._may_retry(Role.AGGREGATED, endpoint, tried, request, exc,
                                              allowed=allowed):
                     raise _after_tokens(exc, reply.num_streamed - sent) from None
@@ -305,13 +310,13 @@ class TritonPythonModel:
                 await self._fall_back(request, reply, exc, sent=reply.num_streamed)
                 return
             reply.extend(0, prefill.first_tokens)
-            if reply.cancelled():  # the client has gone: no decode, and the KV is freed now
+            if request.streaming and self.config.early_first_token:
+                reply.stream()  # before the cancel check: that is a round trip to the server
+            if reply.cancelled(now=True):  # the client has gone: no decode; free the KV now
                 self.metrics.add("cancelled")
                 await self._free_kv(request, prefill)
                 reply.close()
                 return
-            if request.streaming and self.config.early_first_token:
-                reply.stream()
             if not prefill.needs_decode(request.max_new_tokens):
                 await self._free_kv(request, prefill)
                 reply.finish(request)
@@ -324,7 +329,7 @@ class TritonPythonModel:
             except PhaseError as exc:
                 # The decode may have failed before pulling: free the KV the prefill holds.
                 await self._free_kv(request, prefill)
-                allowed = reply.num_streamed == sent and not reply.cancelled()
+                allowed = reply.num_streamed == sent and not reply.cancelled(now=True)
                 if endpoint is None or not await self._may_retry(
                         Role.DECODE, endpoint, tried, request, exc, allowed=allowed):
                     await self._fall_back(request, reply, exc, sent=sent)
@@ -339,7 +344,7 @@ class TritonPythonModel:
         """The disaggregated path failed with ``exc``: the aggregated path serves the request
         when configured and nothing of the failed attempt reached the client; else raises."""
         if (not self.config.fallback_to_aggregated or reply.num_streamed > sent
-                or reply.cancelled() or not self.pools[Role.AGGREGATED].healthy):
+                or reply.cancelled(now=True) or not self.pools[Role.AGGREGATED].healthy):
             raise _after_tokens(exc, reply.num_streamed - sent)
         self.metrics.add("fallbacks")
         log.warning("request %r: %s; falling back to the aggregated path", request.request_id,

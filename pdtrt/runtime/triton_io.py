@@ -24,6 +24,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -323,11 +324,17 @@ class Metrics:
     Every metric carries ``labels``; a key listed in ``by`` is one family with one metric per
     label set given there (e.g. one per endpoint), picked by the keyword labels of
     :meth:`add` / :meth:`set`. A backend without custom metrics makes every call a no-op.
+
+    Each update is a round trip to the server through the stub. With ``flush_s`` > 0, counter
+    increments are summed here and sent by a thread of their own every ``flush_s`` seconds
+    (and by :meth:`flush`), so the endpoint lags by up to ``flush_s``; gauges are always set
+    at once.
     """
 
     def __init__(self, triton: Triton, specs: Mapping[str, MetricSpec],
                  labels: Mapping[str, str],
-                 by: Mapping[str, Sequence[Mapping[str, str]]] | None = None) -> None:
+                 by: Mapping[str, Sequence[Mapping[str, str]]] | None = None, *,
+                 flush_s: float = 0.0) -> None:
         self._triton = triton
         by = by or {}
         self._metrics = {key: metric for key, spec in specs.items() if key not in by
@@ -335,6 +342,9 @@ class Metrics:
         self._labelled: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
         self._gauges: dict[int, float] = {}  # id(metric) -> the value last set
         self._set_lock = threading.Lock()
+        self._flush_s = flush_s
+        self._pending: dict[Any, float] = {}  # metric -> increments not sent yet
+        self._flusher: threading.Thread | None = None
         for key, sets in by.items():
             made = triton.metric_family(specs[key], [{**labels, **extra} for extra in sets]) or []
             for extra, metric in zip(sets, made, strict=False):
@@ -346,8 +356,29 @@ class Metrics:
         return self._metrics.get(key)
 
     def add(self, key: str, value: float = 1.0, **labels: str) -> None:
-        if (metric := self._find(key, labels)) is not None:
+        if (metric := self._find(key, labels)) is None:
+            return
+        if self._flush_s <= 0:
             self._triton.increment(metric, value)
+            return
+        with self._set_lock:
+            self._pending[metric] = self._pending.get(metric, 0.0) + value
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_every, daemon=True,
+                                                 name="pdtrt-metrics")
+                self._flusher.start()
+
+    def flush(self) -> None:
+        """Send the summed increments now."""
+        with self._set_lock:
+            pending, self._pending = self._pending, {}
+        for metric, value in pending.items():
+            self._triton.increment(metric, value)
+
+    def _flush_every(self) -> None:
+        while True:
+            time.sleep(self._flush_s)
+            self.flush()
 
     def set(self, key: str, value: float, **labels: str) -> None:
         """Set a gauge; a value it already has costs nothing (each set is a round trip to

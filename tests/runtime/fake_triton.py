@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -222,3 +223,11 @@ def model_args(name: str, params: Mapping[str, str], *, instance: int = 0) -> di
     config = {"parameters": {k: {"string_value": v} for k, v in params.items()}}
     return {"model_name": name, "model_instance_name": f"{name}_0_{instance}",
             "model_config": json.dumps(config)}
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """In a scripted phase (a reader thread): wait until the router has done ``check``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "the router never got there"
+        time.sleep(0.001)

@@ -8,13 +8,22 @@ checks what the client got and which phase requests the router made.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
 
 from pdtrt.engine_io import ERROR_OUTPUT, Param, RequestType
+from pdtrt.runtime import reply as reply_module
 from pdtrt.runtime.router_model import TritonPythonModel
-from tests.runtime.fake_triton import Fail, FakeRequest, FakeTriton, model_args, tokens_out
+from tests.runtime.fake_triton import (
+    Fail,
+    FakeRequest,
+    FakeTriton,
+    model_args,
+    tokens_out,
+    wait_until,
+)
 
 OUTPUT = [7, 8, 9, 10]  # what the engines generate for every prompt
 PARAMS = np.frombuffer(b'{"opaque": "context_phase_params"}', dtype=np.uint8).reshape(1, -1)
@@ -122,12 +131,14 @@ def test_both_phases_see_the_client_id_with_one_unique_suffix(router):
 
 
 # -- cancellation ------------------------------------------------------------------------------
-def test_a_client_cancel_during_decode_stops_the_decode(router):
+def test_a_client_cancel_during_decode_stops_the_decode(router, monkeypatch):
+    monkeypatch.setattr(reply_module, "CANCEL_CHECK_S", 0.0)  # asked at every response
     req = request(max_new=50)
 
     def decode(call):
         yield tokens_out(7)  # the first token again
         yield tokens_out(8)
+        wait_until(lambda: 8 in req.tokens)  # the client saw 8, then cancels
         req.cancel()
         for t in range(9, 20):  # an engine that has not seen the stop yet
             yield tokens_out(t)
@@ -143,6 +154,30 @@ def test_a_client_cancel_during_decode_stops_the_decode(router):
     assert triton.calls_to("prefill", stop=True) == []  # the decode pulled the KV
 
 
+def test_cancellation_is_asked_at_most_once_per_check_interval_while_tokens_stream(
+        router, monkeypatch):
+    """Each ask is a round trip to the server: not one per relayed token. A cancel is still
+    seen, at the first token after the interval."""
+    monkeypatch.setattr(reply_module, "CANCEL_CHECK_S", 0.2)
+    req = request(max_new=200)
+    asked = []
+
+    def decode(call):
+        yield from (tokens_out(t) for t in range(7, 107))  # 100 tokens at once
+        wait_until(lambda: len(req.tokens) == 100)
+        req.cancel()
+        time.sleep(0.25)  # more than the interval
+        yield from (tokens_out(t) for t in range(107, 150))
+
+    model, triton = router(engines(decode=decode))
+    is_cancelled = triton.is_cancelled
+    triton.is_cancelled = lambda incoming: asked.append(1) or is_cancelled(incoming)
+    route(model, req)
+    assert len(asked) <= 3  # after the prefill, and once or twice while 100 tokens streamed
+    assert req.tokens == list(range(7, 107)) and ended_once(req)
+    assert len(triton.calls_to("decode", stop=True)) == 1
+
+
 def test_a_client_cancel_between_the_phases_frees_the_prefills_kv(router):
     req = request()
 
@@ -155,7 +190,8 @@ def test_a_client_cancel_between_the_phases_frees_the_prefills_kv(router):
     assert triton.calls_to("decode") == []
     [stop] = triton.calls_to("prefill", stop=True)
     assert stop.request_id == triton.calls_to("prefill")[0].request_id
-    assert req.tokens == [] and ended_once(req)
+    # the first token went out before the router asked (early first token)
+    assert req.tokens == [7] and ended_once(req)
     assert triton.metrics["pdtrt_router_cancelled_total"] == 1
 
 

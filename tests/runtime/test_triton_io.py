@@ -9,6 +9,7 @@ the end-to-end tests (tests/serve/).
 from __future__ import annotations
 
 import ast
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -240,3 +241,35 @@ def test_a_gauge_set_to_the_value_it_has_costs_no_round_trip():
     for value in (1, 1, 2, 2, 1):
         metrics.set("g", value)
     assert triton.sets == [1, 2, 1] and triton.metrics["g"] == 1
+
+
+def test_deferred_counters_are_summed_into_one_round_trip_per_metric_and_flush():
+    from tests.runtime.fake_triton import FakeTriton
+
+    class Counting(FakeTriton):
+        def __init__(self) -> None:
+            super().__init__()
+            self.increments: list[tuple[str, float]] = []
+
+        def increment(self, metric, value):
+            self.increments.append((metric, value))
+            super().increment(metric, value)
+
+    triton = Counting()
+    specs = {"a": MetricSpec("a", "a counter", MetricKind.COUNTER),
+             "b": MetricSpec("b", "another", MetricKind.COUNTER)}
+    metrics = triton_io.Metrics(triton, specs, {"model": "m"}, flush_s=3600)
+    for _ in range(50):
+        metrics.add("a")
+    metrics.add("b", 0.5)
+    assert triton.increments == []  # nothing sent before the flush
+    metrics.flush()
+    assert sorted(triton.increments) == [("a", 50.0), ("b", 0.5)]
+    assert triton.metrics["a"] == 50 and triton.metrics["b"] == 0.5
+
+    quick = triton_io.Metrics(triton, specs, {"model": "m"}, flush_s=0.01)
+    quick.add("a", 2)
+    deadline = time.monotonic() + 5
+    while triton.metrics["a"] != 2 and time.monotonic() < deadline:  # the flusher's turn
+        time.sleep(0.005)
+    assert triton.metrics["a"] == 2

@@ -75,7 +75,7 @@ def test_a_decode_engine_failure_is_a_request_error_and_the_server_keeps_serving
         assert "decode failed" in got.error and "engine failure" in got.error
         assert "injected decode-step fault" in got.error
     assert _metric(fault_server, "pdtrt_engine_failed_total", model="decode") == failed + 2
-    assert _metric(fault_server, "pdtrt_router_errors_total") == errors + 2
+    assert wait_for(lambda: _metric(fault_server, "pdtrt_router_errors_total") == errors + 2)
     # Nothing is left held on either side, and the next request is served normally.
     assert wait_for(lambda: _metric(fault_server, "pdtrt_engine_active_sequences",
                                     model="decode") == 0)

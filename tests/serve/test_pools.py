@@ -106,9 +106,10 @@ def test_one_decode_endpoint_killed_new_requests_fail_over_without_an_error(serv
         watcher.join(10)
     for i, got in results.items():
         assert got.error is None and got.final_seen and got.texts == expected[i], (i, got.error)
-    assert metric(metrics_url, "pdtrt_router_retries_total", phase="decode") > retries
-    assert metric(metrics_url, "pdtrt_router_endpoint_ejections_total", phase="decode",
-                  endpoint="decode_b") >= 1
+    assert wait_for(lambda: metric(metrics_url, "pdtrt_router_retries_total", phase="decode")
+                    > retries)
+    assert wait_for(lambda: metric(metrics_url, "pdtrt_router_endpoint_ejections_total",
+                                   phase="decode", endpoint="decode_b") >= 1)
     assert statuses and set(statuses) == {200}  # decode still serves: a full path exists
     log = (work / "server.log").read_text()  # each retry: one line with the client's id
     assert any(f"request 'f{i}': decode failed (endpoint decode_b)" in log

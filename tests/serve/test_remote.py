@@ -95,7 +95,7 @@ def test_remote_pools_give_the_same_tokens_and_do_the_work_on_the_other_server(
                       request_id="via-front")
     assert local.error is None and remote.error is None and remote.final_seen
     assert remote.texts == local.texts
-    assert _count(server, "pdtrt_router_requests_total") == routed + 1
+    assert wait_for(lambda: _count(server, "pdtrt_router_requests_total") == routed + 1)
     # The prefill and decode ran on the pools server: one KV pull there for this request.
     assert _count(pools, "pdtrt_kv_transfers_total", model="decode") == pulls + 1
 
@@ -135,7 +135,7 @@ def test_cancelling_at_the_front_stops_the_remote_decode(pools, front, oracle_to
                     == cancelled + 1)
     assert wait_for(lambda: _count(pools, "pdtrt_engine_active_sequences", model="decode")
                     == 0)
-    assert _count(server, "pdtrt_router_cancelled_total") == 1
+    assert wait_for(lambda: _count(server, "pdtrt_router_cancelled_total") == 1)
 
 
 @pytest.fixture(scope="module")

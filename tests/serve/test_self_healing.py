@@ -98,7 +98,8 @@ def test_a_killed_decode_process_ends_its_streams_says_not_ready_and_heals(serve
     assert "decode: reloaded" in (work / "supervisor.log").read_text()
     # The prefill side holds no KV for the streams that died.
     assert wait_for(lambda: metric(metrics_url, "pdtrt_kv_held_buffers", model="prefill") == 0)
-    assert metric(metrics_url, "pdtrt_router_stalled_calls_total", phase="decode") >= 1
+    assert wait_for(lambda: metric(metrics_url, "pdtrt_router_stalled_calls_total",
+                                   phase="decode") >= 1)
 
 
 def test_a_phase_killed_again_heals_again(served):
