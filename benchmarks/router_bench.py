@@ -13,7 +13,9 @@ Triton 2.51 once, with extra models added to its repository before the start:
   early first token) with ``N`` instances, the I/O of the router.
 
 Every path reaches the same engine stubs: ``aggregated`` (engine alone: both phases in one
-model instance), ``prefill`` and ``decode`` (the router and the naive BLS).
+model instance), ``prefill`` and ``decode`` (the router and the naive BLS). One more path, at
+concurrency 1 only, calls ``prefill`` directly with the router's context-only request ("prefill
+alone"): the router's TTFT less its TTFT is the router's own cost per request.
 
 Each cell is a closed loop of ``c`` users (one pre-opened tritonclient gRPC stream each,
 greedy, ``--prompt-tokens`` prompt, ``--output-tokens`` streamed tokens) that start requests
@@ -57,6 +59,9 @@ os.environ.setdefault("UCX_TLS", "sm,tcp")
 os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
 
 _TICKS = os.sysconf("SC_CLK_TCK")
+# The path that calls the prefill model directly (context-only), as the router's first call
+# does: its TTFT is what the router's own per-request cost is measured against.
+PREFILL_ALONE = "prefill-alone"
 
 
 # -- the server --------------------------------------------------------------------------------
@@ -207,26 +212,59 @@ class User:
                        t("streaming", np.array([[True]]), "BOOL"),
                        t("exclude_input_in_output", np.array([[True]]), "BOOL")]
         self.results: queue.Queue = queue.Queue()
+        self.serial = 0
         self.client = g.InferenceServerClient(url)
         self.client.start_stream(callback=lambda result, error: self.results.put(
             (time.perf_counter(), result, error)))
 
     def one(self, model: str) -> Record:
+        if model == PREFILL_ALONE:
+            return self.prefill_alone()
         rec = Record(start_s=time.perf_counter())
         self.client.async_stream_infer(model, self.inputs, enable_empty_final_response=True)
+        return self._collect(rec)
+
+    def _collect(self, rec: Record) -> Record:
+        """``rec`` filled with the responses of the request just sent, to its final one."""
         while True:
             now, result, error = self.results.get(timeout=300)
             if error is not None:
                 rec.error = str(error)
                 break
-            resp = result.get_response()
-            if resp.outputs:
-                n = int(np.prod(resp.outputs[0].shape))
-                rec.token_s += [now] * n
-            if resp.parameters["triton_final_response"].bool_param:
+            ids = result.as_numpy("output_ids")
+            if ids is not None:
+                rec.token_s += [now] * int(ids.size)
+            if result.get_response().parameters["triton_final_response"].bool_param:
                 break
         rec.end_s = time.perf_counter()
         return rec
+
+    def prefill_alone(self) -> Record:
+        """The router's first call, made by the client itself: a context-only request to the
+        ``prefill`` model (its answer: the first token and the KV hand-off), then -- not timed
+        -- the stop request that frees the KV it holds, as the router's ``_free_kv`` does."""
+        self.serial += 1
+        request_id = f"bench-prefill-{id(self)}-{self.serial}"
+        rec = Record(start_s=time.perf_counter())
+        inputs = [*self.inputs[:3], self.flag("streaming", False),
+                  self.flag("exclude_input_in_output", True)]
+        self.client.async_stream_infer("prefill", inputs, request_id=request_id,
+                                       parameters={"request_type": "context_only"},
+                                       enable_empty_final_response=True)
+        self._collect(rec)
+        stop = [*self.inputs[:3], self.flag("stop", True)]
+        self.client.async_stream_infer("prefill", stop, request_id=request_id,
+                                       enable_empty_final_response=True)
+        self._collect(Record(start_s=time.perf_counter()))
+        return rec
+
+    @staticmethod
+    def flag(name: str, value: bool):
+        import tritonclient.grpc as g
+
+        x = g.InferInput(name, [1, 1], "BOOL")
+        x.set_data_from_numpy(np.array([[value]]))
+        return x
 
     def close(self) -> None:
         self.client.stop_stream()
@@ -290,10 +328,10 @@ def spy(out: Path, label: str, pids: dict[str, list[int]], seconds: float) -> li
 def measure(repo: Path, users: list[User], model: str, duration_s: float
             ) -> dict[str, Any]:
     """One cell: ``users`` in a closed loop on ``model``; its stubs' CPU from /proc."""
-    pids = stub_pids(repo, model) if model != "aggregated" else []
+    pids = stub_pids(repo, model) if model not in ("aggregated", PREFILL_ALONE) else []
     before = cpu_s(pids)
     records, wall = run_cell(users, model, duration_s)
-    s: dict[str, Any] = summarize(records, wall, cpu_s(pids) - before)
+    s: dict[str, Any] = summarize(records, wall, cpu_s(pids) - before if pids else float("nan"))
     s["loadavg"] = loadavg()
     if s["errors"]:
         s["first_error"] = next(str(r.error) for r in records if r.error)
@@ -350,7 +388,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="pdtrt-router-bench-"))
     t0 = time.time()
     server, repo = start_server(work, routers, blss, args.baseline_rev, args.start_timeout_s)
-    paths = ([("engine", "aggregated", 1)]
+    paths = ([("engine", "aggregated", 1), ("prefill alone (c = 1)", PREFILL_ALONE, 1)]
              + [(f"router×{k}", "router" if k == 1 else f"router_{k}", k) for k in routers]
              + ([(f"router×1 at {args.baseline_rev}", "router_base", 1)]
                 if args.baseline_rev else [])
@@ -376,6 +414,8 @@ def main() -> None:
             for c in concurrency:
                 for label, model, instances in order:
                     if model.startswith("naive_bls") and c > instances * args.max_queue:
+                        continue
+                    if model == PREFILL_ALONE and c != 1:  # a TTFT reference, not a load
                         continue
                     s = measure(repo, users[:c], model, args.duration_s)
                     cells.setdefault((label, c), []).append(s)
@@ -423,7 +463,7 @@ def report(cells: dict[tuple[str, int], list[dict[str, float]]], paths: list[tup
                 f"{_mean(rounds, 'ttft_ms_mean'):.1f} / {_mean(rounds, 'ttft_ms_p50'):.1f} / "
                 f"{_mean(rounds, 'ttft_ms_p90'):.1f} | {_mean(rounds, 'itl_ms_mean'):.2f} / "
                 f"{_mean(rounds, 'itl_ms_p50'):.2f} | {tps:.0f} | "
-                f"{'–' if label == 'engine' else f'{cpu:.0f}'} | {rel} |")
+                f"{'–' if cpu != cpu else f'{cpu:.0f}'} | {rel} |")  # NaN: no stub of its own
     return "\n".join(lines)
 
 
