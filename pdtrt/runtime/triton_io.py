@@ -165,7 +165,18 @@ class BackendTriton:
 
     def send(self, request: Incoming, outputs: Mapping[str, np.ndarray], *,
              final: bool = False) -> None:
-        """One response with ``outputs`` (possibly none); ``final`` ends the request."""
+        """One response with ``outputs`` (possibly none); ``final`` ends the request.
+
+        Only the outputs the request asked for are made into tensors (all, when it named
+        none). Why: the stub drops the others itself, inside ``ResponseSender::Send`` with the
+        GIL released (python_backend r24.10 ``src/response_sender.cc``: ``gil_scoped_release``,
+        then ``InferResponse::PruneOutputTensors``), and a dropped tensor frees the numpy array
+        it holds (``PbTensor::numpy_array_``, ``src/pb_tensor.h``) without the GIL: a corrupted
+        heap, then a segfault in libpython's allocator (seen in the decode stub under the
+        router benchmark, which asks the engines for fewer outputs than they send).
+        """
+        if wanted := request.requested_outputs:
+            outputs = {name: value for name, value in outputs.items() if name in wanted}
         with _LOCK:
             response = self._pb.InferenceResponse(output_tensors=self._tensors(outputs))
             request.sender.send(response, flags=self._final if final else 0)

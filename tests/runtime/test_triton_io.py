@@ -9,6 +9,7 @@ the end-to-end tests (tests/serve/).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import time
 from types import SimpleNamespace
 
@@ -273,3 +274,22 @@ def test_deferred_counters_are_summed_into_one_round_trip_per_metric_and_flush()
     while triton.metrics["a"] != 2 and time.monotonic() < deadline:  # the flusher's turn
         time.sleep(0.005)
     assert triton.metrics["a"] == 2
+
+
+def test_a_response_carries_only_the_outputs_its_request_asked_for():
+    """The stub would drop the others without the GIL (BackendTriton.send says why)."""
+    rec = Recorder()
+    pb = recording_pb_utils(rec)
+    made: list[str] = []
+    tensor = pb.Tensor
+    pb.Tensor = lambda name, value: made.append(name) or tensor(name, value)
+    triton = BackendTriton(pb)
+    [asked] = triton.receive([pb.Request()], [], decoupled=True)  # asks for output_ids only
+    assert asked.requested_outputs == ("output_ids",)
+    one = np.array([[1]], dtype=np.int32)
+    triton.send(asked, {"output_ids": one, "sequence_length": one, "last_token_time_ns": one})
+    assert made == ["output_ids"]
+    made.clear()
+    triton.send(dataclasses.replace(asked, requested_outputs=()), {"output_ids": one,
+                                                                   "sequence_length": one})
+    assert made == ["output_ids", "sequence_length"]  # named none: gets every output
