@@ -194,23 +194,27 @@ class Record:
     end_s: float = 0.0
 
 
+def _input(name: str, value: np.ndarray) -> Any:
+    """A tritonclient gRPC input holding ``value``."""
+    import tritonclient.grpc as g
+    from tritonclient.utils import np_to_triton_dtype
+
+    x = g.InferInput(name, list(value.shape), np_to_triton_dtype(value.dtype))
+    x.set_data_from_numpy(value)
+    return x
+
+
 class User:
     """One closed-loop user: one gRPC stream, one request at a time."""
 
     def __init__(self, url: str, ids: list[int], output_tokens: int) -> None:
         import tritonclient.grpc as g
 
-        def t(name, value, dtype):
-            x = g.InferInput(name, list(value.shape), dtype)
-            x.set_data_from_numpy(value)
-            return x
-
-        self.inputs = [t("input_ids", np.array([ids], dtype=np.int32), "INT32"),
-                       t("input_lengths", np.array([[len(ids)]], dtype=np.int32), "INT32"),
-                       t("request_output_len", np.array([[output_tokens]], dtype=np.int32),
-                         "INT32"),
-                       t("streaming", np.array([[True]]), "BOOL"),
-                       t("exclude_input_in_output", np.array([[True]]), "BOOL")]
+        self.inputs = [_input("input_ids", np.array([ids], dtype=np.int32)),
+                       _input("input_lengths", np.array([[len(ids)]], dtype=np.int32)),
+                       _input("request_output_len", np.array([[output_tokens]], dtype=np.int32)),
+                       _input("streaming", np.array([[True]])),
+                       _input("exclude_input_in_output", np.array([[True]]))]
         self.results: queue.Queue = queue.Queue()
         self.serial = 0
         self.client = g.InferenceServerClient(url)
@@ -246,25 +250,17 @@ class User:
         self.serial += 1
         request_id = f"bench-prefill-{id(self)}-{self.serial}"
         rec = Record(start_s=time.perf_counter())
-        inputs = [*self.inputs[:3], self.flag("streaming", False),
-                  self.flag("exclude_input_in_output", True)]
+        inputs = [*self.inputs[:3], _input("streaming", np.array([[False]])),
+                  _input("exclude_input_in_output", np.array([[True]]))]
         self.client.async_stream_infer("prefill", inputs, request_id=request_id,
                                        parameters={"request_type": "context_only"},
                                        enable_empty_final_response=True)
         self._collect(rec)
-        stop = [*self.inputs[:3], self.flag("stop", True)]
+        stop = [*self.inputs[:3], _input("stop", np.array([[True]]))]
         self.client.async_stream_infer("prefill", stop, request_id=request_id,
                                        enable_empty_final_response=True)
         self._collect(Record(start_s=time.perf_counter()))
         return rec
-
-    @staticmethod
-    def flag(name: str, value: bool):
-        import tritonclient.grpc as g
-
-        x = g.InferInput(name, [1, 1], "BOOL")
-        x.set_data_from_numpy(np.array([[value]]))
-        return x
 
     def close(self) -> None:
         self.client.stop_stream()
@@ -379,6 +375,8 @@ def main() -> None:
                     "decode stubs and this client into this directory (not in the results)")
     ap.add_argument("--py-spy-c", default="1,32")
     args = ap.parse_args()
+    if args.py_spy and not Path(sys.executable).with_name("py-spy").exists():
+        ap.error("--py-spy needs py-spy in this environment: .venv/bin/pip install -e '.[profile]'")
     concurrency = [int(c) for c in args.concurrency.split(",")]
     routers = [int(k) for k in args.router_instances.split(",")]
     blss = [int(n) for n in args.bls_instances.split(",") if n]

@@ -245,7 +245,7 @@ class BlsPhaseClient:
     :class:`ResponseStream`, one response each time the caller asks for the next. Not ahead,
     and not relaying the tokens itself: a reader thread that called ``next()`` again as soon
     as it had handed a response over (read-ahead, 2 runs of 2), or right after sending the
-    token to the client itself (1 run of 1), segfaulted the router's stub inside libpython's
+    token to the client itself (2 runs of 2), segfaulted the router's stub inside libpython's
     allocator within seconds at 32 concurrent streams (Triton 2.51, python_backend r24.10;
     benchmarks/router_bench.md); reading on demand never did. Once the caller has gone, the
     rest of the stream is read and discarded (:func:`_read_to_end` says why).

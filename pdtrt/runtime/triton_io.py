@@ -355,6 +355,7 @@ class Metrics:
         self._set_lock = threading.Lock()
         self._flush_s = flush_s
         self._pending: dict[Any, float] = {}  # metric -> increments not sent yet
+        self._pending_lock = threading.Lock()  # not _set_lock: that one is held across a set
         self._flusher: threading.Thread | None = None
         for key, sets in by.items():
             made = triton.metric_family(specs[key], [{**labels, **extra} for extra in sets]) or []
@@ -372,7 +373,7 @@ class Metrics:
         if self._flush_s <= 0:
             self._triton.increment(metric, value)
             return
-        with self._set_lock:
+        with self._pending_lock:
             self._pending[metric] = self._pending.get(metric, 0.0) + value
             if self._flusher is None:
                 self._flusher = threading.Thread(target=self._flush_every, daemon=True,
@@ -381,7 +382,7 @@ class Metrics:
 
     def flush(self) -> None:
         """Send the summed increments now."""
-        with self._set_lock:
+        with self._pending_lock:
             pending, self._pending = self._pending, {}
         for metric, value in pending.items():
             self._triton.increment(metric, value)
