@@ -25,6 +25,7 @@ import gc
 import json
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -119,6 +120,70 @@ class Triton(Protocol):
 # Lock, not an RLock: no method below calls another or any model code while holding it.
 _LOCK = threading.Lock()
 
+# How long a BLS stream read to its end is kept when no stub round trip has passed meanwhile
+# (_EndedStreams says why). The stub forgets a stream within one pass of its stub-to-parent
+# queue (a message takes microseconds to a millisecond); the bound only matters for a model
+# that makes BLS calls but never asks is_cancelled (a router with no clients, probing).
+ENDED_STREAM_HOLD_S = 30.0
+
+
+class _EndedStreams:
+    """BLS response iterators read to their end, kept alive until the stub has forgotten them.
+
+    Why (Triton 2.51, python_backend r24.10): the stub keeps each decoupled BLS call's
+    ``ResponseIterator`` in ``Stub::response_iterator_map_`` as well as in the Python object.
+    When ``next()`` returns the final response, ``ResponseIterator::Clear`` queues a cleanup
+    message (``src/pb_response_iterator.cc``), and the stub's stub-to-parent thread later
+    erases the map's entry -- without the GIL (``Stub::SendCleanupId``, ``src/pb_stub.cc``).
+    If the Python object is gone by then, that erase destroys the iterator on that thread, and
+    with it every response it kept and their output tensors, each of which holds a numpy array
+    the stub made (``PbTensor``'s shared-memory constructor, ``src/pb_tensor.cc``): Python
+    objects freed without the GIL, a corrupted heap, then a segfault in libpython's allocator
+    (the router's stub under load, issue 24; gdb showed ``~ResponseIterator`` called from
+    ``SendCleanupId``). The later the stub's queue gets to the cleanup -- behind other
+    cleanups and ``is_cancelled`` round trips -- the likelier.
+
+    So the seam keeps the iterator until it knows the erase has happened: ``is_cancelled`` is a
+    round trip through the same FIFO queue and thread (``PbCancel::IsCancelled`` ->
+    ``Stub::SendIsCancelled``), so once one that was asked after a stream ended has been
+    answered, that stream's cleanup ran before it and the Python object holds the last
+    reference: dropping it frees everything here, with the GIL. A model that never asks
+    (no client requests) drops them after :data:`ENDED_STREAM_HOLD_S` instead.
+    """
+
+    def __init__(self) -> None:
+        self._kept: deque[tuple[float, Any]] = deque()  # (when it ended, the iterator)
+
+    def add(self, responses: Any) -> None:
+        """``responses`` has ended (its final response was read); keep it. Call under _LOCK."""
+        now = time.monotonic()
+        self._kept.append((now, responses))
+        stale = []
+        while self._kept and now - self._kept[0][0] > ENDED_STREAM_HOLD_S:
+            stale.append(self._kept.popleft())
+        stale.clear()  # freed here, with the GIL
+
+    def before_round_trip(self) -> deque[tuple[float, Any]]:
+        """The streams that a round trip started now will have seen cleaned up (call under
+        _LOCK, then :meth:`after_round_trip` with them)."""
+        kept, self._kept = self._kept, deque()
+        return kept
+
+    def after_round_trip(self, kept: deque[tuple[float, Any]], *, answered: bool) -> None:
+        """``answered``: the round trip went through the stub's queue (a cancelled request's
+        answer may come from the stub's cache without one: keep them). Call under _LOCK."""
+        if not answered:
+            kept.extend(self._kept)
+            self._kept = kept
+        else:
+            kept.clear()  # the last references: each iterator is freed here, with the GIL
+
+    def clear(self) -> None:
+        self._kept.clear()
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
 
 class BackendTriton:
     """:class:`Triton` over the Python backend's ``triton_python_backend_utils`` module."""
@@ -132,6 +197,7 @@ class BackendTriton:
         self._families: list[Any] = []
         self._metrics: list[Any] = []
         self._released = False  # release() ran: metric updates are no-ops
+        self._ended = _EndedStreams()  # BLS iterators read to their end, not forgotten yet
 
     # -- requests in -------------------------------------------------------------------------
     def receive(self, requests: Sequence[Any], names: Iterable[str], *,
@@ -156,8 +222,14 @@ class BackendTriton:
                         sender=request.get_response_sender() if decoupled else None)
 
     def is_cancelled(self, request: Incoming) -> bool:
+        """Whether the client cancelled ``request``: a round trip to the server (while the
+        request is not known to be cancelled). Also the point where ended BLS streams are let
+        go (:class:`_EndedStreams` says why)."""
         with _LOCK:
-            return bool(request.handle.is_cancelled())
+            ended = self._ended.before_round_trip()
+            cancelled = bool(request.handle.is_cancelled())
+            self._ended.after_round_trip(ended, answered=not cancelled)
+            return cancelled
 
     # -- responses out -----------------------------------------------------------------------
     def _tensors(self, outputs: Mapping[str, np.ndarray]) -> list[Any]:
@@ -242,6 +314,8 @@ class BackendTriton:
         """
         response = next(responses, None)
         if response is None:
+            with _LOCK:  # the stub may still hold it: not ours to free yet (_EndedStreams)
+                self._ended.add(responses)
             return None
         with _LOCK:
             if response.has_error():
@@ -314,6 +388,9 @@ class BackendTriton:
         """
         gc.collect()
         with _LOCK:
+            # the stub forgot every BLS stream before calling finalize() (its map is cleared
+            # on the finalize request, src/pb_stub.cc r24.10), so these are ours to free
+            self._ended.clear()
             self._released = True
             metrics, self._metrics = self._metrics, []
             del metrics  # each metric deletes itself in the server, then frees its memory

@@ -293,3 +293,51 @@ def test_a_response_carries_only_the_outputs_its_request_asked_for():
     triton.send(dataclasses.replace(asked, requested_outputs=()), {"output_ids": one,
                                                                    "sequence_length": one})
     assert made == ["output_ids", "sequence_length"]  # named none: gets every output
+
+
+def _ended_stream(pb, triton):
+    """A BLS stream read to its end through the seam; returns a weak reference to its iterator
+    (the caller drops its own at once, as the router does)."""
+    import weakref
+
+    class Ended:  # the stub's iterator after its final response: nothing more
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            raise StopIteration
+
+    pb.InferenceRequest.exec = lambda self, decoupled: Ended()
+    responses = triton.bls_exec("decode", {}, request_id="r", parameters={}, outputs=[])
+    assert triton.bls_next(responses, []) is None
+    return weakref.ref(responses)
+
+
+def test_an_ended_bls_stream_is_kept_until_a_round_trip_through_the_stub_has_passed():
+    """Triton's stub would free it without the GIL if Python let go first (_EndedStreams)."""
+    rec = Recorder()
+    pb = recording_pb_utils(rec)
+    triton = BackendTriton(pb)
+    [incoming] = triton.receive([pb.Request()], [], decoupled=True)
+    ended = _ended_stream(pb, triton)
+    assert ended() is not None  # the caller let go; the seam holds it
+    triton.is_cancelled(incoming)  # a round trip after it ended: the stub has forgotten it
+    assert ended() is None
+
+    cancelled = _ended_stream(pb, triton)
+    pb.Request.is_cancelled = lambda self: True  # may come from the stub's cache: no proof
+    triton.is_cancelled(incoming)
+    assert cancelled() is not None
+    triton.release()  # the stub forgets every stream before finalize()
+    assert cancelled() is None
+
+
+def test_an_ended_bls_stream_no_round_trip_follows_is_let_go_after_the_hold(monkeypatch):
+    rec = Recorder()
+    pb = recording_pb_utils(rec)
+    triton = BackendTriton(pb)
+    first = _ended_stream(pb, triton)
+    monkeypatch.setattr(triton_io, "ENDED_STREAM_HOLD_S", 0.0)
+    time.sleep(0.01)
+    second = _ended_stream(pb, triton)  # each new end lets go of those past the hold
+    assert first() is None and second() is not None
