@@ -128,6 +128,11 @@ class BenchReport:
         """The error to exit with when every request of some run failed, else None."""
         return all_failed_error({run.label: run.failures for run in self.runs})
 
+    def failed_runs(self) -> list[str]:
+        """``label: 3 of 20 requests failed (...)`` for each run that lost requests."""
+        return [f"{run.label}: {run.failures.describe()}" for run in self.runs
+                if run.failures.num_failed]
+
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"config": self.config.to_dict(),
                                   "runs": [r.to_dict() for r in self.runs]}

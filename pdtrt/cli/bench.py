@@ -15,7 +15,7 @@ from pdtrt.bench.outputs import write_report
 from pdtrt.bench.tokenizer_choice import choose_tokenizer
 from pdtrt.cli.bench_render import progress_bar, render_report
 from pdtrt.cli.infer import url_option
-from pdtrt.cli.render import EXIT_EXPECTED_ERROR, emit_json, json_option
+from pdtrt.cli.render import EXIT_EXPECTED_ERROR, EXIT_PARTLY_FAILED, emit_json, json_option
 from pdtrt.client import LLMClient
 from pdtrt.enums import Percentile
 from pdtrt.errors import BenchError
@@ -123,7 +123,11 @@ def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: s
         emit_json({**report.to_dict(), "files": files.to_dict()})
         if error:
             click.get_current_context().exit(EXIT_EXPECTED_ERROR)
-        return
-    render_report(report, files)
-    if error:
-        raise error
+    else:
+        render_report(report, files)
+        if error:
+            raise error
+    if lost := report.failed_runs():  # the report is whole, but requests were lost: say so
+        if not as_json:
+            click.echo("warning: requests failed -- " + "; ".join(lost), err=True)
+        click.get_current_context().exit(EXIT_PARTLY_FAILED)

@@ -11,6 +11,9 @@ from rich.console import Console
 JSON_META_KEY = "pdtrt.json"
 # Exit status of expected errors (PdtrtError), and of a benchmark whose every request failed.
 EXIT_EXPECTED_ERROR = 2
+# Exit status of a command that did its work and reported it, but lost part of it (a benchmark
+# some of whose requests failed).
+EXIT_PARTLY_FAILED = 1
 
 
 def _set_json(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:

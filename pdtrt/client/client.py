@@ -12,7 +12,10 @@ By default a retired stream is closed *gracefully*: the server finishes the aban
 and its responses are dropped. ``cancel_streams=True`` cancels the gRPC stream instead, which
 frees the server at once -- but Triton up to 2.52 (24.11) can crash with SIGSEGV on a gRPC
 cancellation racing a response (triton-inference-server/server #7368, fixed by PR #7840 in
-24.12); pdtrt's embedded Triton 2.51 was seen to crash that way here.
+24.12); pdtrt's embedded Triton 2.51 was seen to crash that way here. A graceful close never
+waits on a request the server has lost (e.g. its model's process died): when the abandoned
+request has not ended within ``drain_s``, its stream is cancelled instead (no response can
+race a cancel then), and no thread of a stream keeps the process alive at exit.
 
 ``submit`` is non-blocking and returns a :class:`Pending`; ``generate`` waits for it.
 """
@@ -35,6 +38,7 @@ __all__ = ["LLMClient", "Pending"]
 
 log = logging.getLogger(__name__)
 _TICK_S = 0.01
+DRAIN_S = 30.0  # how long a retired stream's abandoned request may take to end on the server
 
 
 class Pending:
@@ -108,8 +112,11 @@ class _Slot:
         self.pending: Pending | None = None
         self.cancel_on_close = False  # cancel the gRPC stream when closing it
         self.abandoned = False  # a request on it ended early; closing may wait for the server
+        self.settled = threading.Event()  # the server ended the stream's last request
 
     def on_event(self, event: StreamEvent) -> None:
+        if event.final:
+            self.settled.set()
         pending = self.pending
         if pending is None:
             log.debug("response on an idle stream ignored: %s", event)
@@ -130,10 +137,11 @@ class LLMClient:
     def __init__(self, url: str = "127.0.0.1:8001", *,
                  transport_factory: TransportFactory | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 cancel_streams: bool = False) -> None:
+                 cancel_streams: bool = False, drain_s: float = DRAIN_S) -> None:
         self.url = url
         self.clock = clock
         self.cancel_streams = cancel_streams
+        self.drain_s = drain_s
         self._factory = transport_factory or (lambda: GrpcTransport(url))
         self._lock = threading.Lock()
         self._idle: list[_Slot] = []
@@ -172,6 +180,7 @@ class LLMClient:
         slot = self._acquire()
         pending = Pending(self, request_id, model, None, on_chunk, on_done)
         pending._slot = slot
+        slot.settled.clear()
         slot.pending = pending
         with self._lock:
             self._busy[request_id] = pending
@@ -263,7 +272,7 @@ class LLMClient:
             if slot is not _NO_SLOT:
                 if slot.abandoned and not slot.cancel_on_close:
                     # a graceful close waits for the server to finish the request: not here
-                    threading.Thread(target=self._close_slot, args=(slot,), daemon=True,
+                    threading.Thread(target=self._drain_slot, args=(slot,), daemon=True,
                                      name="pdtrt-client-drain").start()
                 else:
                     self._close_slot(slot)
@@ -284,6 +293,16 @@ class LLMClient:
         for pending in expired:
             limit_s = (pending._deadline_s or now) - pending.send_time_s
             pending._finish(now, ErrorKind.TIMEOUT, f"no final response within {limit_s:g} s")
+
+    def _drain_slot(self, slot: _Slot) -> None:
+        """Close a stream whose request was abandoned: gracefully once the server has ended
+        that request, else (``drain_s`` later) by cancelling it -- a graceful close joins the
+        stream's reader, which waits for good on a request the server lost."""
+        if not slot.settled.wait(self.drain_s):
+            log.debug("an abandoned request did not end within %g s; cancelling its stream",
+                      self.drain_s)
+            slot.cancel_on_close = True
+        self._close_slot(slot)
 
     @staticmethod
     def _close_slot(slot: _Slot) -> None:

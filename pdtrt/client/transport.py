@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -142,7 +143,11 @@ class GrpcTransport:
                     for v in values.reshape(-1))
             on_event(StreamEvent(text=text, final=final))
 
-        self._grpc().start_stream(callback=callback)
+        # tritonclient reads the stream on a thread that inherits the daemon flag of the
+        # thread that starts it (threading.Thread's default). Started from a daemon thread, a
+        # reader still waiting on a request the server lost (its stub died) cannot keep the
+        # process alive at exit: seen, `pdtrt bench` wrote its report and never exited.
+        _in_daemon_thread(lambda: self._grpc().start_stream(callback=callback))
         self._streaming = True
 
     def send(self, model: str, tensors: Sequence[TensorSpec], request_id: str) -> None:
@@ -169,3 +174,20 @@ class GrpcTransport:
         finally:
             self._streaming = False
             client.close()
+
+
+def _in_daemon_thread(work: Callable[[], None]) -> None:
+    """Run ``work`` on a daemon thread of its own and wait for it; its exception is raised."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # noqa: BLE001 -- raised in the caller's thread
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True, name="pdtrt-stream-start")
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]

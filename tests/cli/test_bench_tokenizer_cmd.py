@@ -62,16 +62,18 @@ def test_bench_with_defaults_uses_the_tokenizer_the_server_names(run, reference_
 def test_bench_reports_partial_failures_and_fails_when_all_do(run, reference_server,
                                                              tmp_path):
     """Prompts of 200..600 tokens against max_input_len 384: some are refused, and the
-    console says how many and why; prompts of 1000 tokens: every one is, and exit 2."""
+    console says how many and why, and exit 1; prompts of 1000 tokens: every one is, and
+    exit 2."""
     url = reference_server[0].endpoints.grpc_url
     common = ("--url", url, "--warmup", "0", "--osl", "2", "--no-plots",
               "--output-dir", str(tmp_path))
     some = run("bench", *common, "--concurrency", "4", "--requests", "8",
                "--isl", "uniform:200:600")
-    assert some.exit_code == 0, some.output
+    assert some.exit_code == 1, some.output
     line = next(x for x in some.stdout.splitlines() if "requests failed" in x)
     assert line.startswith("ensemble @ concurrency 4: ") and "of 8 requests failed (request " \
         in line and "most common: " in line
+    assert some.stderr.startswith("warning: requests failed -- ensemble @ concurrency 4: ")
     every = run("bench", *common, "--requests", "3", "--isl", "1000")
     assert every.exit_code == 2
     assert "error: every request of ensemble @ concurrency 1 failed; most common error " \

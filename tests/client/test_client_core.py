@@ -12,8 +12,8 @@ from pdtrt.client.types import Chunk, ErrorKind, GenerateResult
 from pdtrt.errors import ModelNotFoundError, RequestError, ServerUnavailableError
 
 
-def _client(hub: FakeHub) -> LLMClient:
-    return LLMClient("fake", transport_factory=hub, clock=hub.clock)
+def _client(hub: FakeHub, **options) -> LLMClient:
+    return LLMClient("fake", transport_factory=hub, clock=hub.clock, **options)
 
 
 def test_streamed_chunks_are_timed_with_the_injected_clock():
@@ -121,7 +121,7 @@ def test_timeout_ends_the_request_and_retires_its_stream():
         return [(0.01, StreamEvent(text=" a"))]  # never a final response
 
     hub = FakeHub(hangs)
-    with _client(hub) as client:
+    with _client(hub, drain_s=0.2) as client:
         pending = client.submit(GenerateRequest(prompt="x"), timeout_s=1.0)
         time.sleep(0.05)
         assert not pending.done
@@ -131,10 +131,32 @@ def test_timeout_ends_the_request_and_retires_its_stream():
         with pytest.raises(RequestError, match="no final response within 1 s"):
             result.raise_for_error()
         # the drain thread closes the retired stream: wait for that, not for a fixed time
-        deadline = time.monotonic() + 5
-        while hub.transports[1].closed_with is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-    assert hub.transports[1].closed_with is False
+        _wait_closed(hub.transports[1])
+    # the server never ended the request (lost): its stream is cancelled, not joined for good
+    assert hub.transports[1].closed_with is True
+
+
+def _wait_closed(transport, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while transport.closed_with is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_an_abandoned_request_the_server_still_ends_has_its_stream_closed_gracefully():
+    def hangs(model, tensors, request_id):
+        return [(0.01, StreamEvent(text=" a"))]
+
+    hub = FakeHub(hangs)
+    with _client(hub, drain_s=30) as client:
+        pending = client.submit(GenerateRequest(prompt="x"), timeout_s=1.0)
+        hub.clock.advance(1.0)
+        assert pending.wait(timeout_s=5).error_kind is ErrorKind.TIMEOUT
+        transport = hub.transports[1]
+        time.sleep(0.1)
+        assert transport.closed_with is None  # still draining: the request may yet end
+        transport.on_event(StreamEvent(final=True))  # the server ends it late
+        _wait_closed(transport)
+    assert transport.closed_with is False  # no cancel: Triton < 24.12 may crash on one
 
 
 def test_cancel_and_late_responses_are_ignored():

@@ -10,9 +10,13 @@ healthy", while ``/v2/health/ready`` says 200.
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,6 +123,40 @@ def test_a_phase_killed_again_heals_again(served):
         assert wait_for(lambda: generate(url, "ensemble", ensemble_inputs(PROMPT, 12)).texts
                         == expected, timeout_s=max(1.0, 30.0 - (time.monotonic() - killed_at)))
     os.kill(info["state_file"]["pid"], 0)  # the same server throughout
+
+
+def test_bench_exits_with_its_report_when_the_router_dies_under_it(served, tmp_path):
+    """Issue 24: the router's stub died mid-bench, the requests in flight through ``ensemble``
+    never ended (Triton does not end them), and `pdtrt bench` wrote its report and then
+    waited for good on tritonclient's reader threads. It must exit within its timeout plus a
+    few seconds, with the report and a non-zero status."""
+    info, work = served
+    url, http = info["endpoints"]["grpc"], info["endpoints"]["http"]
+    assert wait_for(lambda: readiness(http) == 200, timeout_s=30)
+    timeout_s = 8.0
+    bench = subprocess.Popen(
+        [str(Path(sys.executable).with_name("pdtrt")), "bench", "--url", url,
+         "--concurrency", "4", "--requests", "12", "--warmup", "0", "--osl", "64",
+         "--timeout", str(timeout_s), "--no-plots", "--output-dir", str(tmp_path), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3.0)  # requests are streaming through the router
+        assert bench.poll() is None, bench.communicate()
+        kill_model(work / "repo", "router")
+        killed_at = time.monotonic()
+        stdout, stderr = bench.communicate(timeout=3 * timeout_s + 30)
+    except subprocess.TimeoutExpired:
+        bench.kill()
+        pytest.fail("pdtrt bench did not exit after the router died under its requests")
+    # the requests lost with the router time out; later ones fail fast or succeed on the
+    # reloaded router: the bench ends within a few timeouts, not never
+    assert time.monotonic() - killed_at < 3 * timeout_s + 15
+    report = json.loads(stdout)
+    failures = report["runs"][0]["failures"]
+    assert failures["num_failed"] >= 1, failures
+    assert bench.returncode in (1, 2), stderr  # lost requests are not a success
+    assert (tmp_path / "report.json").is_file()
+    assert wait_for(lambda: readiness(http) == 200, timeout_s=60)  # and the router healed
 
 
 def test_stop_ends_the_supervisor_with_the_server(served):
