@@ -15,6 +15,13 @@ exactly the greedy continuation `transformers` computes for its prompt (EOS off)
 or failed one a prefix of it. Everything is seeded (`--seed`), bounded in time (the duration,
 a per-request timeout) and in count (rate x duration + burst).
 
+`--mix` (issue 24) sends a seeded mix instead: token-id streams to the router (the only ones a
+client cancels), and text requests to `ensemble` and `ensemble_aggregated`, streaming and not
+(checked for a clean end; their text is not compared). Every run counts the Python-backend
+stubs that died -- the supervisor's "stub died" lines beyond the kills it was told of -- and new
+faults of Triton processes in the kernel log, and exits 1 when there is any (or, without kills,
+any failed request): a soak that would have caught the router stub's crash.
+
 Recorded: requests ok / failed / cancelled, the router's retries and fallbacks (its metrics),
 tokens lost, duplicated or changed, TTFT and ITL p50 / p99 per `--window-s`, each kill and how
 long until `/v2/models/health/ready` said 200 again, and every `--sample-every-s`: RSS and
@@ -120,6 +127,23 @@ def _segfaults() -> set[str] | None:
         else None
 
 
+def _triton_faults() -> set[str] | None:
+    """The kernel log's faults of Triton's server and stub processes (None: not readable)."""
+    out = subprocess.run(["dmesg"], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        return None
+    return {ln for ln in out.stdout.splitlines()
+            if ("triton_python_b" in ln or "tritonserver" in ln)
+            and any(w in ln for w in ("segfault", "general protection", "trap", "error"))}
+
+
+def stub_deaths(workdir: Path) -> list[str]:
+    """The supervisor's "stub died" lines in `pdtrt serve`'s log."""
+    log = workdir / "serve.err"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    return [ln for ln in text.splitlines() if "stub died" in ln]
+
+
 def _shm_prefix(server_pid: int) -> str:
     key = "shm-region-prefix-name="
     return next(a.split(key)[1] for a in _cmdline(server_pid).split() if key in a)
@@ -167,6 +191,7 @@ class Record:
     start_s: float  # since the run began
     prompt: int
     cancel_after: int | None
+    target: str = "router"  # router, or ENSEMBLE/ENSEMBLE_AGG with "/stream" or "/unary"
     tokens: list[int] = field(default_factory=list)
     times_s: list[float] = field(default_factory=list)  # per response, since the run began
     error: str | None = None
@@ -193,12 +218,42 @@ def _request(rec: Record, ids: list[int], max_tokens: int):
     return req
 
 
+TARGETS = ("router", "ensemble/stream", "ensemble/unary", "ensemble_aggregated/stream",
+           "ensemble_aggregated/unary")
+
+
+def _text_request(rec: Record, text: str, max_tokens: int):
+    """A request in NVIDIA's ensemble text I/O for ``rec.target``."""
+    from tritonclient.grpc import service_pb2
+    from tritonclient.utils import serialize_byte_tensor
+
+    model, mode = rec.target.split("/")
+    req = service_pb2.ModelInferRequest(model_name=model, id=f"soak-{rec.index}")
+    for name, value, dtype in (
+            ("text_input", np.array([[text.encode()]], dtype=object), "BYTES"),
+            ("max_tokens", np.array([[max_tokens]], dtype=np.int32), "INT32"),
+            ("stream", np.array([[mode == "stream"]]), "BOOL"),
+            ("exclude_input_in_output", np.array([[True]]), "BOOL")):
+        tensor = req.inputs.add(name=name, datatype=dtype)
+        tensor.shape.extend(value.shape)
+        if dtype == "BYTES":  # one object holding the length-prefixed elements
+            raw = serialize_byte_tensor(value).reshape(-1)[0]
+        else:
+            raw = value.tobytes()
+        req.raw_input_contents.append(raw)
+    req.parameters["triton_enable_empty_final_response"].bool_param = True
+    return req
+
+
 async def run_request(stub, rec: Record, ids: list[int], max_tokens: int, t0: float,
                       timeout_s: float) -> None:
     done = asyncio.Event()
 
     async def requests():
-        yield _request(rec, ids, max_tokens)
+        if rec.target == "router":
+            yield _request(rec, ids, max_tokens)
+        else:  # the prompt's ids as words: any text the tokenizer takes
+            yield _text_request(rec, " ".join(f"w{t}" for t in ids[:24]), max_tokens)
         await done.wait()  # half-close only after the final response
 
     call = stub.ModelStreamInfer(requests())
@@ -213,6 +268,8 @@ async def run_request(stub, rec: Record, ids: list[int], max_tokens: int, t0: fl
                 if "output_ids" in names:
                     raw = out.raw_output_contents[names.index("output_ids")]
                     rec.tokens += np.frombuffer(raw, dtype=np.int32).tolist()
+                    rec.times_s.append(time.monotonic() - t0)
+                elif "text_output" in names:
                     rec.times_s.append(time.monotonic() - t0)
                 if out.parameters["triton_final_response"].bool_param:
                     rec.final = True
@@ -318,10 +375,11 @@ def schedule(args: argparse.Namespace, rng: np.random.Generator) -> list[Record]
         starts.append(t + (1.0 if args.burst else 0.0))
     recs = []
     for i, start in enumerate(starts):
-        cancel = (int(rng.integers(1, args.max_tokens)) if rng.random() < args.cancel_share
-                  else None)
+        target = TARGETS[int(rng.integers(len(TARGETS)))] if args.mix else "router"
+        cancel = (int(rng.integers(1, args.max_tokens))
+                  if rng.random() < args.cancel_share and target == "router" else None)
         recs.append(Record(index=i, start_s=start, prompt=int(rng.integers(args.prompts)),
-                           cancel_after=cancel))
+                           cancel_after=cancel, target=target))
     return recs
 
 
@@ -380,7 +438,9 @@ async def soak(args: argparse.Namespace, server: Server,
 
 
 def check(rec: Record, expected: list[int]) -> dict:
-    """Tokens lost, duplicated or changed against the greedy oracle."""
+    """Tokens lost, duplicated or changed against the greedy oracle (router requests)."""
+    if rec.target != "router":
+        return {"changed": 0, "duplicated": 0, "lost": 0}
     got = rec.tokens
     changed = sum(a != b for a, b in zip(got, expected, strict=False))
     complete = rec.final and rec.error is None
@@ -413,7 +473,13 @@ def summarize(args: argparse.Namespace, recs: list[Record],
         "requests": len(recs), "ok": len(ok),
         "failed": sum(r.error is not None and not r.cancelled for r in recs),
         "cancelled": sum(r.cancelled for r in recs),
-        "completed_exact": sum(r.tokens == prompts[r.prompt][1] for r in ok),
+        "by_target": {t: {"requests": sum(r.target == t for r in recs),
+                          "ok": sum(r.target == t for r in ok),
+                          "failed": sum(r.target == t and r.error is not None
+                                        and not r.cancelled for r in recs)}
+                      for t in sorted({r.target for r in recs})},
+        "completed_exact": sum(r.tokens == prompts[r.prompt][1] for r in ok
+                               if r.target == "router"),
         "tokens_received": sum(len(r.tokens) for r in recs),
         "tokens_lost_completed": sum(c["lost"] for c in checks),
         "tokens_duplicated": sum(c["duplicated"] for c in checks),
@@ -456,8 +522,28 @@ def markdown(result: dict) -> str:
         lines += ["", "| kill at s | phase | ready again after s |", "|---|---|---|"]
         lines += [f"| {k['t_s']} | {k['phase']} | {k.get('ready_again_s', k.get('skipped'))} |"
                   for k in result["kills"]]
+    if len(result.get("by_target", {})) > 1:
+        lines += ["", "| target | requests | ok | failed |", "|---|---|---|---|"]
+        lines += [f"| {t} | {v['requests']} | {v['ok']} | {v['failed']} |"
+                  for t, v in result["by_target"].items()]
+    lines += ["", f"stub deaths beyond the kills: {result['unexplained_stub_deaths']}; new "
+              f"kernel-log faults of Triton processes: {result['kernel_faults']}"]
     lines += ["", f"stop: {result['stop']}", "", "errors: " + "; ".join(result["errors"][:8])]
     return "\n".join(lines) + "\n"
+
+
+def verdict(result: dict) -> list[str]:
+    """Why the soak failed (empty: it passed)."""
+    why = []
+    if result["unexplained_stub_deaths"]:
+        why.append(f"{result['unexplained_stub_deaths']} stub(s) died that were not killed")
+    if result["kernel_faults"]:
+        why.append(f"{len(result['kernel_faults'])} Triton fault(s) in the kernel log")
+    if not result["args"]["kill_every_s"] and result["failed"]:
+        why.append(f"{result['failed']} request(s) failed without a kill")
+    if result["tokens_lost_completed"] or result["tokens_duplicated"] or result["tokens_changed"]:
+        why.append("tokens lost, duplicated or changed")
+    return why
 
 
 def main() -> None:
@@ -476,10 +562,13 @@ def main() -> None:
     p.add_argument("--window-s", type=float, default=60)
     p.add_argument("--sample-every-s", type=float, default=30)
     p.add_argument("--keep-records", action="store_true", help="every request in the JSON")
+    p.add_argument("--mix", action="store_true",
+                   help="router streams and both ensembles, streaming and not")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/soak")
     args = p.parse_args()
     rng = np.random.default_rng(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="pdtrt-soak-"))
+    faults_before = _triton_faults()
     server = start_server(args.spec, workdir, timeout_s=600)
     stop: dict = {}
     try:
@@ -489,11 +578,21 @@ def main() -> None:
         run = asyncio.run(soak(args, server, prompts, recs))
     finally:
         stop = stop_server(server)
-    result = summarize(args, recs, prompts, run | {"stop": stop, "workdir": str(workdir)})
+    faults_after = _triton_faults()
+    deaths = stub_deaths(workdir)
+    killed = sum("pid" in k for k in run.get("kills", []))
+    result = summarize(args, recs, prompts, run | {
+        "stop": stop, "workdir": str(workdir), "stub_deaths": deaths,
+        "unexplained_stub_deaths": max(0, len(deaths) - killed),
+        "kernel_faults": None if faults_before is None or faults_after is None
+        else sorted(faults_after - faults_before)})
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "soak.json").write_text(json.dumps(result, indent=1) + "\n")
     (args.out / "soak.md").write_text(markdown(result))
     print(markdown(result))
+    if why := verdict(result):
+        print("SOAK FAILED: " + "; ".join(why), file=sys.stderr)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
