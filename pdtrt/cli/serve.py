@@ -83,7 +83,8 @@ def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host
     start = time.monotonic()
     endpoints = server.start(timeout_s=timeout_s)
     supervisor = Supervisor.for_server(prepared.repository, grpc_url=endpoints.grpc_url,
-                                       http_url=endpoints.http_url)
+                                       http_url=endpoints.http_url,
+                                       metrics_url=endpoints.metrics_url)
     try:
         say("waiting until every phase has a healthy endpoint")
         health = supervisor.wait_ready(

@@ -47,6 +47,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,7 @@ from pdtrt.runtime.phase_client import (
     PhaseClient,
     PhaseResponse,
 )
+from pdtrt.runtime.reload_losses import IN_FLIGHT_METRIC, LOST_METRIC, read_lost
 from pdtrt.runtime.reply import Reply
 from pdtrt.runtime.requests import RouterRequest, parse_router_request
 from pdtrt.runtime.router_config import PHASE_ROLES, RouterConfig
@@ -86,6 +88,10 @@ _METRICS = {
     "fallbacks": MetricSpec("pdtrt_router_fallbacks_total",
                             "Requests sent to the aggregated path after the disaggregated one "
                             "failed", _COUNTER),
+    "in_flight": MetricSpec(IN_FLIGHT_METRIC, "Requests being routed now", _GAUGE),
+    "lost": MetricSpec(LOST_METRIC, "Requests in flight when a process of this router died "
+                       "(never ended by Triton; counted by pdtrt serve's supervisor)",
+                       _COUNTER),
     # labelled by phase
     "retries": MetricSpec("pdtrt_router_retries_total",
                           "Phase calls retried on another endpoint after a failure", _COUNTER),
@@ -157,6 +163,8 @@ class TritonPythonModel:
         for role, pool in self.pools.items():
             for e in pool.endpoints:
                 self.metrics.set("healthy", 1, phase=str(role), endpoint=e.label)
+        if lost := read_lost(Path(args.get("model_repository", "."))):  # this is a reload
+            self.metrics.add("lost", lost)
         self.prober = Prober(self._client, timeout_s=c.probe_timeout_s,
                              fresh_s=c.liveness_s / 2 if c.liveness_s > 0 else 0.5,
                              error_output=c.error_output, on_change=self._health_changed)
@@ -250,6 +258,7 @@ class TritonPythonModel:
         task = asyncio.current_task()
         if task is not None:
             self._routes.add(task)
+            self.metrics.set("in_flight", len(self._routes))
         try:
             if self.draining:
                 raise PhaseError(SHUTTING_DOWN)
@@ -271,6 +280,7 @@ class TritonPythonModel:
             reply.fail(SHUTTING_DOWN)
         finally:
             self._routes.discard(task)
+            self.metrics.set("in_flight", len(self._routes))
 
     def _is_short(self, request: RouterRequest) -> bool:
         return (bool(self.pools[Role.AGGREGATED].endpoints)

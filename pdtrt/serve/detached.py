@@ -38,13 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repository", type=Path, required=True)
     parser.add_argument("--grpc", required=True, help="the server's gRPC HOST:PORT")
     parser.add_argument("--http", required=True, help="the server's HTTP HOST:PORT")
+    parser.add_argument("--metrics", help="the server's Prometheus metrics URL")
     parser.add_argument("--server-pid", type=int, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s pdtrt supervisor: %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    supervisor = Supervisor.for_server(args.repository, grpc_url=args.grpc, http_url=args.http)
+    supervisor = Supervisor.for_server(args.repository, grpc_url=args.grpc, http_url=args.http,
+                                       metrics_url=args.metrics)
     try:
         supervisor.run(stop, alive=lambda: _alive(args.server_pid))
     finally:

@@ -181,6 +181,7 @@ def spawn_supervisor(workdir: Path, repository: Path, endpoints: Endpoints,
         proc = subprocess.Popen(
             [sys.executable, "-m", "pdtrt.serve.detached", "--repository", str(repository),
              "--grpc", endpoints.grpc_url, "--http", endpoints.http_url,
+             "--metrics", endpoints.metrics_url,
              "--server-pid", str(server_pid)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
@@ -190,10 +191,18 @@ def spawn_supervisor(workdir: Path, repository: Path, endpoints: Endpoints,
 def read_state(workdir: Path) -> dict[str, object]:
     state = workdir / STATE_FILE
     try:
-        return json.loads(state.read_text())
+        data = json.loads(state.read_text())
     except FileNotFoundError:
         raise ServerError(f"no detached server recorded in {workdir} (no {STATE_FILE})",
                           hint="start one with: pdtrt serve SPEC --detach --workdir DIR") from None
+    except ValueError as exc:
+        data = {"error": str(exc)}
+    if not isinstance(data, dict) or not str(data.get("pid", "")).isdigit():
+        raise ServerError(f"{state} is not the state pdtrt serve --detach wrote (no server "
+                          "pid in it); was it overwritten?",
+                          hint="find the server with `pgrep -af tritonserver` and stop it by "
+                          "its pid (SIGTERM to its process group)")
+    return data
 
 
 def stop_detached(workdir: Path, *, grace_s: float = 20.0) -> int:

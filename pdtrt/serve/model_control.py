@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -98,8 +99,24 @@ def explicit_load_args(repository: Path) -> tuple[str, ...]:
 
 def live_stubs(repository: Path, proc: Path = Path("/proc")) -> Counter[str]:
     """Running Python-backend stubs of ``repository``'s models, counted per model."""
+    return Counter(model for model, _pid in _stubs(repository, proc))
+
+
+def kill_stubs(repository: Path, model: str, proc: Path = Path("/proc")) -> int:
+    """SIGKILL the running stubs of ``repository``'s ``model``; returns how many."""
+    pids = [pid for name, pid in _stubs(repository, proc) if name == model]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # ended meanwhile
+            pass
+    return len(pids)
+
+
+def _stubs(repository: Path, proc: Path) -> list[tuple[str, int]]:
+    """(model, pid) of each running Python-backend stub of ``repository``'s models."""
     prefix = f"{os.path.abspath(repository)}{os.sep}"
-    counts: Counter[str] = Counter()
+    found = []
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -111,5 +128,5 @@ def live_stubs(repository: Path, proc: Path = Path("/proc")) -> Counter[str]:
             continue
         path = argv[1].decode(errors="replace")
         if path.startswith(prefix):
-            counts[path[len(prefix):].split(os.sep, 1)[0]] += 1
-    return counts
+            found.append((path[len(prefix):].split(os.sep, 1)[0], int(entry.name)))
+    return found

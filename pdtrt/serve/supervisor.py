@@ -17,7 +17,15 @@ request to that model fails. Once a second the supervisor:
    and unloaded while none does, so ``/v2/models/health/ready``
    (:data:`~pdtrt.engine_io.READINESS_PATH`) is the honest readiness -- before the reload;
 4. reloads (model-control ``load``) each model whose stub was missing in two rounds running,
-   without restarting the server; the router's background probes re-admit its endpoints.
+   without restarting the server; the router's background probes re-admit its endpoints;
+5. kills the stub of a local model that is alive but has not answered its probe for
+   :data:`HUNG_ROUNDS` rounds running, so that step 4 reloads it: such a model never recovers
+   by itself. Seen (issue 24): when a router's stub dies, a phase model still streaming to it
+   blocks for good on its next response, because Triton 2.51 hands a BLS response to the
+   caller's stub and waits, without a timeout, for that stub to take it
+   (``ModelInstanceState::SendBLSDecoupledResponse``, python_backend r24.10
+   ``src/python_be.cc``); the phase's own stub then waits on that send with pdtrt's seam lock
+   held, and every later request and probe of the phase waits behind it.
 
 The server must run in explicit model-control mode
 (:func:`~pdtrt.serve.model_control.explicit_load_args`). Only Python-backend models are watched
@@ -32,7 +40,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+import urllib.request
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,10 +52,19 @@ from pdtrt.errors import PdtrtError, ServerError
 from pdtrt.repo.pbtxt import ModelConfig, parse_config
 from pdtrt.runtime.endpoints import EndpointSpec
 from pdtrt.runtime.phase_client import GrpcPhaseClient, probe
+from pdtrt.runtime.reload_losses import in_flight, record_lost, reset_lost
 from pdtrt.runtime.router_config import DEFAULT_PROBE_TIMEOUT_S, PHASE_ROLES, RouterConfig
-from pdtrt.serve.model_control import HttpModelControl, ModelControl, ModelState, live_stubs
+from pdtrt.serve.model_control import (
+    HttpModelControl,
+    ModelControl,
+    ModelState,
+    kill_stubs,
+    live_stubs,
+)
 
-__all__ = ["Health", "Supervisor", "Topology", "read_topology"]
+__all__ = ["HUNG_ROUNDS", "Health", "Supervisor", "Topology", "read_topology"]
+
+HUNG_ROUNDS = 3  # rounds running without an answer to its probe: a live local model is hung
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +84,7 @@ class Topology:
     error_output: str = ""
     probe_timeout_s: float = DEFAULT_PROBE_TIMEOUT_S
     has_marker: bool = False
+    routers: tuple[str, ...] = ()  # router models: a dead one's requests in flight are lost
 
 
 def _configs(repository: Path) -> dict[str, ModelConfig]:
@@ -93,6 +112,7 @@ def read_topology(repository: Path) -> Topology:
         pools = {role: eps for role, eps in pools.items() if eps}
         return Topology(stubs=stubs, pools=pools, paths=(tuple(pools),), alive=alive,
                         has_marker=ModelName.HEALTH in configs)
+    routers = tuple(n for n, r in roles.items() if r == Role.ROUTER)
     try:
         rc = RouterConfig.from_params({k: v.string_value for k, v in router.parameters.items()})
     except ValueError as exc:
@@ -103,7 +123,7 @@ def read_topology(repository: Path) -> Topology:
     return Topology(stubs=stubs, pools={r: rc.pools[r] for r in PHASE_ROLES if r in needed},
                     paths=paths, alive=alive, error_output=rc.error_output,
                     probe_timeout_s=rc.probe_timeout_s,
-                    has_marker=ModelName.HEALTH in configs)
+                    has_marker=ModelName.HEALTH in configs, routers=routers)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,36 +134,48 @@ class Health:
     problems: tuple[str, ...] = ()  # why not ready, one line each
     dead: tuple[str, ...] = ()  # models whose stub is missing
     reloaded: tuple[str, ...] = ()
+    killed: tuple[str, ...] = ()  # alive but hung: killed, to be reloaded
 
     def to_dict(self) -> dict[str, object]:
         return {"ready": self.ready, "problems": list(self.problems), "dead": list(self.dead),
-                "reloaded": list(self.reloaded)}
+                "reloaded": list(self.reloaded), "killed": list(self.killed)}
 
 
 class Supervisor:
     """Watches the Triton server at ``grpc_url`` / ``control`` that serves ``repository``.
 
     ``stubs`` counts live stubs per model (:func:`live_stubs` by default), ``probe`` asks one
-    endpoint whether it answers (None: yes; the router's probe over gRPC by default), and
-    ``topology`` is read from the repository unless given: seams for tests.
+    endpoint whether it answers (None: yes; the router's probe over gRPC by default),
+    ``metrics`` returns the server's Prometheus page (None: not known; then requests lost
+    with a router are not counted), ``kill`` kills a model's stubs, and ``topology`` is read
+    from the repository unless given: seams for tests.
     """
 
     def __init__(self, repository: Path, *, grpc_url: str, control: ModelControl,
                  stubs: Callable[[], Mapping[str, int]] | None = None,
                  probe: Callable[[EndpointSpec], Awaitable[str | None]] | None = None,
+                 metrics: Callable[[], str] | None = None,
+                 kill: Callable[[str], int] | None = None,
                  topology: Topology | None = None) -> None:
         self.repository, self.grpc_url, self.control = repository, grpc_url, control
         self.stubs = stubs or (lambda: live_stubs(repository))
+        self.kill = kill or (lambda model: kill_stubs(repository, model))
+        self._silent: dict[str, int] = {}  # live local model -> rounds running unanswered
         self.probe = probe or self._grpc_probe
+        self.metrics = metrics
         self.topology = topology or read_topology(repository)
+        for router in self.topology.routers:  # counted from this supervisor's start
+            reset_lost(repository / router)
         self._suspects: set[str] = set()  # models with a missing stub in the last round
         self._loop: asyncio.AbstractEventLoop | None = None
         self._clients: dict[str, GrpcPhaseClient] = {}
         self.last: Health | None = None
 
     @classmethod
-    def for_server(cls, repository: Path, *, grpc_url: str, http_url: str) -> Supervisor:
-        return cls(repository, grpc_url=grpc_url, control=HttpModelControl(http_url))
+    def for_server(cls, repository: Path, *, grpc_url: str, http_url: str,
+                   metrics_url: str | None = None) -> Supervisor:
+        return cls(repository, grpc_url=grpc_url, control=HttpModelControl(http_url),
+                   metrics=None if metrics_url is None else lambda: _fetch(metrics_url))
 
     # -- one round ---------------------------------------------------------------------------
     def tick(self) -> Health:
@@ -160,8 +192,21 @@ class Supervisor:
         self._publish(ready, states)
         reloaded = self._reload([m for m in dead if m in self._suspects])
         self._suspects = set(dead) - set(reloaded)
-        self.last = Health(ready=ready, problems=tuple(problems), dead=dead, reloaded=reloaded)
+        killed = self._kill_hung()
+        self.last = Health(ready=ready, problems=tuple(problems), dead=dead, reloaded=reloaded,
+                           killed=killed)
         return self.last
+
+    def _kill_hung(self) -> tuple[str, ...]:
+        """Kill the stubs of live local models silent for :data:`HUNG_ROUNDS` rounds; the
+        next rounds see them dead and reload them."""
+        hung = tuple(m for m, rounds in self._silent.items() if rounds >= HUNG_ROUNDS)
+        for model in hung:
+            log.warning("%s: alive but it has not answered its health probe for %d rounds; "
+                        "killing its stub so that it is reloaded", model, self._silent[model])
+            self.kill(model)
+            self._silent.pop(model)
+        return hung
 
     def _path_problems(self, dead: set[str]) -> list[str]:
         """Why no path can serve ([] when one can)."""
@@ -175,14 +220,29 @@ class Supervisor:
     async def _probe_pools(self, dead: set[str]) -> dict[Role, str | None]:
         """Per pool: None when an endpoint answers, else each endpoint's problem."""
         pools = self.topology.pools
-        checks = [self._check(e, dead) for role in pools for e in pools[role]]
-        results = iter(await asyncio.gather(*checks))
+        endpoints = [e for role in pools for e in pools[role]]
+        answers = await asyncio.gather(*(self._check(e, dead) for e in endpoints))
+        self._count_silence(dead, zip(endpoints, answers, strict=True))
+        results = iter(answers)
         out: dict[Role, str | None] = {}
         for role, endpoints in pools.items():
             problems = [(e.label, next(results)) for e in endpoints]
             ok = any(problem is None for _label, problem in problems)
             out[role] = None if ok else "; ".join(f"{label}: {p}" for label, p in problems)
         return out
+
+    def _count_silence(self, dead: set[str],
+                       answers: Iterable[tuple[EndpointSpec, str | None]]) -> None:
+        """Rounds running in which a live local model answered none of its probes."""
+        silent: dict[str, bool] = {}
+        for endpoint, problem in answers:
+            if endpoint.is_local and endpoint.model in self.topology.stubs:
+                silent[endpoint.model] = silent.get(endpoint.model, True) and problem is not None
+        for model, quiet in silent.items():
+            if quiet and model not in dead:
+                self._silent[model] = self._silent.get(model, 0) + 1
+            else:
+                self._silent.pop(model, None)
 
     async def _check(self, endpoint: EndpointSpec, dead: set[str]) -> str | None:
         if endpoint.is_local and endpoint.model in dead:
@@ -213,6 +273,8 @@ class Supervisor:
         done = []
         for model in models:
             log.warning("%s: its Python-backend stub died; reloading the model", model)
+            if model in self.topology.routers:
+                self._count_lost(model)
             start = time.monotonic()
             try:
                 self._mark_changed(model)
@@ -223,6 +285,21 @@ class Supervisor:
             log.info("%s: reloaded in %.1f s", model, time.monotonic() - start)
             done.append(model)
         return tuple(done)
+
+    def _count_lost(self, router: str) -> None:
+        """Note the requests the dead ``router`` had in flight: Triton will never end them,
+        and its reload starts from nothing (:mod:`pdtrt.runtime.reload_losses`)."""
+        if self.metrics is None:
+            return
+        try:
+            lost = in_flight(self.metrics(), router)
+        except OSError as exc:
+            log.warning("%s: cannot read its metrics to count lost requests: %s", router, exc)
+            return
+        if lost:
+            total = record_lost(self.repository / router, lost)
+            log.warning("%s: %d request(s) in flight are lost with it (%d so far)", router,
+                        lost, total)
 
     def _mark_changed(self, model: str) -> None:
         """Make Triton see ``model``'s files as changed, so that ``load`` really reloads it.
@@ -289,3 +366,8 @@ class Supervisor:
         if self._loop is not None:
             self._loop.close()
             self._loop = None
+
+
+def _fetch(url: str, timeout_s: float = 2.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        return response.read().decode("utf-8", "replace")

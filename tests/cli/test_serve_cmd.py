@@ -57,3 +57,11 @@ def test_detach_then_stop(run, tmp_path):
     assert not (wd / "serve.json").exists()
     again = run("stop", str(wd))
     assert again.exit_code == 2 and "no detached server" in again.stderr
+
+
+def test_stop_with_a_state_file_that_is_not_ours_says_so(run, tmp_path):
+    (tmp_path / "serve.json").write_text('{"repository": "/x", "detached": true}')
+    result = run("stop", str(tmp_path))
+    assert result.exit_code == 2
+    assert "is not the state pdtrt serve --detach wrote" in result.stderr
+    assert "hint: find the server with `pgrep -af tritonserver`" in result.stderr

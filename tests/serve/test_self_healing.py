@@ -136,12 +136,14 @@ def test_bench_exits_with_its_report_when_the_router_dies_under_it(served, tmp_p
     timeout_s = 8.0
     bench = subprocess.Popen(
         [str(Path(sys.executable).with_name("pdtrt")), "bench", "--url", url,
-         "--concurrency", "4", "--requests", "12", "--warmup", "0", "--osl", "64",
+         "--concurrency", "4", "--duration", "10", "--warmup", "0", "--osl", "64",
          "--timeout", str(timeout_s), "--no-plots", "--output-dir", str(tmp_path), "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(3.0)  # requests are streaming through the router
-        assert bench.poll() is None, bench.communicate()
+        metrics_url = info["endpoints"]["metrics"]
+        assert wait_for(lambda: metric(metrics_url, "pdtrt_router_requests_in_flight") >= 2
+                        or bench.poll() is not None, timeout_s=30)
+        assert bench.poll() is None, bench.communicate()  # requests stream through the router
         kill_model(work / "repo", "router")
         killed_at = time.monotonic()
         stdout, stderr = bench.communicate(timeout=3 * timeout_s + 30)
@@ -157,6 +159,9 @@ def test_bench_exits_with_its_report_when_the_router_dies_under_it(served, tmp_p
     assert bench.returncode in (1, 2), stderr  # lost requests are not a success
     assert (tmp_path / "report.json").is_file()
     assert wait_for(lambda: readiness(http) == 200, timeout_s=60)  # and the router healed
+    # the requests that died with it are counted, by the reloaded router
+    assert wait_for(lambda: metric(metrics_url, "pdtrt_router_lost_to_reload_total") >= 1,
+                    timeout_s=10)
 
 
 def test_stop_ends_the_supervisor_with_the_server(served):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import pytest
 import yaml
 from conftest import EXAMPLES
 
@@ -74,7 +75,7 @@ class FakeControl:
         self.state[model] = ModelState.UNAVAILABLE
 
 
-def supervisor(repo, *, down=(), probe_errors=None):
+def supervisor(repo, *, down=(), probe_errors=None, metrics=None):
     """A supervisor whose stubs are all alive except ``down`` (until reloaded), and whose
     probes fail for those and for ``probe_errors`` (label -> message)."""
     topo = read_topology(repo)
@@ -87,7 +88,7 @@ def supervisor(repo, *, down=(), probe_errors=None):
         return (probe_errors or {}).get(endpoint.label)
 
     return Supervisor(repo, grpc_url="127.0.0.1:1", control=control, stubs=lambda: stubs,
-                      probe=probe), control
+                      probe=probe, metrics=metrics), control
 
 
 def test_a_dead_phase_unloads_the_marker_is_reloaded_and_the_marker_comes_back(tmp_path):
@@ -189,3 +190,64 @@ def test_a_probe_that_never_answers_is_a_problem_not_a_hang(tmp_path):
 
     assert asyncio.run(probe(Silent(), "decode", timeout_s=0.05)) == (
         "no answer to a health probe within 0.05 s")
+
+
+def test_requests_in_flight_in_a_dead_router_are_counted_as_lost_for_its_reload(tmp_path):
+    """Triton never ends them; the dead router's in-flight gauge (kept by the server until
+    the reload) says how many, and the reloaded router exports the running total."""
+    from pdtrt.runtime.reload_losses import LOST_FILE, read_lost
+
+    repo = _repo(tmp_path)
+    (repo / "router" / LOST_FILE).write_text('{"lost": 9}')  # a previous server's
+    page = ('# TYPE pdtrt_router_requests_in_flight gauge\n'
+            'pdtrt_router_requests_in_flight{model="router"} 3\n'
+            'pdtrt_router_requests_in_flight{model="router_b"} 5\n')
+    sup, control = supervisor(repo, down=["router"], metrics=lambda: page)
+    assert read_lost(repo / "router") == 0  # counted from this supervisor's start
+    sup.tick()
+    sup.tick()
+    assert control.calls[-1] == ("load", "router") and read_lost(repo / "router") == 3
+    sup, control = supervisor(repo, down=["decode"], metrics=lambda: page)
+    sup.tick()
+    sup.tick()  # a dead phase loses no router request
+    assert control.calls[-1] == ("load", "decode") and read_lost(repo / "router") == 0
+
+
+def test_a_live_model_that_stops_answering_is_killed_then_reloaded(tmp_path):
+    """A phase still streaming to a router whose stub died blocks for good (Triton 2.51 waits
+    for the dead caller to take the response): alive, never answering again. After
+    HUNG_ROUNDS silent rounds its stub is killed, and the usual rounds reload it."""
+    from pdtrt.serve.supervisor import HUNG_ROUNDS
+
+    repo = _repo(tmp_path)
+    sup, control = supervisor(repo, probe_errors={"decode": "no answer within 4 s"})
+    killed: list[str] = []
+
+    def kill(model):
+        killed.append(model)
+        sup.stubs()[model] = 0  # its stub is gone
+        return 1
+
+    stubs = sup.stubs()
+    sup.stubs = lambda: stubs
+    sup.kill = kill
+    rounds = [sup.tick() for _ in range(HUNG_ROUNDS)]
+    assert [h.killed for h in rounds] == [()] * (HUNG_ROUNDS - 1) + [("decode",)]
+    assert not any(h.ready for h in rounds) and killed == ["decode"]
+    sup.probe = lambda endpoint: asyncio.sleep(0, result=None)  # the new stub answers
+    assert sup.tick().dead == ("decode",)
+    assert sup.tick().reloaded == ("decode",) and control.calls[-1] == ("load", "decode")
+    assert sup.tick().ready and killed == ["decode"]
+
+
+def test_a_model_that_answers_now_and_then_is_not_hung(tmp_path):
+    answers = iter([False, False, True] * 3)
+    sup, _control = supervisor(_repo(tmp_path))
+
+    async def probe(endpoint):
+        return None if endpoint.model != "decode" or next(answers) else "no answer"
+
+    sup.probe = probe
+    sup.kill = lambda model: pytest.fail(f"{model} killed")
+    for _ in range(9):
+        assert sup.tick().killed == ()
