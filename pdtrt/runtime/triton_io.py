@@ -181,9 +181,6 @@ class _EndedStreams:
     def clear(self) -> None:
         self._kept.clear()
 
-    def __len__(self) -> int:
-        return len(self._kept)
-
 
 class BackendTriton:
     """:class:`Triton` over the Python backend's ``triton_python_backend_utils`` module."""

@@ -28,6 +28,9 @@ from supervised_server import kill_model, readiness, serve_detached, stop
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 PROMPT = "The keeper lit the lamp on the rock"
+# Triton 2.51's server aborts now and then when a busy stub is SIGKILLed inside one of its
+# shared-memory critical sections (the python backend locks a mutex the dead stub held)
+TRITON_ABORT = "boost::interprocess::lock_exception"
 NUM_STREAMS = 6
 
 
@@ -158,6 +161,10 @@ def test_bench_exits_with_its_report_when_the_router_dies_under_it(served, tmp_p
     assert failures["num_failed"] >= 1, failures
     assert bench.returncode in (1, 2), stderr  # lost requests are not a success
     assert (tmp_path / "report.json").is_file()
+    log = (work / "server.log").read_text(errors="replace")
+    if not _running(info["state_file"]["pid"]) and TRITON_ABORT in log:
+        pytest.xfail("Triton 2.51 aborted when the router's stub was SIGKILLed mid-message "
+                     f"({TRITON_ABORT}, docs/serve.md); the bench part held")
     assert wait_for(lambda: readiness(http) == 200, timeout_s=60)  # and the router healed
     # the requests that died with it are counted, by the reloaded router
     assert wait_for(lambda: metric(metrics_url, "pdtrt_router_lost_to_reload_total") >= 1,
