@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pdtrt.build.manifest import KVLayout
 from pdtrt.engine_io import (
     ENGINE_STEP_MAP,
     REQUEST_TYPE_PARAMETER,
@@ -33,6 +33,9 @@ from pdtrt.engine_io import (
 )
 from pdtrt.errors import InvalidRequestError
 from pdtrt.runtime.phase_params import ContextPhaseParams
+
+if TYPE_CHECKING:  # a type only: the router's stub must not load the build stage (pydantic)
+    from pdtrt.build.manifest import KVLayout
 from pdtrt.runtime.triton_io import Incoming
 
 __all__ = ["DISAGGREGATED_MAX_BEAM_WIDTH", "EngineLimits", "EngineRequest", "RouterRequest",

@@ -1,0 +1,54 @@
+"""A Triton stub loads only what it runs (issue 25, item 3).
+
+Each generated ``model.py`` imports one pdtrt model module and the seam; inside Triton that
+happens in every stub process, at every (re)load. Measured here in a fresh interpreter with a
+stand-in ``triton_python_backend_utils``: which pdtrt modules and which heavy libraries the
+import pulls in. Before ``pdtrt/__init__`` became lazy, the router's stub loaded 63 pdtrt
+modules plus pydantic and yaml to relay tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pdtrt.engine_io import Role
+from pdtrt.repo.models import SHIM_MODULES
+from tests.conftest import ROOT
+
+# libraries of the CLI, the spec and the build stage: no stub relays a token with them
+HEAVY = ("pydantic", "yaml", "click", "rich", "jinja2", "matplotlib")
+PROBE = """
+import importlib, json, sys, types
+sys.modules["triton_python_backend_utils"] = types.ModuleType("triton_python_backend_utils")
+importlib.import_module(sys.argv[1])
+importlib.import_module("pdtrt.runtime.triton_io")
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {"pdtrt", *sys.argv[2:]})))
+"""
+
+
+def _loaded(module: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", PROBE, module, *HEAVY], capture_output=True,
+                         text=True, check=True, cwd=ROOT)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize(("role", "most"), [(Role.ROUTER, 20), (Role.PREPROCESSING, 12),
+                                            (Role.POSTPROCESSING, 12)])
+def test_a_stub_imports_no_heavy_library_and_few_pdtrt_modules(role, most):
+    loaded = _loaded(SHIM_MODULES[role])
+    heavy = [m for m in loaded if m.split(".")[0] in HEAVY]
+    assert heavy == [], f"{role} stub loads {heavy}"
+    ours = [m for m in loaded if m.split(".")[0] == "pdtrt"]
+    assert len(ours) <= most, f"{role} stub loads {len(ours)} pdtrt modules: {ours}"
+
+
+def test_the_package_api_still_works_and_loads_on_first_use():
+    import pdtrt
+
+    assert callable(pdtrt.load_deployment) and "load_catalog" in dir(pdtrt)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = pdtrt.nope
