@@ -191,7 +191,7 @@ class Record:
     start_s: float  # since the run began
     prompt: int
     cancel_after: int | None
-    target: str = "router"  # router, or ENSEMBLE/ENSEMBLE_AGG with "/stream" or "/unary"
+    target: str = "router"  # one of TARGETS
     tokens: list[int] = field(default_factory=list)
     times_s: list[float] = field(default_factory=list)  # per response, since the run began
     error: str | None = None
