@@ -33,10 +33,10 @@ from pdtrt.engine_io import (
 )
 from pdtrt.errors import InvalidRequestError
 from pdtrt.runtime.phase_params import ContextPhaseParams
+from pdtrt.runtime.triton_io import Incoming
 
 if TYPE_CHECKING:  # a type only: the router's stub must not load the build stage (pydantic)
     from pdtrt.build.manifest import KVLayout
-from pdtrt.runtime.triton_io import Incoming
 
 __all__ = ["DISAGGREGATED_MAX_BEAM_WIDTH", "EngineLimits", "EngineRequest", "RouterRequest",
            "SamplingParams", "StopRequest", "check_sampling", "one_prompt", "parse_engine_request",

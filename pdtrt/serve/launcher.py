@@ -195,8 +195,8 @@ def read_state(workdir: Path) -> dict[str, object]:
     except FileNotFoundError:
         raise ServerError(f"no detached server recorded in {workdir} (no {STATE_FILE})",
                           hint="start one with: pdtrt serve SPEC --detach --workdir DIR") from None
-    except ValueError as exc:
-        data = {"error": str(exc)}
+    except ValueError:  # not JSON: said below
+        data = None
     if not isinstance(data, dict) or not str(data.get("pid", "")).isdigit():
         raise ServerError(f"{state} is not the state pdtrt serve --detach wrote (no server "
                           "pid in it); was it overwritten?",
