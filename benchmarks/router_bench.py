@@ -84,7 +84,7 @@ import sys
 sys.path.insert(0, {src!r})
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from pdtrt.runtime.router_model import TritonPythonModel as PdtrtModel  # noqa: E402
+from pdtrt.runtime.router.model import TritonPythonModel as PdtrtModel  # noqa: E402
 from pdtrt.runtime.triton_io import BackendTriton  # noqa: E402
 
 

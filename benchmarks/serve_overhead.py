@@ -122,7 +122,7 @@ def raw_ucxx(sizes: list[int], repeats: int) -> dict[int, float]:
 
 
 def _offer_peer(conn) -> None:
-    from pdtrt.runtime.kv_transfer import UcxKVNode
+    from pdtrt.llmapi.reference.kv_transfer import UcxKVNode
 
     node = UcxKVNode(timeout_s=60)
     node.start()
@@ -135,7 +135,7 @@ def _offer_peer(conn) -> None:
 
 
 def pdtrt_pull(sizes: list[int], repeats: int) -> dict[int, float]:
-    from pdtrt.runtime.kv_transfer import UcxKVNode
+    from pdtrt.llmapi.reference.kv_transfer import UcxKVNode
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()

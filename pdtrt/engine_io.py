@@ -219,7 +219,7 @@ class Param(StrEnum):
     PREFILL_URL = "prefill_url"  # gRPC HOST:PORT of a remote prefill pool; "" = this server
     DECODE_URL = "decode_url"  # likewise for the decode pool
     ERROR_OUTPUT = "phase_error_output"  # output carrying in-band phase errors; "" = none
-    # router pools of several endpoints (pdtrt.runtime.endpoints): "MODEL[@HOST:PORT][*N]",
+    # router pools of several endpoints (pdtrt.runtime.router.pool): "MODEL[@HOST:PORT][*N]",
     # comma-separated; "" when the pool has one (then *_MODEL and *_URL name it)
     PREFILL_ENDPOINTS = "prefill_endpoints"
     DECODE_ENDPOINTS = "decode_endpoints"
@@ -395,6 +395,9 @@ _V021_EXTRA_OUTPUTS = (
     _t("total_accepted_draft_tokens", I32, 1),
     _t("total_draft_tokens", I32, 1),
 )
+
+GPT_MODEL_PATH = "gpt_model_path"
+"""The engine-directory parameter of NVIDIA's ``tensorrt_llm`` (C++ backend) model config."""
 
 TRTLLM_0_21_INPUT_NAMES = {"min_length": "min_tokens", "random_seed": "seed"}
 """Core inputs named differently by TensorRT-LLM 0.21's ``tensorrt_llm`` model: renamed on the

@@ -7,8 +7,8 @@ pdtrt reads:
   or ModelOpt's (trtllm-1.2: ``llm_ptq/hf_ptq.py``); default: the target's ``examples_dir``.
 - ``CUDA_VERSION`` -- set by NGC containers; recorded in engine manifests by ``pdtrt build``.
 - ``PDTRT_FAULT_INJECTION`` -- read by the engine models inside Triton: makes a role's decode
-  step fail for chosen request ids, to test failure paths (:mod:`pdtrt.runtime.faults`). Unset
-  in production.
+  step fail for chosen request ids, to test failure paths (:mod:`pdtrt.runtime.engine.faults`).
+  Unset in production.
 
 Later stages will *write* UCX / TensorRT-LLM variables for the processes they start
 (``UCX_TLS``, ``UCX_NET_DEVICES``, ``TRTLLM_USE_UCX_KVCACHE``, ...); they are listed here too.

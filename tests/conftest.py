@@ -73,7 +73,7 @@ def serve_reference(spec_path: Path, engines_root: Path, workdir: Path,
     import dataclasses
     import importlib.util
 
-    from pdtrt.serve.embedded import find_embedded_triton
+    from pdtrt.facts.embedded_triton import find_embedded_triton
 
     if find_embedded_triton() is None or importlib.util.find_spec("ucxx") is None:
         pytest.skip("needs the embedded Triton server (nvidia-pytriton) and ucxx")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pdtrt.serve.embedded import find_embedded_triton
+from pdtrt.facts.embedded_triton import find_embedded_triton
 from pdtrt.serve.triton_server import ServerConfig, TritonServer
 
 MODELS = Path(__file__).parent / "triton_models"

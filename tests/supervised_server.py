@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pdtrt.engine_io import READINESS_PATH
-from pdtrt.serve.embedded import find_embedded_triton
+from pdtrt.facts.embedded_triton import find_embedded_triton
 from pdtrt.serve.launcher import STATE_FILE, stop_detached
 
 PDTRT = str(Path(sys.executable).with_name("pdtrt"))  # the console script of this venv

@@ -1,4 +1,4 @@
-"""Engine manifests (``pdtrt-engine.json``) and the KV-layout fingerprint.
+"""Engine manifests (``pdtrt-engine.json``): what a build wrote, and whether two engines fit.
 
 Every engine directory pdtrt builds carries a manifest: which phase and target it is for, the
 model, the GPU (name and compute capability) it was built on, the TensorRT / TensorRT-LLM / CUDA
@@ -6,20 +6,21 @@ versions, the build settings, the hashes of its inputs, and the **KV layout** --
 engines must share to hand a request's KV cache from prefill to decode. TensorRT-LLM's own
 engine ``config.json`` records none of the GPU or version facts, hence this sidecar.
 
-Compatibility (DESIGN §4): prefill and decode must agree on KV dtype, tokens per block, head
-size, layer count and (uniform) KV-head count, and on the TensorRT-LLM version; TP/PP and weight
-precision may differ.
+Compatibility: prefill and decode must agree on KV dtype, tokens per block, head size, layer
+count and (uniform) KV-head count, and on the TensorRT-LLM version; TP/PP and weight precision
+may differ. The KV layout type and the manifest's file name live in :mod:`pdtrt.engine_dir`,
+which the engine models read without loading this module's pydantic.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pdtrt.enums import KVDType, Phase, Target, WeightQuant
+from pdtrt.engine_dir import MANIFEST_NAME, KVLayout
+from pdtrt.enums import Phase, Target, WeightQuant
 from pdtrt.errors import PdtrtError
 from pdtrt.yamlio import write_atomic
 
@@ -34,7 +35,6 @@ __all__ = [
     "write_manifest",
 ]
 
-MANIFEST_NAME = "pdtrt-engine.json"
 # The step stamp ``pdtrt build`` leaves in each output directory (resume by input hash).
 STAMP_NAME = ".pdtrt-step.json"
 DEFAULT_ENGINES_ROOT = Path("engines")
@@ -43,21 +43,6 @@ MANIFEST_VERSION = 1
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class KVLayout(_Frozen):
-    """What the KV cache of one token looks like across the whole model (not per rank)."""
-
-    num_layers: int = Field(ge=1)
-    num_kv_heads: int = Field(ge=1)
-    head_dim: int = Field(ge=1)
-    kv_dtype: KVDType
-    tokens_per_block: int = Field(ge=1)
-
-    def fingerprint(self) -> str:
-        """Short stable hash of the layout; equal layouts have equal fingerprints."""
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class EngineManifest(_Frozen):

@@ -28,7 +28,7 @@ from pdtrt.enums import Target
 
 __all__ = ["PROMETHEUS", "ROUTER", "exported"]
 
-# pdtrt's router model (pdtrt.runtime.router_model)
+# pdtrt's router model (pdtrt.runtime.router.model)
 ROUTER_REQUESTS = "pdtrt_router_requests_total"
 ROUTER_ERRORS = "pdtrt_router_errors_total"
 ROUTER_CANCELLED = "pdtrt_router_cancelled_total"
@@ -38,7 +38,7 @@ DECODE_QUEUE_SECONDS = "pdtrt_decode_queue_seconds_total"
 ROUTER = frozenset({ROUTER_REQUESTS, ROUTER_ERRORS, ROUTER_CANCELLED, ROUTER_TTFT_SECONDS,
                     PREFILL_QUEUE_SECONDS, DECODE_QUEUE_SECONDS})
 
-# pdtrt's LLM-API engine model (pdtrt.runtime.llm_engine_model); the KV ones from the reference
+# pdtrt's LLM-API engine model (pdtrt.runtime.engine.model); the KV ones from the reference
 ENGINE_ACTIVE = "pdtrt_engine_active_sequences"
 ENGINE_FAILED = "pdtrt_engine_failed_total"
 KV_TRANSFERS = "pdtrt_kv_transfers_total"

@@ -16,8 +16,8 @@ from enum import StrEnum
 from typing import Any
 
 from pdtrt.facts.catalog import Catalog
+from pdtrt.facts.embedded_triton import find_embedded_triton
 from pdtrt.facts.gpu_detect import GPUDetection, detect_gpus
-from pdtrt.serve.embedded import find_embedded_triton
 
 __all__ = ["Check", "CheckStatus", "DoctorReport", "run_doctor"]
 

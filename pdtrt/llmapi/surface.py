@@ -1,26 +1,20 @@
-"""The pinned LLM-API surface as typed data, and the choice between TensorRT-LLM and the reference.
+"""The pinned LLM-API surface as typed data.
 
 :func:`load_surface` reads ``pdtrt/data/targets/trtllm-1.2-llmapi.yaml`` -- every class, callable
 parameter, field, attribute and enum value of TensorRT-LLM's LLM API that pdtrt's engine model
-touches, each with the upstream file and commit it was read from. :func:`load_llm_api` returns
-the three classes the engine model constructs (``LLM``, ``SamplingParams``,
-``DisaggregatedParams``) from ``tensorrt_llm`` when it is importable (a GPU container) and from
-:mod:`pdtrt.llmapi.reference` otherwise, or as :class:`LLMApiImpl` says.
+touches, each with the upstream file and commit it was read from. The contract tests hold both
+``tensorrt_llm`` (when present) and the reference to it; the engine model never reads it.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["SURFACE_PATH", "ClassSurface", "LLMApi", "LLMApiImpl", "ParamSurface", "Surface",
-           "load_llm_api", "load_surface"]
+__all__ = ["SURFACE_PATH", "ClassSurface", "ParamSurface", "Surface", "load_surface"]
 
 SURFACE_PATH = Path(__file__).resolve().parent.parent / "data" / "targets" / \
     "trtllm-1.2-llmapi.yaml"
@@ -92,32 +86,3 @@ def load_surface(path: Path = SURFACE_PATH) -> Surface:
                    imports=tuple(doc["imports"].items()), classes=tuple(classes),
                    enums=tuple((k, tuple(v)) for k, v in doc["enums"].items()),
                    stats_keys=tuple(doc["stats_keys"]))
-
-
-class LLMApiImpl(StrEnum):
-    AUTO = "auto"  # tensorrt_llm when importable, else the reference
-    TENSORRT_LLM = "tensorrt_llm"
-    REFERENCE = "reference"
-
-
-@dataclass(frozen=True, kw_only=True)
-class LLMApi:
-    impl: LLMApiImpl  # TENSORRT_LLM or REFERENCE
-    LLM: Any
-    SamplingParams: Any
-    DisaggregatedParams: Any
-
-    @property
-    def is_reference(self) -> bool:
-        return self.impl is LLMApiImpl.REFERENCE
-
-
-def load_llm_api(impl: LLMApiImpl = LLMApiImpl.AUTO) -> LLMApi:
-    """The LLM-API classes; ``ImportError`` when ``tensorrt_llm`` is asked for and absent."""
-    if impl is LLMApiImpl.AUTO:
-        found = importlib.util.find_spec("tensorrt_llm") is not None
-        impl = LLMApiImpl.TENSORRT_LLM if found else LLMApiImpl.REFERENCE
-    module = importlib.import_module("tensorrt_llm.llmapi" if impl is LLMApiImpl.TENSORRT_LLM
-                                     else "pdtrt.llmapi.reference")
-    return LLMApi(impl=impl, LLM=module.LLM, SamplingParams=module.SamplingParams,
-                  DisaggregatedParams=module.DisaggregatedParams)

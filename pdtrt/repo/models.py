@@ -17,19 +17,19 @@ from pathlib import Path
 
 from pdtrt.engine_io import ModelIO, ModelName, Role, StepMap
 from pdtrt.enums import Phase, Target, TritonBackend
+from pdtrt.repo.launch import LaunchPlan
 from pdtrt.repo.limits import PhaseLimits
-from pdtrt.targets.launch import LaunchPlan
 
 __all__ = ["SHIM_MODULES", "EngineUse", "EnsemblePlan", "ModelPlan", "RepoMode", "RepoPlan",
            "TemplateFile", "health_model", "param_flag", "param_number", "python_model"]
 
 SHIM_MODULES = {
-    Role.PREFILL: "pdtrt.runtime.llm_engine_model",
-    Role.DECODE: "pdtrt.runtime.llm_engine_model",
-    Role.AGGREGATED: "pdtrt.runtime.llm_engine_model",
-    Role.ROUTER: "pdtrt.runtime.router_model",
-    Role.PREPROCESSING: "pdtrt.runtime.preprocessing_model",
-    Role.POSTPROCESSING: "pdtrt.runtime.postprocessing_model",
+    Role.PREFILL: "pdtrt.runtime.engine.model",
+    Role.DECODE: "pdtrt.runtime.engine.model",
+    Role.AGGREGATED: "pdtrt.runtime.engine.model",
+    Role.ROUTER: "pdtrt.runtime.router.model",
+    Role.PREPROCESSING: "pdtrt.runtime.text.preprocessing",
+    Role.POSTPROCESSING: "pdtrt.runtime.text.postprocessing",
 }
 
 

@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 from pdtrt.build.manifest import EngineLayout
+from pdtrt.endpoints import EndpointSpec, format_endpoints
 from pdtrt.engine_io import (
     ENGINE_STEP_MAP,
     ENSEMBLE_IO,
@@ -49,7 +50,6 @@ from pdtrt.repo.models import (
     param_number,
     python_model,
 )
-from pdtrt.runtime.endpoints import EndpointSpec, format_endpoints
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec, PoolEndpoint
 from pdtrt.targets.base import TargetSupport

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdtrt.build.manifest import EngineManifest, compatibility_problems
-from pdtrt.engine_io import Param, Role
+from pdtrt.engine_io import GPT_MODEL_PATH, Param, Role
 from pdtrt.enums import Phase, Target, TritonBackend
 from pdtrt.errors import ConfigParseError, PdtrtError
 from pdtrt.repo.limits import manifest_if_present
@@ -38,7 +38,6 @@ from pdtrt.repo.wiring import (
 )
 from pdtrt.targets.base import TargetSupport
 from pdtrt.targets.registry import REGISTRY
-from pdtrt.targets.trtllm_0_21 import GPT_MODEL_PATH
 
 __all__ = ["ValidationReport", "validate_repo"]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pdtrt.endpoints import parse_endpoints
 from pdtrt.engine_io import Param, Role
 from pdtrt.repo.pbtxt import EnsembleStep, ModelConfig, ModelTensor, data_type_name
-from pdtrt.runtime.endpoints import parse_endpoints
 from pdtrt.spec.schema import ENDPOINT
 from pdtrt.suggest import did_you_mean
 

@@ -1,18 +1,25 @@
 """Code that runs inside Triton's Python backend (and standalone, for tests).
 
-- :mod:`reference_engine` -- the reference engine: a Llama-family PyTorch model with separate
-  ``prefill()`` and batched ``decode_step()``;
-- :mod:`scheduler` -- in-flight batching of the sequences one engine instance holds;
-- :mod:`phase_params` -- the ``context_phase_params`` hand-off (versioned encoding of the
-  LLM API's disaggregated params);
-- :mod:`llm_engine_model` -- the engine model of trtllm-1.2 and of the reference target, over
-  TensorRT-LLM's LLM API (on a GPU) or pdtrt's CPU reference of it
-  (:mod:`pdtrt.llmapi.reference`, over the reference engine and UCX), with
-  :mod:`llm_config` (its parameters as LLM-API options), :mod:`llm_responder` (one
-  request's responses) and :mod:`llm_metrics`;
-- :mod:`kv_transfer` -- moving a request's KV cache between instances over UCX (ucxx);
-- :mod:`triton_io` -- the one seam into Triton's Python backend (``pb_utils``), injected;
-- :mod:`requests` -- router and engine requests, parsed once at the edge;
-- :mod:`phase_client` -- how the router reaches a phase model (BLS or gRPC);
-- ``*_model`` -- the ``TritonPythonModel`` classes the generated ``model.py`` shims subclass.
+Three rooms, one per kind of Triton model pdtrt generates, over shared seam and protocol
+modules:
+
+- :mod:`.router` -- the router BLS model (:mod:`.router.model`): its parameters
+  (:mod:`.router.config`), endpoint pools (:mod:`.router.pool`), health probes and the liveness
+  deadline (:mod:`.router.health`), how it reaches a phase (:mod:`.router.phase_client`, BLS or
+  gRPC), the client's reply (:mod:`.router.reply`) and the requests a reload loses
+  (:mod:`.router.reload_losses`);
+- :mod:`.engine` -- the engine model of trtllm-1.2 and of the reference target
+  (:mod:`.engine.model`), over TensorRT-LLM's LLM API on a GPU or pdtrt's CPU reference of it
+  (:mod:`pdtrt.llmapi`), with its parameters as LLM-API options (:mod:`.engine.config`), one
+  request's responses (:mod:`.engine.responder`), the requests in flight
+  (:mod:`.engine.inflight`) and its metrics (:mod:`.engine.metrics`);
+- :mod:`.text` -- pre- and postprocessing (tokenizer in, detokenizer out).
+
+Shared by the rooms: :mod:`.triton_io` (the one seam into ``pb_utils``, injected),
+:mod:`.request_parsing` (router and engine requests, parsed once at the edge),
+:mod:`.phase_params` (the ``context_phase_params`` hand-off), :mod:`.shutdown` (ending a stub
+whose parent died) and :mod:`.faults` (test-only fault injection). The CPU engine, its
+scheduler and the UCX KV transfer are not here: they live beside their only user,
+:mod:`pdtrt.llmapi.reference`. The threads, loops and locks of each process are mapped in
+docs/serve.md ("Concurrency map").
 """

@@ -16,7 +16,7 @@ call's responses come back as mappings, metrics are declared by :class:`MetricSp
 the seam injected (the generated ``model.py`` shims build a :class:`BackendTriton` from the
 stub's ``pb_utils``); unit tests pass a fake with the same methods (:class:`Triton`). This module
 is not a model and holds no request state; parsing what a request *means* is
-:mod:`pdtrt.runtime.requests`.
+:mod:`pdtrt.runtime.request_parsing`.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ request to that model fails. Once a second the supervisor:
 1. finds the models of the repository whose stubs are missing
    (:func:`~pdtrt.serve.model_control.live_stubs`, against each model's instance count);
 2. probes every endpoint the deployment's paths need -- the router's pools, read from its
-   ``config.pbtxt`` (:class:`~pdtrt.runtime.router_config.RouterConfig`): local models on this
+   ``config.pbtxt`` (:class:`~pdtrt.runtime.router.config.RouterConfig`): local models on this
    server and other servers' models, with the router's own probe (a stop request for an unused
-   id, :func:`~pdtrt.runtime.phase_client.probe`); a repository without a router (``--mode
+   id, :func:`~pdtrt.runtime.router.phase_client.probe`); a repository without a router (``--mode
    pools``, ``aggregated``) needs each of its engine roles;
 3. publishes readiness: the ``health`` model is loaded while a full path exists (every pool
    of a path has an endpoint that answers, and the router and tokenizer models are alive)
@@ -46,14 +46,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pdtrt.endpoints import EndpointSpec
 from pdtrt.engine_io import ModelName, Param, Role
 from pdtrt.enums import TritonBackend
 from pdtrt.errors import PdtrtError, ServerError
 from pdtrt.repo.pbtxt import ModelConfig, parse_config
-from pdtrt.runtime.endpoints import EndpointSpec
-from pdtrt.runtime.phase_client import GrpcPhaseClient, probe
-from pdtrt.runtime.reload_losses import in_flight, record_lost, reset_lost
-from pdtrt.runtime.router_config import DEFAULT_PROBE_TIMEOUT_S, PHASE_ROLES, RouterConfig
+from pdtrt.runtime.router.config import DEFAULT_PROBE_TIMEOUT_S, PHASE_ROLES, RouterConfig
+from pdtrt.runtime.router.phase_client import GrpcPhaseClient, probe
+from pdtrt.runtime.router.reload_losses import in_flight, record_lost, reset_lost
 from pdtrt.serve.model_control import (
     HttpModelControl,
     ModelControl,
@@ -288,7 +288,7 @@ class Supervisor:
 
     def _count_lost(self, router: str) -> None:
         """Note the requests the dead ``router`` had in flight: Triton will never end them,
-        and its reload starts from nothing (:mod:`pdtrt.runtime.reload_losses`)."""
+        and its reload starts from nothing (:mod:`pdtrt.runtime.router.reload_losses`)."""
         if self.metrics is None:
             return
         try:

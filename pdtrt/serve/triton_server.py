@@ -1,7 +1,7 @@
 """Starting and stopping a real ``tritonserver`` process (the embedded one by default).
 
 The embedded server is the Triton 2.51 binary inside ``nvidia-pytriton``
-(:mod:`pdtrt.serve.embedded`). To run a repository with Python models it needs a backend
+(:mod:`pdtrt.facts.embedded_triton`). To run a repository with Python models it needs a backend
 directory ``B/python/`` holding the Python backend library, ``triton_python_backend_utils.py``
 and the stub for the running Python; its shared libraries on ``LD_LIBRARY_PATH``; and the
 project's environment first on ``PATH`` (the stub's interpreter finds packages through the
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pdtrt.errors import ServerError
-from pdtrt.serve.embedded import EmbeddedTriton, find_embedded_triton
+from pdtrt.facts.embedded_triton import EmbeddedTriton, find_embedded_triton
 from pdtrt.serve.shm import (
     new_shm_prefix,
     record_owners,

@@ -13,7 +13,7 @@ the target's :class:`TargetSupport` (found in :mod:`pdtrt.targets.registry`):
   checks of the build host, and how it runs its in-process steps;
 - **repository** -- its engine model (backend, I/O table, decoupling, parameters), where
   pre/postprocessing find the tokenizer, and how the repository is launched (a
-  :class:`~pdtrt.targets.launch.LaunchPlan` and the files that start it, or none), and what
+  :class:`~pdtrt.repo.launch.LaunchPlan` and the files that start it, or none), and what
   its engine backend needs of an engine model's parameters (``repo validate``).
 
 A target is one module (``pdtrt/targets/<name>.py``, with its data under
@@ -42,11 +42,11 @@ from pdtrt.enums import Phase, Target, TritonBackend
 from pdtrt.errors import SpecIssue
 from pdtrt.facts.catalog import GPU
 from pdtrt.facts.gpu_detect import GPUDetection, LocalGPU
+from pdtrt.repo.launch import LaunchPlan
 from pdtrt.repo.limits import EngineDefaults
 from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
-from pdtrt.targets.launch import LaunchPlan
 from pdtrt.targets.toolchain import Toolchain
 
 __all__ = ["BuildContext", "BuildHost", "BuildSource", "PhaseBuild", "TargetSupport",

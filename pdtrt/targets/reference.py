@@ -2,7 +2,7 @@
 
 Its "engines" are a seeded Llama-family Hugging Face checkpoint per phase and an offline-trained
 tokenizer (:mod:`pdtrt.build.reference`), written by in-process steps; its engine model is
-the ``trtllm-1.2`` target's LLM-API engine model (:mod:`pdtrt.runtime.llm_engine_model`) over
+the ``trtllm-1.2`` target's LLM-API engine model (:mod:`pdtrt.runtime.engine.model`) over
 pdtrt's CPU reference of the LLM API (:mod:`pdtrt.llmapi.reference`), always decoupled,
 reporting phase errors in band; pdtrt's embedded server starts it, so it has no launch
 artifacts. Its pools may live in other Triton servers (``<pool>.endpoint``). It has no data
@@ -28,12 +28,12 @@ from pdtrt.build.steps import BuildPlan, BuildStep, StepKind
 from pdtrt.engine_io import ERROR_OUTPUT, REFERENCE_ENGINE_IO, Param
 from pdtrt.enums import Phase, Target, TritonBackend, WeightQuant
 from pdtrt.errors import BuildError, SpecIssue
+from pdtrt.repo.launch import LaunchPlan
 from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
 from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, param_number, python_model
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild, TargetSupport
-from pdtrt.targets.launch import LaunchPlan
 from pdtrt.targets.toolchain import Toolchain
 
 __all__ = ["ReferenceTarget", "engine_parameters"]

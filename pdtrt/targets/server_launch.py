@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from pdtrt import envvars
 from pdtrt.errors import RepoError
+from pdtrt.repo.launch import HostPlan, LaunchPlan, RankPlan, host_command
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
-from pdtrt.targets.launch import HostPlan, LaunchPlan, RankPlan, host_command
 from pdtrt.targets.trtllm_launch import (
     EnginePlacement,
     checked_env,

@@ -23,19 +23,19 @@ from typing import Any
 from pdtrt.build.manifest import EngineLayout
 from pdtrt.build.settings import SWITCHES, EngineSettings
 from pdtrt.build.steps import BuildPlan, BuildStep
-from pdtrt.engine_io import TRTLLM_0_21_ENGINE_IO
+from pdtrt.engine_io import GPT_MODEL_PATH, TRTLLM_0_21_ENGINE_IO
 from pdtrt.enums import KVDType, Phase, Target, TritonBackend
 from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES
 from pdtrt.errors import BuildError, SpecIssue
 from pdtrt.facts.catalog import load_catalog
 from pdtrt.facts.gpu_detect import detect_gpus
+from pdtrt.repo.launch import LaunchPlan
 from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
 from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, param_number
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.base import BuildContext, BuildHost, PhaseBuild
 from pdtrt.targets.container import ContainerTarget
-from pdtrt.targets.launch import LaunchPlan
 from pdtrt.targets.toolchain import Toolchain, check_toolchain
 from pdtrt.targets.trtllm_backend import load_backend_contract
 from pdtrt.targets.trtllm_build import (
@@ -53,9 +53,8 @@ from pdtrt.targets.trtllm_launch import (
 )
 from pdtrt.targets.trtllm_rules import apply_rules
 
-__all__ = ["ENGINE_FIXED_PARAMETERS", "GPT_MODEL_PATH", "UNSET_PARAMETERS", "Trtllm021Target"]
+__all__ = ["ENGINE_FIXED_PARAMETERS", "UNSET_PARAMETERS", "Trtllm021Target"]
 
-GPT_MODEL_PATH = "gpt_model_path"  # the engine directory parameter of the tensorrtllm backend
 
 ENGINE_FIXED_PARAMETERS = (
     ("max_beam_width", "1"),  # disaggregation needs beam width 1

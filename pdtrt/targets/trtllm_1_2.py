@@ -32,6 +32,7 @@ from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES
 from pdtrt.errors import BuildError, SpecIssue, ToolchainError
 from pdtrt.facts.catalog import load_catalog
 from pdtrt.facts.gpu_detect import detect_gpus
+from pdtrt.repo.launch import LaunchPlan
 from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
 from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, python_model
 from pdtrt.spec.deployment import Deployment
@@ -39,7 +40,6 @@ from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets import toolchain as toolchains
 from pdtrt.targets.base import BuildContext, BuildHost, PhaseBuild
 from pdtrt.targets.container import ContainerTarget
-from pdtrt.targets.launch import LaunchPlan
 from pdtrt.targets.llm_args import LlmArgsFacts, load_llm_args
 from pdtrt.targets.llm_options import (
     OPTIONS_FILE,

@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pdtrt import envvars
 from pdtrt.build.manifest import EngineLayout
 from pdtrt.errors import RepoError
+from pdtrt.repo.launch import HostPlan, LaunchPlan, RankPlan, host_command
 from pdtrt.repo.models import EngineUse
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
-from pdtrt.targets.launch import HostPlan, LaunchPlan, RankPlan, host_command
 
 __all__ = ["EnginePlacement", "checked_env", "engine_placements", "host_suffix",
            "launch_mounts", "launch_script_values", "plan_launch", "rank_command",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -21,7 +22,7 @@ def _copy(reference_engines, tmp_path):
 
 def _edit_manifest(engine_dir, **kv):
     m = read_manifest(engine_dir)
-    update = {"kv_layout": m.kv_layout.model_copy(update=kv)} if kv else {}
+    update = {"kv_layout": dataclasses.replace(m.kv_layout, **kv)} if kv else {}
     return m.model_copy(update=update)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -104,7 +105,7 @@ def test_engines_check_pass_and_fail(run, reference_engines, tmp_path):
     shutil.copytree(root / dep.spec.name, bad, symlinks=True)
     m = read_manifest(bad / "decode")
     write_manifest(bad / "decode", m.model_copy(update={
-        "kv_layout": m.kv_layout.model_copy(update={"kv_dtype": KVDType.BF16})}))
+        "kv_layout": dataclasses.replace(m.kv_layout, kv_dtype=KVDType.BF16)}))
     result = run("engines", "check", str(bad))
     assert result.exit_code == 2
     assert "problem: " in result.stdout and "kv_dtype prefill fp32 != decode bf16" in \

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES
 
-from pdtrt.serve.embedded import find_embedded_triton
+from pdtrt.facts.embedded_triton import find_embedded_triton
 from pdtrt.serve.triton_server import free_port
 
 MODELS = Path(__file__).resolve().parent.parent / "triton_models"

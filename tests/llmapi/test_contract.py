@@ -14,11 +14,11 @@ import pytest
 import yaml
 
 import pdtrt.llmapi.reference as reference
-import pdtrt.runtime.llm_engine_model as llm_engine_model
+import pdtrt.runtime.engine.model as llm_engine_model
 from pdtrt.engine_io import Param, RequestType, Role
-from pdtrt.llmapi import LLMApiImpl, load_llm_api, load_surface
-from pdtrt.llmapi.surface import SURFACE_PATH
-from pdtrt.runtime.llm_config import LLMEngineConfig
+from pdtrt.llmapi import LLMApiImpl, load_llm_api
+from pdtrt.llmapi.surface import SURFACE_PATH, load_surface
+from pdtrt.runtime.engine.config import LLMEngineConfig
 from tests.llmapi.contract import Recorder, signature_mismatches, unknown_names
 from tests.llmapi.ctx_peer import OPTIONS
 from tests.runtime.fake_transceiver import FakeTransceiver
@@ -37,7 +37,7 @@ def _wait_first(req) -> None:
 
 def _exercise(tiny_model, tiny_model_dir, tmp_path, monkeypatch) -> Recorder:
     """One fake-seam run over everything the engine model does with the LLM API."""
-    from pdtrt.runtime.reference_engine import ReferenceEngine
+    from pdtrt.llmapi.reference.engine import ReferenceEngine
 
     rec = Recorder()
     api, _ = rec.api(load_llm_api(LLMApiImpl.REFERENCE))

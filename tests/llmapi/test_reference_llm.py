@@ -23,9 +23,9 @@ needs_ucx = pytest.mark.skipif(importlib.util.find_spec("ucxx") is None,
                                reason="ucxx (ucxx-cu12) is not installed")
 
 # ucxx allows one context per process, bound to the event loop that was running when it was
-# created (pdtrt/runtime/kv_transfer.py, _init_ucxx); this module's LLMs create UCX nodes and
-# close their loops, which breaks every later UCX node of the same process (measured:
-# tests/runtime/test_kv_transfer.py after this module, "Future attached to a different loop").
+# created (pdtrt/llmapi/reference/kv_transfer.py, _init_ucxx); this module's LLMs create UCX
+# nodes and close their loops, which breaks every later UCX node of the same process (measured:
+# tests/llmapi/test_kv_transfer.py after this module, "Future attached to a different loop").
 # So its tests run in a pytest process of their own (test_reference_llm_process.py).
 _OWN_PROCESS_ENV = "PDTRT_TEST_OWN_PROCESS"
 _OWN_PROCESS = os.environ.get(_OWN_PROCESS_ENV) == Path(__file__).name

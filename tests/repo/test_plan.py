@@ -137,8 +137,8 @@ def test_reference_parameters_follow_the_runtime_contract(tmp_path):
     assert _params(plan, "preprocessing") == {"pdtrt_role": "preprocessing",
                                               "tokenizer_dir": str(layout / "tokenizer")}
     shims = {m.name: m.shim_module for m in plan.models}
-    assert shims["router"] == "pdtrt.runtime.router_model"
-    assert shims["decode"] == "pdtrt.runtime.llm_engine_model"
+    assert shims["router"] == "pdtrt.runtime.router.model"
+    assert shims["decode"] == "pdtrt.runtime.engine.model"
     assert all(m.decoupled for m in plan.models if m.name in ("prefill", "decode", "router"))
 
 

@@ -12,7 +12,7 @@ from pdtrt.errors import RepoError
 from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.repo.plan import plan_repo
 from pdtrt.repo.validate import validate_repo
-from pdtrt.runtime.router_config import RouterConfig
+from pdtrt.runtime.router.config import RouterConfig
 from pdtrt.spec.load import load_deployment
 from tests.conftest import EXAMPLES
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pdtrt.facts.embedded_triton import find_embedded_triton
 from pdtrt.repo.generate import RepoMode, generate_repo
-from pdtrt.serve.embedded import find_embedded_triton
 from pdtrt.spec.load import load_deployment
 from tests.conftest import EXAMPLES, TESTS
 

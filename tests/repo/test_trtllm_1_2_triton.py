@@ -23,9 +23,9 @@ from pdtrt.build.plan import plan_build
 from pdtrt.build.run import run_build
 from pdtrt.client import GenerateRequest, LLMClient
 from pdtrt.engine_io import Param
+from pdtrt.facts.embedded_triton import find_embedded_triton
 from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.repo.validate import validate_repo
-from pdtrt.serve.embedded import find_embedded_triton
 from pdtrt.serve.triton_server import ServerConfig, TritonServer
 from pdtrt.spec.load import load_deployment
 from tests.conftest import EXAMPLES, start_server

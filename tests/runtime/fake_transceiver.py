@@ -2,15 +2,15 @@
 (:class:`pdtrt.llmapi.reference.transceiver.KVCacheTransceiver`): one object shared by a
 context LLM and a generation LLM in the same process; offered KV is held until pulled or
 released. The real transfer is tested in tests/llmapi/test_reference_llm.py and
-tests/runtime/test_kv_transfer.py."""
+tests/llmapi/test_kv_transfer.py."""
 
 from __future__ import annotations
 
 import itertools
 
 from pdtrt.errors import KVTransferError
+from pdtrt.llmapi.reference.engine import pack_kv
 from pdtrt.llmapi.reference.transceiver import HeldKV
-from pdtrt.runtime.reference_engine import pack_kv
 
 
 class FakeTransceiver:

@@ -5,17 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pdtrt.runtime.endpoints import (
-    Endpoint,
-    EndpointPool,
-    EndpointSpec,
-    eject,
-    format_endpoints,
-    outstanding,
-    parse_endpoints,
-    readmit,
-)
-from pdtrt.runtime.health import probe_due
+from pdtrt.endpoints import EndpointSpec, format_endpoints, parse_endpoints
+from pdtrt.runtime.router.health import probe_due
+from pdtrt.runtime.router.pool import Endpoint, EndpointPool, eject, outstanding, readmit
 
 
 def pool(*specs: str) -> EndpointPool:

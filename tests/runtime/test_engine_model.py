@@ -16,9 +16,9 @@ import pytest
 
 from pdtrt.engine_io import ERROR_OUTPUT, Param, RequestType, Role
 from pdtrt.llmapi import LLMApiImpl, load_llm_api
-from pdtrt.runtime.faults import FaultInjection
-from pdtrt.runtime.llm_config import LLMEngineConfig
-from pdtrt.runtime.llm_engine_model import TritonPythonModel
+from pdtrt.runtime.engine.config import LLMEngineConfig
+from pdtrt.runtime.engine.faults import FaultInjection
+from pdtrt.runtime.engine.model import TritonPythonModel
 from tests.runtime.fake_transceiver import FakeTransceiver
 from tests.runtime.fake_triton import FakeRequest, FakeTriton
 
@@ -47,7 +47,7 @@ def engine_model(tiny_model):
     """``engine_model(role, kv=False, faults=None)``: a serving engine model on a fake seam;
     ``kv`` gives it the KV transceiver every model of the test shares."""
     from pdtrt.llmapi.reference import LLM
-    from pdtrt.runtime.reference_engine import ReferenceEngine
+    from pdtrt.llmapi.reference.engine import ReferenceEngine
 
     made = []
     engine = ReferenceEngine(tiny_model, tokens_per_block=16)
@@ -134,7 +134,7 @@ def test_a_bad_request_gets_one_error_and_the_model_keeps_serving(engine_model, 
     assert triton.metrics["pdtrt_engine_active_sequences"] == 0
 
 
-# -- strict input: TensorRT-LLM's sampling rules (pdtrt/runtime/requests.py cites them) ---------
+# -- strict input: TensorRT-LLM's sampling rules (pdtrt/runtime/request_parsing.py cites them) --
 def _f32(value):
     return np.array([value], dtype=np.float32)
 
@@ -215,7 +215,7 @@ def test_the_edges_tensorrt_llm_allows_are_served(engine_model, inputs):
 def test_the_beam_width_limit_comes_from_the_engine_manifest(tmp_path, built):
     from pdtrt.build.manifest import EngineManifest, KVLayout, write_manifest
     from pdtrt.enums import KVDType, Phase, Target, WeightQuant
-    from pdtrt.runtime.llm_config import max_beam_width
+    from pdtrt.runtime.engine.config import max_beam_width
 
     write_manifest(tmp_path, EngineManifest(
         phase=Phase.DECODE, target=Target.REFERENCE, model="m", gpu_name=None,
@@ -405,7 +405,7 @@ def test_an_instance_pins_its_gpus_before_the_llm_api_loads(monkeypatch):
     ``tensorrt_llm`` is imported (CUDA and the LLM API's MPI workers read it at start)."""
     import os
 
-    import pdtrt.runtime.llm_engine_model as module
+    import pdtrt.runtime.engine.model as module
     from tests.runtime.fake_triton import model_args
 
     seen = []

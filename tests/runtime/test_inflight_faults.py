@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pdtrt.runtime.faults import FaultInjection, InjectedFault
-from pdtrt.runtime.inflight import InflightRequests
+from pdtrt.runtime.engine.faults import FaultInjection, InjectedFault
+from pdtrt.runtime.engine.inflight import InflightRequests
 
 
 def test_stop_marks_live_sequences_of_that_id_only():
@@ -49,16 +49,15 @@ def test_an_engine_failure_fails_the_batch_and_the_waiting_requests_still_run(ti
     import queue
 
     from pdtrt.engine_io import RequestType
-    from pdtrt.runtime.reference_engine import ReferenceEngine
-    from pdtrt.runtime.requests import SamplingParams
-    from pdtrt.runtime.scheduler import Scheduler, SeqRequest
+    from pdtrt.llmapi.reference.engine import ReferenceEngine, Sampling
+    from pdtrt.llmapi.reference.scheduler import Scheduler, SeqRequest
 
     sched = Scheduler(ReferenceEngine(tiny_model, tokens_per_block=16), max_batch_size=1,
                       max_num_tokens=64, faults=FaultInjection(("fault-",)))
     outs = {rid: queue.Queue() for rid in ("fault-1", "ok-1")}
     for rid, out in outs.items():  # both queued before the loop starts: one batch of one
         sched.submit(SeqRequest(request_id=rid, prompt=[5, 6, 7], max_new_tokens=4, end_id=None,
-                                sampling=SamplingParams(), mode=RequestType.CONTEXT_AND_GENERATION,
+                                sampling=Sampling(), mode=RequestType.CONTEXT_AND_GENERATION,
                                 emit=out.put))
     sched.start()
     try:
@@ -77,7 +76,7 @@ def test_an_engine_failure_fails_the_batch_and_the_waiting_requests_still_run(ti
 def test_grpc_phase_request_carries_inputs_parameters_and_the_empty_final_flag():
     from tritonclient.grpc import service_pb2  # noqa: F401  (the protobuf types used)
 
-    from pdtrt.runtime.phase_client import GrpcPhaseClient, PhaseResponse
+    from pdtrt.runtime.router.phase_client import GrpcPhaseClient, PhaseResponse
 
     req = GrpcPhaseClient.request(
         "decode", {"input_ids": np.array([[1, 2, 3]], dtype=np.int32),

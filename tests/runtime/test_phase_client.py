@@ -8,7 +8,12 @@ import time
 
 import pytest
 
-from pdtrt.runtime.phase_client import BlsPhaseClient, PhaseResponse, ResponseStream, _Workers
+from pdtrt.runtime.router.phase_client import (
+    BlsPhaseClient,
+    PhaseResponse,
+    ResponseStream,
+    _Workers,
+)
 from tests.runtime.fake_triton import FakeTriton, tokens_out, wait_until
 
 

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from pdtrt.runtime.reload_losses import LOST_FILE, in_flight, read_lost, record_lost, reset_lost
+from pdtrt.runtime.router.reload_losses import (
+    LOST_FILE,
+    in_flight,
+    read_lost,
+    record_lost,
+    reset_lost,
+)
 
 
 def test_the_in_flight_gauge_is_read_for_one_router_only():

@@ -8,7 +8,7 @@ import asyncio
 import threading
 import time
 
-from pdtrt.runtime.router_model import TritonPythonModel
+from pdtrt.runtime.router.model import TritonPythonModel
 from tests.runtime.fake_triton import FakeTriton, model_args, tokens_out
 from tests.runtime.test_router_model import PARAMS, ROUTER_PARAMS, request
 

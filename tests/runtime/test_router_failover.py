@@ -11,7 +11,7 @@ import time
 import pytest
 
 from pdtrt.engine_io import Param
-from pdtrt.runtime.phase_client import PROBE_ID_PREFIX
+from pdtrt.runtime.router.phase_client import PROBE_ID_PREFIX
 from tests.runtime.fake_triton import Fail
 from tests.runtime.test_router_model import (
     OUTPUT,

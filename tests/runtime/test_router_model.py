@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from pdtrt.engine_io import ERROR_OUTPUT, Param, RequestType
-from pdtrt.runtime import reply as reply_module
-from pdtrt.runtime.router_model import TritonPythonModel
+from pdtrt.runtime.router import reply as reply_module
+from pdtrt.runtime.router.model import TritonPythonModel
 from tests.runtime.fake_triton import (
     Fail,
     FakeRequest,

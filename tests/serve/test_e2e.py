@@ -172,7 +172,7 @@ def test_cancelling_a_router_stream_stops_the_decode_and_frees_its_kv(reference_
                                      model="decode") == decode_before + 1)
     assert wait_for(lambda: _metric(reference_server, "pdtrt_engine_active_sequences",
                                      model="decode") == 0)
-    # the engine model refreshes its KV gauges every half second (llm_engine_model._poll)
+    # the engine model refreshes its KV gauges every half second (pdtrt.runtime.engine.model._poll)
     assert wait_for(lambda: _metric(reference_server, "pdtrt_kv_held_buffers",
                                     model="prefill") == 0)
     ok = generate(_url(reference_server), "ensemble", ensemble_inputs("Hello again", 4))

@@ -28,7 +28,7 @@ import pytest
 from e2e_client import _input, engine_inputs, ensemble_inputs
 
 import pdtrt.serve.triton_server as triton_server
-from pdtrt.serve.embedded import find_embedded_triton
+from pdtrt.facts.embedded_triton import find_embedded_triton
 from pdtrt.serve.shm import SHM_DIR, new_shm_prefix, record_owners, remove_shm_regions
 from pdtrt.serve.triton_server import ServerConfig, TritonServer
 from tests.conftest import EXAMPLES, ROOT, TESTS, serve_reference

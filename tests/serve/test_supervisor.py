@@ -11,9 +11,9 @@ import pytest
 import yaml
 from conftest import EXAMPLES
 
+from pdtrt.endpoints import EndpointSpec
 from pdtrt.engine_io import Role
 from pdtrt.repo.generate import RepoMode, generate_repo
-from pdtrt.runtime.endpoints import EndpointSpec
 from pdtrt.serve.model_control import ModelState, explicit_load_args, live_stubs
 from pdtrt.serve.supervisor import Supervisor, read_topology
 from pdtrt.spec.load import load_deployment
@@ -179,7 +179,7 @@ def test_live_stubs_are_counted_per_model_from_proc(tmp_path):
 
 
 def test_a_probe_that_never_answers_is_a_problem_not_a_hang(tmp_path):
-    from pdtrt.runtime.phase_client import probe
+    from pdtrt.runtime.router.phase_client import probe
 
     class Silent:
         where = "nowhere"
@@ -195,7 +195,7 @@ def test_a_probe_that_never_answers_is_a_problem_not_a_hang(tmp_path):
 def test_requests_in_flight_in_a_dead_router_are_counted_as_lost_for_its_reload(tmp_path):
     """Triton never ends them; the dead router's in-flight gauge (kept by the server until
     the reload) says how many, and the reloaded router exports the running total."""
-    from pdtrt.runtime.reload_losses import LOST_FILE, read_lost
+    from pdtrt.runtime.router.reload_losses import LOST_FILE, read_lost
 
     repo = _repo(tmp_path)
     (repo / "router" / LOST_FILE).write_text('{"lost": 9}')  # a previous server's

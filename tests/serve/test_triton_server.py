@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pdtrt.errors import ServerError
-from pdtrt.serve.embedded import find_embedded_triton
+from pdtrt.facts.embedded_triton import find_embedded_triton
 from pdtrt.serve.triton_server import ServerConfig, TritonServer, remove_shm_regions
 from tests.conftest import TESTS
 

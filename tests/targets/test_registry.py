@@ -19,6 +19,7 @@ from pdtrt.engine_io import (
 )
 from pdtrt.enums import Phase, Target
 from pdtrt.errors import UnsupportedTargetError
+from pdtrt.repo.launch import LaunchPlan
 from pdtrt.repo.limits import EngineDefaults, resolve_limits
 from pdtrt.repo.models import EngineUse, RepoMode, TemplateFile
 from pdtrt.repo.plan import plan_repo
@@ -27,7 +28,6 @@ from pdtrt.spec.load import load_deployment, parse_spec
 from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets import registry
 from pdtrt.targets.base import BuildContext, BuildSource, PhaseBuild, TargetSupport
-from pdtrt.targets.launch import LaunchPlan
 from pdtrt.targets.reference import ReferenceTarget
 from pdtrt.targets.registry import REGISTRY, TargetRegistry, target_support
 from tests.conftest import EXAMPLES

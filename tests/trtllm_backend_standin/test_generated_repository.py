@@ -22,9 +22,9 @@ import pytest
 
 from pdtrt.client import GenerateRequest, LLMClient
 from pdtrt.errors import ServerError
+from pdtrt.facts.embedded_triton import find_embedded_triton
 from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.repo.validate import validate_repo
-from pdtrt.serve.embedded import find_embedded_triton
 from pdtrt.serve.triton_server import ServerConfig, TritonServer
 from pdtrt.spec.load import load_deployment
 from pdtrt.targets.trtllm_backend import load_backend_contract

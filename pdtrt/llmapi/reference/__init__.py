@@ -3,7 +3,9 @@
 ``LLM`` (:mod:`.llm`), ``SamplingParams`` and ``DisaggregatedParams`` (:mod:`.params`), the
 ``RequestOutput`` / ``CompletionOutput`` that ``generate_async`` returns (:mod:`.outputs`), the
 LLM-API options it accepts (:mod:`.options`) and the KV cache transceiver over UCX
-(:mod:`.transceiver`), on the reference engine and in-flight scheduler of :mod:`pdtrt.runtime`.
+(:mod:`.transceiver`), on the CPU engine (:mod:`.engine`: a Llama-family PyTorch model with
+separate ``prefill()`` and batched ``decode_step()``), its in-flight scheduler
+(:mod:`.scheduler`) and the UCX KV transfer (:mod:`.kv_transfer`).
 What it must expose is data: ``pdtrt/data/targets/trtllm-1.2-llmapi.yaml``.
 """
 

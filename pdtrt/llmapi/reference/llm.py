@@ -4,8 +4,8 @@ Exactly the pinned surface (``pdtrt/data/targets/trtllm-1.2-llmapi.yaml``): the 
 ``tensorrt_llm/llmapi/llm.py`` (commit 00966934ce32e0603a33f8c922525cf3678afab4) with the
 LLM-API options as keyword arguments (checked like ``LlmArgs``: :mod:`.options`),
 ``generate_async``, ``get_stats`` and ``shutdown``. Inside, the in-flight
-:class:`~pdtrt.runtime.scheduler.Scheduler` runs the
-:class:`~pdtrt.runtime.reference_engine.ReferenceEngine` and each scheduler emission becomes one
+:class:`~pdtrt.llmapi.reference.scheduler.Scheduler` runs the
+:class:`~pdtrt.llmapi.reference.engine.ReferenceEngine` and each scheduler emission becomes one
 response step of the request's :class:`~.outputs.RequestOutput`.
 
 Disaggregation as upstream: with ``cache_transceiver_config`` set, a ``context_only`` request
@@ -29,13 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from pdtrt.engine_io import RequestType
+from pdtrt.llmapi.reference.engine import ReferenceEngine, Sampling, load_reference_engine
 from pdtrt.llmapi.reference.options import ReferenceLlmArgs
 from pdtrt.llmapi.reference.outputs import RequestOutput, Step
 from pdtrt.llmapi.reference.params import DisaggregatedParams, SamplingParams
+from pdtrt.llmapi.reference.scheduler import Emission, Scheduler, SeqRequest
 from pdtrt.llmapi.reference.transceiver import KVCacheTransceiver
-from pdtrt.runtime import requests as runtime_requests
-from pdtrt.runtime.reference_engine import ReferenceEngine, load_reference_engine
-from pdtrt.runtime.scheduler import Emission, Scheduler, SeqRequest
 
 __all__ = ["LLM"]
 
@@ -125,7 +124,7 @@ class LLM:
                          max_new_tokens=params.max_tokens,
                          end_id=None if params.end_id is None or params.end_id < 0
                          else params.end_id,
-                         sampling=runtime_requests.SamplingParams(
+                         sampling=Sampling(
                              temperature=1.0 if params.temperature is None else params.temperature,
                              top_k=params.top_k or 0, top_p=params.top_p or 0.0,
                              seed=params.seed or 0),
@@ -225,7 +224,7 @@ class LLM:
 
     def _pdtrt_set_fault_hook(self, hook: Any) -> None:
         """pdtrt's failure-path tests: ``hook.before_decode(request_ids)`` runs before every
-        batched decode step (:mod:`pdtrt.runtime.faults`). Not part of the LLM API."""
+        batched decode step (:mod:`pdtrt.runtime.engine.faults`). Not part of the LLM API."""
         self._scheduler.faults = hook
 
     def shutdown(self) -> None:

@@ -1,5 +1,5 @@
 """The reference KV cache transceiver: a prompt's KV from a context-only request to a
-generation-only one, over UCX (ucxx, :class:`pdtrt.runtime.kv_transfer.UcxKVNode`).
+generation-only one, over UCX (ucxx, :class:`pdtrt.llmapi.reference.kv_transfer.UcxKVNode`).
 
 Upstream, ``cache_transceiver_config`` (backend UCX) makes the executor hold a finished
 context-only request's KV and return, in ``DisaggregatedParams.opaque_state``, the serialized
@@ -18,10 +18,10 @@ import json
 import time
 from dataclasses import dataclass
 
-from pdtrt.build.manifest import KVLayout
+from pdtrt.engine_dir import KVLayout
 from pdtrt.errors import KVTransferError
-from pdtrt.runtime.kv_transfer import UcxKVNode
-from pdtrt.runtime.reference_engine import KV, pack_kv, unpack_kv
+from pdtrt.llmapi.reference.engine import KV, pack_kv, unpack_kv
+from pdtrt.llmapi.reference.kv_transfer import UcxKVNode
 
 __all__ = ["HeldKV", "KVCacheTransceiver"]
 
@@ -42,7 +42,7 @@ class HeldKV:
         return json.dumps({"v": _VERSION, "address": base64.b64encode(self.address).decode(),
                            "transfer_id": self.transfer_id, "kv_nbytes": self.kv_nbytes,
                            "prompt_len": self.prompt_len,
-                           "layout": self.layout.model_dump(mode="json")},
+                           "layout": self.layout.to_dict()},
                           sort_keys=True).encode()
 
     @classmethod
@@ -54,7 +54,7 @@ class HeldKV:
             return cls(address=base64.b64decode(doc["address"]),
                        transfer_id=int(doc["transfer_id"]), kv_nbytes=int(doc["kv_nbytes"]),
                        prompt_len=int(doc["prompt_len"]),
-                       layout=KVLayout.model_validate(doc["layout"]))
+                       layout=KVLayout(**doc["layout"]))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise KVTransferError(f"unreadable opaque_state: {exc}") from None
 

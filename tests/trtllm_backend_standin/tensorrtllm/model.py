@@ -48,8 +48,8 @@ def _engine_model(engine_dir: Path, manifest: EngineManifest, model_name: str) -
 
     from pdtrt.engine_io import TRTLLM_0_21_INPUT_NAMES, Role
     from pdtrt.llmapi import load_llm_api
-    from pdtrt.runtime.llm_config import LLMEngineConfig, max_beam_width
-    from pdtrt.runtime.llm_engine_model import TritonPythonModel
+    from pdtrt.runtime.engine.config import LLMEngineConfig, max_beam_width
+    from pdtrt.runtime.engine.model import TritonPythonModel
     from pdtrt.runtime.triton_io import BackendTriton
 
     core_names = {v: k for k, v in TRTLLM_0_21_INPUT_NAMES.items()}  # seed -> random_seed

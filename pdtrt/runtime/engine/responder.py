@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pdtrt.engine_io import ERROR_OUTPUT, RequestType
-from pdtrt.runtime.inflight import StopHandle
+from pdtrt.runtime.engine.inflight import StopHandle
 from pdtrt.runtime.phase_params import ContextPhaseParams
-from pdtrt.runtime.requests import EngineRequest
+from pdtrt.runtime.request_parsing import EngineRequest
 from pdtrt.runtime.triton_io import Incoming, token_outputs
 
 if TYPE_CHECKING:
-    from pdtrt.runtime.llm_engine_model import TritonPythonModel
+    from pdtrt.runtime.engine.model import TritonPythonModel
 
 __all__ = ["Responder"]
 

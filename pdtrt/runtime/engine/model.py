@@ -6,12 +6,12 @@ the router and the ensembles speak, on ``LLM.generate_async`` with ``SamplingPar
 (:func:`pdtrt.llmapi.load_llm_api`); the surface it may touch is pinned in
 ``pdtrt/data/targets/trtllm-1.2-llmapi.yaml`` and a contract test holds it to that.
 
-Requests are parsed strictly at the edge (:mod:`pdtrt.runtime.requests`); ``request_type``
+Requests are parsed strictly at the edge (:mod:`pdtrt.runtime.request_parsing`); ``request_type``
 context_only / generation_only map onto ``DisaggregatedParams``, and ``context_phase_params``
 carries the context result's disaggregated params between them in pdtrt's versioned encoding
 (:mod:`pdtrt.runtime.phase_params`). The model is decoupled and serves many requests per
 instance: ``execute`` hands each one to the instance's asyncio loop thread, where a task drives
-its result (:class:`~pdtrt.runtime.llm_responder.Responder`: exactly one final response). A
+its result (:class:`~pdtrt.runtime.engine.responder.Responder`: exactly one final response). A
 ``stop`` request (same request id, ``stop`` = true) and a client's cancellation abort the result
 (``abort()``); a stop for a context-only request that has finished frees the KV it still holds.
 Per-instance stats (in flight, queued, KV usage, KV transfers) become Prometheus metrics. On
@@ -33,12 +33,12 @@ from typing import Any
 from pdtrt.engine_io import REFERENCE_ENGINE_IO, RequestType
 from pdtrt.errors import InvalidRequestError, KVTransferError
 from pdtrt.llmapi import LLMApi, load_llm_api
-from pdtrt.runtime.faults import FaultInjection
-from pdtrt.runtime.inflight import InflightRequests
-from pdtrt.runtime.llm_config import LLMEngineConfig, engine_limits
-from pdtrt.runtime.llm_metrics import METRICS, StatsPublisher
-from pdtrt.runtime.llm_responder import Responder
-from pdtrt.runtime.requests import EngineRequest, StopRequest, parse_engine_request
+from pdtrt.runtime.engine.config import LLMEngineConfig, engine_limits
+from pdtrt.runtime.engine.faults import FaultInjection
+from pdtrt.runtime.engine.inflight import InflightRequests
+from pdtrt.runtime.engine.metrics import METRICS, StatsPublisher
+from pdtrt.runtime.engine.responder import Responder
+from pdtrt.runtime.request_parsing import EngineRequest, StopRequest, parse_engine_request
 from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
 from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, model_params
 
@@ -269,7 +269,8 @@ async def _cancel_tasks() -> None:
 
 
 class _FaultHook:
-    """The reference LLM's decode-step hook, by Triton request id (:mod:`pdtrt.runtime.faults`)."""
+    """The reference LLM's decode-step hook, by Triton request id
+    (:mod:`pdtrt.runtime.engine.faults`)."""
 
     def __init__(self, faults: FaultInjection, by_engine_id: dict[int, str]) -> None:
         self.faults, self.by_engine_id = faults, by_engine_id

@@ -17,8 +17,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("ucxx") is None,
 
 @pytest.fixture(scope="module")
 def nodes():
-    from pdtrt.runtime.kv_transfer import UcxKVNode
-    from tests.runtime.ucx_peer import prefill_process
+    from pdtrt.llmapi.reference.kv_transfer import UcxKVNode
+    from tests.llmapi.ucx_peer import prefill_process
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()

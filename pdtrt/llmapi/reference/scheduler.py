@@ -18,18 +18,25 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
 from pdtrt.engine_io import RequestType
-from pdtrt.runtime.faults import FaultInjection
-from pdtrt.runtime.reference_engine import KV, ReferenceEngine, SamplingParams, sample
+from pdtrt.llmapi.reference.engine import KV, ReferenceEngine, Sampling, sample
 
-__all__ = ["Emission", "Scheduler", "SeqRequest"]
+__all__ = ["DecodeHook", "Emission", "Scheduler", "SeqRequest"]
 
 log = logging.getLogger(__name__)
+
+
+class DecodeHook(Protocol):
+    """Called before each batched decode step with the batch's request ids; raising fails the
+    step (the engine model's fault injection, :mod:`pdtrt.runtime.engine.faults`)."""
+
+    def before_decode(self, request_ids: Sequence[str]) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +56,7 @@ class SeqRequest:
     prompt: list[int]
     max_new_tokens: int
     end_id: int | None
-    sampling: SamplingParams
+    sampling: Sampling
     mode: RequestType
     emit: Callable[[Emission], None]
     is_cancelled: Callable[[], bool] = lambda: False
@@ -66,7 +73,7 @@ class SeqRequest:
 
 class Scheduler:
     def __init__(self, engine: ReferenceEngine, *, max_batch_size: int,
-                 max_num_tokens: int, faults: FaultInjection | None = None) -> None:
+                 max_num_tokens: int, faults: DecodeHook | None = None) -> None:
         self.engine = engine
         self.faults = faults
         self.max_batch_size = max_batch_size

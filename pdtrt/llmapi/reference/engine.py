@@ -13,21 +13,37 @@ to ``transformers``' ``generate()``) so the disaggregated path can be checked en
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pdtrt.build.manifest import KVLayout
+from pdtrt.engine_dir import KVLayout
 from pdtrt.enums import KVDType
-from pdtrt.runtime.requests import SamplingParams
 
-__all__ = ["KV", "ReferenceEngine", "load_reference_engine", "pack_kv", "sample", "unpack_kv"]
+__all__ = ["KV", "ReferenceEngine", "Sampling", "load_reference_engine", "pack_kv", "sample",
+           "unpack_kv"]
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer (k, v): [1, H_kv, S, D]
 
 
-def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
+@dataclass(frozen=True, kw_only=True)
+class Sampling:
+    """How one sequence picks its next token; TensorRT-LLM's semantics: top_k 0 and top_p 0
+    (the defaults) mean greedy."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 0.0
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0 or self.top_k == 1 or (self.top_k == 0 and self.top_p == 0)
+
+
+def sample(logits: torch.Tensor, params: Sampling, generator: torch.Generator) -> int:
     """One token id from ``logits`` ``[vocab]``."""
     if params.greedy:
         return int(torch.argmax(logits))

@@ -4,7 +4,7 @@ NVIDIA's preprocessing I/O (:data:`pdtrt.engine_io.PREPROCESSING_IO`): ``QUERY``
 ``REQUEST_OUTPUT_LEN`` in; ``INPUT_ID``, ``REQUEST_INPUT_LEN``, empty bad/stop word lists,
 ``REQUEST_OUTPUT_LEN``, ``OUT_END_ID`` / ``OUT_PAD_ID`` (the tokenizer's, unless the request
 gives them) out. One prompt per request, like every pdtrt model
-(:func:`~pdtrt.runtime.requests.one_prompt`); stop and bad words are refused rather than
+(:func:`~pdtrt.runtime.request_parsing.one_prompt`); stop and bad words are refused rather than
 dropped: this preprocessing does not turn them into word lists yet. The tokenizer loads from a
 local directory with remote code disabled. All of Triton goes through the injected seam
 (:class:`~pdtrt.runtime.triton_io.Triton`).
@@ -18,7 +18,7 @@ import numpy as np
 
 from pdtrt.engine_io import PREPROCESSING_IO, PREPROCESSING_STEP_MAP, Param
 from pdtrt.errors import InvalidRequestError
-from pdtrt.runtime.requests import one_prompt
+from pdtrt.runtime.request_parsing import one_prompt
 from pdtrt.runtime.triton_io import Incoming, Triton, model_params
 
 # The ensemble's names of the preprocessing inputs (``text_input`` for ``QUERY``), for messages.

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import threading
 
+from tests.llmapi.test_scheduler import _collect, _submit
 from tests.runtime.conftest import hf_greedy
-from tests.runtime.test_scheduler import _collect, _submit
 
 PROMPTS = [[5, 6, 7, 8, 9], [1, 2, 3], [100, 200, 300, 400], [42, 43], [7, 7, 7]]
 
@@ -27,8 +27,8 @@ class _Gate:
 
 
 def test_cancelling_some_running_sequences_keeps_the_others(tiny_model):
-    from pdtrt.runtime.reference_engine import ReferenceEngine
-    from pdtrt.runtime.scheduler import Scheduler
+    from pdtrt.llmapi.reference.engine import ReferenceEngine
+    from pdtrt.llmapi.reference.scheduler import Scheduler
 
     gate = _Gate()
     sched = Scheduler(ReferenceEngine(tiny_model, tokens_per_block=16), max_batch_size=8,

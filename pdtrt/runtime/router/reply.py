@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 
 from pdtrt.errors import PhaseError
-from pdtrt.runtime.requests import RouterRequest
+from pdtrt.runtime.request_parsing import RouterRequest
 from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, token_outputs
 
 __all__ = ["Reply"]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from pdtrt.engine_io import POSTPROCESSING_IO, Param
-from pdtrt.runtime.preprocessing_model import load_tokenizer
+from pdtrt.runtime.text.preprocessing import load_tokenizer
 from pdtrt.runtime.triton_io import Triton, model_params
 
 

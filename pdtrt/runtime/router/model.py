@@ -7,13 +7,13 @@ then decode**: a context-only request to a prefill endpoint returns the first to
 then a generation-only request to a decode endpoint streams the rest, relayed without repeating
 the first token. Many requests are in flight per instance (``async def execute``). Every
 failure becomes a request error, and every stream ends with exactly one final response
-(:class:`~pdtrt.runtime.reply.Reply` keeps both promises).
+(:class:`~pdtrt.runtime.router.reply.Reply` keeps both promises).
 
 Pools and failover (points 7-9): each phase has a pool of endpoints -- models of this server
 (BLS) or of other Triton servers (gRPC) -- and each call goes to the healthy endpoint with the
-least outstanding work (:mod:`pdtrt.runtime.endpoints`). No call waits on a dead phase: after
+least outstanding work (:mod:`pdtrt.runtime.router.pool`). No call waits on a dead phase: after
 ``liveness_s`` of silence its endpoint is probed, and a failed probe ends the call and ejects
-the endpoint; background probes re-admit it (:mod:`pdtrt.runtime.health`). A phase that fails
+the endpoint; background probes re-admit it (:mod:`pdtrt.runtime.router.health`). A phase that fails
 is retried on *another* endpoint of its pool (up to ``max_attempts`` endpoints) while nothing
 of that attempt reached the client: a prefill always (nothing was sent yet), a decode before
 its first own token (after a fresh prefill; the KV of the failed one is freed), the aggregated
@@ -54,18 +54,18 @@ import numpy as np
 
 from pdtrt.engine_io import REQUEST_TYPE_PARAMETER, ROUTER_IO, RequestType, Role
 from pdtrt.errors import InvalidRequestError, PhaseError
-from pdtrt.runtime.endpoints import Endpoint, EndpointPool, outstanding
-from pdtrt.runtime.health import Prober, health_loop, watched
-from pdtrt.runtime.phase_client import (
+from pdtrt.runtime.request_parsing import RouterRequest, parse_router_request
+from pdtrt.runtime.router.config import PHASE_ROLES, RouterConfig
+from pdtrt.runtime.router.health import Prober, health_loop, watched
+from pdtrt.runtime.router.phase_client import (
     BlsPhaseClient,
     GrpcPhaseClient,
     PhaseClient,
     PhaseResponse,
 )
-from pdtrt.runtime.reload_losses import IN_FLIGHT_METRIC, LOST_METRIC, read_lost
-from pdtrt.runtime.reply import Reply
-from pdtrt.runtime.requests import RouterRequest, parse_router_request
-from pdtrt.runtime.router_config import PHASE_ROLES, RouterConfig
+from pdtrt.runtime.router.pool import Endpoint, EndpointPool, outstanding
+from pdtrt.runtime.router.reload_losses import IN_FLIGHT_METRIC, LOST_METRIC, read_lost
+from pdtrt.runtime.router.reply import Reply
 from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
 from pdtrt.runtime.triton_io import Incoming, MetricKind, Metrics, MetricSpec, Triton, model_params
 

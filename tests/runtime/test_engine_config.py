@@ -1,5 +1,5 @@
 """The LLM-API engine model's parameters: the reference target's, turned into LLM-API options,
-or an LLM-API options file (pdtrt/runtime/llm_config.py)."""
+or an LLM-API options file (pdtrt/runtime/engine/config.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from pdtrt.engine_io import Param, Role
-from pdtrt.runtime.llm_config import LLMEngineConfig, engine_limits
+from pdtrt.runtime.engine.config import LLMEngineConfig, engine_limits
 
 MODEL = {"vocab_size": 512, "max_position_embeddings": 512}
 
 
 def _reference(role: Role, monkeypatch) -> dict[str, str]:
-    monkeypatch.setattr("pdtrt.runtime.llm_config.max_beam_width", lambda _: 1)
+    monkeypatch.setattr("pdtrt.runtime.engine.config.max_beam_width", lambda _: 1)
     return {Param.ROLE: role, Param.ENGINE_DIR: "/engines/prefill", Param.MAX_BATCH_SIZE: "8",
             Param.MAX_NUM_TOKENS: "256", Param.MAX_INPUT_LEN: "128", Param.MAX_SEQ_LEN: "192",
             Param.TOKENS_PER_BLOCK: "16", Param.KV_TRANSFER_TIMEOUT_S: "1.5",

@@ -15,8 +15,8 @@ PROMPTS = [[5, 6, 7, 8, 9], [1, 2, 3], [100, 200, 300, 400, 10, 11, 12, 13], [42
 
 @pytest.fixture
 def scheduler(tiny_model):
-    from pdtrt.runtime.reference_engine import ReferenceEngine
-    from pdtrt.runtime.scheduler import Scheduler
+    from pdtrt.llmapi.reference.engine import ReferenceEngine
+    from pdtrt.llmapi.reference.scheduler import Scheduler
 
     sched = Scheduler(ReferenceEngine(tiny_model, tokens_per_block=16), max_batch_size=8,
                       max_num_tokens=64)
@@ -26,13 +26,13 @@ def scheduler(tiny_model):
 
 
 def _submit(sched, prompt, n, *, mode=RequestType.CONTEXT_AND_GENERATION, **kw):
-    from pdtrt.runtime.requests import SamplingParams
-    from pdtrt.runtime.scheduler import SeqRequest
+    from pdtrt.llmapi.reference.engine import Sampling
+    from pdtrt.llmapi.reference.scheduler import SeqRequest
 
     out: queue.Queue = queue.Queue()
     sched.submit(SeqRequest(request_id=str(id(out)), prompt=prompt, max_new_tokens=n,
                             end_id=kw.pop("end_id", None), sampling=kw.pop("sampling",
-                            SamplingParams()), mode=mode, emit=out.put, **kw))
+                            Sampling()), mode=mode, emit=out.put, **kw))
     return out
 
 
@@ -53,7 +53,7 @@ def test_concurrent_greedy_equals_generate(scheduler, tiny_model):
 
 
 def test_prefill_then_decode_via_packed_kv(scheduler, tiny_model):
-    from pdtrt.runtime.reference_engine import pack_kv, unpack_kv
+    from pdtrt.llmapi.reference.engine import pack_kv, unpack_kv
 
     for prompt in PROMPTS:
         tokens, final = _collect(_submit(scheduler, prompt, 10, mode=RequestType.CONTEXT_ONLY))
@@ -71,12 +71,12 @@ def test_end_id_stops_without_emitting_it(scheduler, tiny_model):
 
 
 def test_seeded_sampling_is_reproducible(scheduler):
-    from pdtrt.runtime.requests import SamplingParams
+    from pdtrt.llmapi.reference.engine import Sampling
 
-    params = SamplingParams(temperature=0.9, top_k=50, top_p=0.9, seed=7)
+    params = Sampling(temperature=0.9, top_k=50, top_p=0.9, seed=7)
     a = _collect(_submit(scheduler, PROMPTS[1], 16, sampling=params))[0]
     b = _collect(_submit(scheduler, PROMPTS[1], 16, sampling=params))[0]
-    c = _collect(_submit(scheduler, PROMPTS[1], 16, sampling=SamplingParams(
+    c = _collect(_submit(scheduler, PROMPTS[1], 16, sampling=Sampling(
         temperature=0.9, top_k=50, top_p=0.9, seed=8)))[0]
     assert a == b and len(a) == 16 and a != c
 

@@ -26,11 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from pdtrt.build.manifest import read_manifest
+from pdtrt.engine_dir import build_setting
 from pdtrt.engine_io import Param, Role
-from pdtrt.runtime.requests import EngineLimits
+from pdtrt.runtime.request_parsing import EngineLimits
 
 __all__ = ["PHASE_ROLES", "LLMEngineConfig", "engine_limits"]
 
@@ -52,9 +50,8 @@ class LLMEngineConfig:
     def from_params(cls, p: Mapping[str, str]) -> LLMEngineConfig:
         role = Role(p[Param.ROLE])
         if p.get(Param.LLM_MODEL):
-            text = Path(p[Param.LLM_OPTIONS]).read_text() if p.get(Param.LLM_OPTIONS) else ""
             return cls(role=role, model=Path(p[Param.LLM_MODEL]),
-                       options=yaml.safe_load(text) or {},
+                       options=_read_options(p.get(Param.LLM_OPTIONS, "")),
                        gpu_devices=_device_groups(p.get(Param.GPU_DEVICE_IDS, "")))
         engine_dir = Path(p[Param.ENGINE_DIR])
         options: dict[str, Any] = {
@@ -95,6 +92,17 @@ class LLMEngineConfig:
         return float(transceiver.get("kv_transfer_timeout_ms") or _DEFAULT_KV_TIMEOUT_MS) / 1000
 
 
+def _read_options(path: str) -> dict[str, Any]:
+    """The LLM-API options file (``extra_llm_api_options`` YAML); yaml is imported only here,
+    on the trtllm-1.2 path, whose ``tensorrt_llm`` loads it anyway -- the reference engine
+    model's stub never does."""
+    if not path:
+        return {}
+    import yaml
+
+    return yaml.safe_load(Path(path).read_text()) or {}
+
+
 def _device_groups(text: str) -> tuple[tuple[int, ...], ...]:
     try:
         return tuple(tuple(int(g) for g in group.split(",")) for group in text.split(";")
@@ -106,9 +114,7 @@ def _device_groups(text: str) -> tuple[tuple[int, ...], ...]:
 
 def max_beam_width(engine_dir: Path) -> int:
     """The ``max_beam_width`` the engine was built with (its manifest's build settings)."""
-    settings = read_manifest(engine_dir).build_settings.get("settings", {})
-    value = settings.get("max_beam_width", {}) if isinstance(settings, dict) else {}
-    return int(value.get("value", 1)) if isinstance(value, dict) else 1
+    return build_setting(engine_dir, "max_beam_width", 1)
 
 
 def engine_limits(config: LLMEngineConfig, model_config: Mapping[str, Any] | None = None

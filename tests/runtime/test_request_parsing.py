@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pdtrt.errors import InvalidRequestError
-from pdtrt.runtime.requests import parse_router_request
+from pdtrt.runtime.request_parsing import parse_router_request
 from pdtrt.runtime.triton_io import Incoming
 from tests.runtime.fake_triton import FakeRequest, FakeTriton, model_args, tokens_out
 from tests.runtime.test_engine_model import STRICT_CASES
@@ -37,7 +37,7 @@ def test_the_router_refuses_what_the_engines_refuse_with_their_message(inputs, e
 
 def test_the_router_refuses_before_asking_any_phase():
     from pdtrt.engine_io import Param
-    from pdtrt.runtime.router_model import TritonPythonModel
+    from pdtrt.runtime.router.model import TritonPythonModel
 
     triton = FakeTriton(lambda call: [tokens_out(7)])
     model = TritonPythonModel(triton)
@@ -68,7 +68,7 @@ class _Tokenizer:
 
 @pytest.fixture
 def preprocessing():
-    from pdtrt.runtime.preprocessing_model import TritonPythonModel
+    from pdtrt.runtime.text.preprocessing import TritonPythonModel
 
     model = TritonPythonModel(FakeTriton())
     model.tokenizer, model.end_id, model.pad_id = _Tokenizer(), 2, 0

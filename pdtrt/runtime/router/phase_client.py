@@ -10,7 +10,7 @@ depend on where a pool runs (DESIGN §3, router point 7).
   (:meth:`~pdtrt.runtime.triton_io.Triton.bls_next`), one response each time the caller asks
   for the next, into a :class:`ResponseStream` the event loop reads, so one router instance
   keeps many requests in flight -- and a caller that stops listening (a liveness deadline, see
-  :mod:`pdtrt.runtime.health`) is never stuck with it: when the callee's stub has died,
+  :mod:`pdtrt.runtime.router.health`) is never stuck with it: when the callee's stub has died,
   ``next()`` never returns (measured: not even after the model is reloaded), and only that one
   thread waits on.
 - :class:`GrpcPhaseClient`: a ``ModelStreamInfer`` stream to another Triton server over
@@ -102,7 +102,7 @@ class ResponseStream:
     A producer -- a BLS reader thread, or a task (:meth:`pumped`) -- puts (:meth:`put`) each
     response as it comes, then None (the end), or an exception for the reader to raise. Unlike
     an async generator's, a wait for the next response can be cancelled (the liveness deadline's
-    timeout, :func:`pdtrt.runtime.health.watched`) without losing a response or ending the
+    timeout, :func:`pdtrt.runtime.router.health.watched`) without losing a response or ending the
     stream, and a response that is already waiting costs no task, no timer and no wake-up of
     the event loop (the producer wakes the loop only when the reader waits). :attr:`asked` tells
     a producer that reads on demand when the reader wants the next response, :attr:`closed`

@@ -10,9 +10,9 @@ answering on a connection that stays open. So the router never waits on a phase 
   probe): keep waiting -- a long prefill or a full batch is not a failure. Not alive: the
   stream ends at once with one error response ("... stopped answering: <why>"), so the router
   can fail over or end the client's stream with a request error within seconds.
-- :class:`Prober` probes an endpoint (:func:`pdtrt.runtime.phase_client.probe`: a stop request
-  for an unused id, answered at once by a live engine model; a dead Python-backend stub makes
-  Triton answer "Stub process ... is not healthy" after about a second), at most one probe per
+- :class:`Prober` probes an endpoint (:func:`pdtrt.runtime.router.phase_client.probe`: a stop
+  request for an unused id, answered at once by a live engine model; a dead Python-backend stub
+  makes Triton answer "Stub process ... is not healthy" after about a second), at most one probe per
   endpoint at a time, and reuses a result younger than ``fresh_s``, so a hundred silent streams
   cost one probe. A failed probe ejects the endpoint from its pools, a good one re-admits it.
 - :func:`health_loop` probes every healthy endpoint every ``interval_s`` in the background, so
@@ -23,7 +23,7 @@ answering on a connection that stays open. So the router never waits on a phase 
   so the router also probes an ejected endpoint on demand, when its pool has no healthy one
   left.
 - An error that says the callee's stub is dead
-  (:data:`~pdtrt.runtime.phase_client.STUB_GONE`, Triton's own words) ejects its endpoint at
+  (:data:`~pdtrt.runtime.router.phase_client.STUB_GONE`, Triton's own words) ejects its endpoint at
   once, without a probe.
 """
 
@@ -34,14 +34,14 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-from pdtrt.runtime.endpoints import Endpoint, eject, readmit
-from pdtrt.runtime.phase_client import (
+from pdtrt.runtime.router.phase_client import (
     STUB_GONE,
     PhaseClient,
     PhaseResponse,
     ResponseStream,
     probe,
 )
+from pdtrt.runtime.router.pool import Endpoint, eject, readmit
 
 __all__ = ["Prober", "health_loop", "probe_due", "watched"]
 
@@ -113,9 +113,9 @@ async def watched(stream: AsyncIterator[PhaseResponse], *, liveness_s: float,
     this one ends or is closed.
 
     The deadline is a timeout on the wait for the next response, and only when one is not
-    waiting already: a :class:`~pdtrt.runtime.phase_client.ResponseStream` survives a timed-out
-    wait (any other stream is read into one by a task of its own), so there is no task and no
-    timer per response.
+    waiting already: a :class:`~pdtrt.runtime.router.phase_client.ResponseStream` survives a
+    timed-out wait (any other stream is read into one by a task of its own), so there is no task
+    and no timer per response.
     """
     responses = stream if isinstance(stream, ResponseStream) else ResponseStream.pumped(stream)
     try:

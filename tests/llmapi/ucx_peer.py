@@ -8,7 +8,7 @@ import numpy as np
 
 
 def prefill_process(conn, timeout_s: float) -> None:
-    from pdtrt.runtime.kv_transfer import UcxKVNode
+    from pdtrt.llmapi.reference.kv_transfer import UcxKVNode
 
     node = UcxKVNode(timeout_s=timeout_s)
     node.start()

@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pdtrt.engine_dir import KVLayout
 from pdtrt.engine_io import (
     ENGINE_STEP_MAP,
     REQUEST_TYPE_PARAMETER,
@@ -35,11 +35,8 @@ from pdtrt.errors import InvalidRequestError
 from pdtrt.runtime.phase_params import ContextPhaseParams
 from pdtrt.runtime.triton_io import Incoming
 
-if TYPE_CHECKING:  # a type only: the router's stub must not load the build stage (pydantic)
-    from pdtrt.build.manifest import KVLayout
-
-__all__ = ["DISAGGREGATED_MAX_BEAM_WIDTH", "EngineLimits", "EngineRequest", "RouterRequest",
-           "SamplingParams", "StopRequest", "check_sampling", "one_prompt", "parse_engine_request",
+__all__ = ["DISAGGREGATED_MAX_BEAM_WIDTH", "EngineLimits", "EngineRequest", "RequestSampling",
+           "RouterRequest", "StopRequest", "check_sampling", "one_prompt", "parse_engine_request",
            "parse_router_request"]
 
 # Router inputs that arrive reshaped to [batch] and go to a phase in the config shape [batch, 1].
@@ -179,8 +176,9 @@ def parse_router_request(request: Incoming) -> RouterRequest:
 
 # -- the engine model ----------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
-class SamplingParams:
-    """TensorRT-LLM's semantics: top_k 0 and top_p 0 (the defaults) mean greedy."""
+class RequestSampling:
+    """What a request asks of the sampler; TensorRT-LLM's semantics: top_k 0 and top_p 0 (the
+    defaults) mean greedy."""
 
     temperature: float = 1.0
     top_k: int = 0
@@ -212,7 +210,7 @@ class EngineRequest:
     prompt: tuple[int, ...]
     max_new_tokens: int
     end_id: int | None  # None: generate max_new_tokens whatever comes
-    sampling: SamplingParams
+    sampling: RequestSampling
     streaming: bool
     exclude_input: bool
     context_phase_params: ContextPhaseParams | None = None  # generation-only requests
@@ -252,7 +250,7 @@ def parse_engine_request(request: Incoming, limits: EngineLimits
     return EngineRequest(
         request_id=request.request_id, mode=mode, prompt=prompt, max_new_tokens=max_new,
         end_id=None if end_id is None or int(end_id) < 0 else int(end_id),
-        sampling=SamplingParams(temperature=float(request.scalar("temperature", 1.0)),
+        sampling=RequestSampling(temperature=float(request.scalar("temperature", 1.0)),
                                 top_k=int(request.scalar("runtime_top_k", 0)),
                                 top_p=float(request.scalar("runtime_top_p", 0.0)),
                                 seed=int(request.scalar("random_seed", 0))),

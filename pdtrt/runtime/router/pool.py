@@ -4,9 +4,7 @@ An **endpoint** is one place that serves a phase model: a model of this Triton s
 over BLS) or the model of another Triton server (``MODEL@HOST:PORT``, called over gRPC), with
 the number of model instances behind it. A **pool** is the list of endpoints of one phase
 (prefill, decode, or the aggregated path). The router's model parameters name them in one
-line each (:func:`parse_endpoints`, written by ``pdtrt repo`` from the spec's ``endpoints``)::
-
-    decode_endpoints: "decode*2,decode_b,decode@10.0.0.7:8001*4"
+line each (:mod:`pdtrt.endpoints`).
 
 :class:`EndpointPool` chooses per request the *healthy* endpoint with the least outstanding
 work per instance (tokens the router still expects from it, then requests), the least
@@ -14,63 +12,20 @@ recently chosen first among equals, so load spreads over the pool; it never retu
 ejected endpoint. An endpoint is **ejected** when a health probe fails (it did not answer a
 cheap request in time, or answered it with an error -- a dead Python-backend stub answers
 "Stub process ... is not healthy") and **re-admitted** when a probe succeeds again. Probing
-itself is :mod:`pdtrt.runtime.health`'s business; this module is plain state, owned by the
+itself is :mod:`pdtrt.runtime.router.health`'s business; this module is plain state, owned by the
 router's event loop, with times passed in (``now_s``) -- no Triton, no clock, no threads.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-__all__ = ["Endpoint", "EndpointPool", "EndpointSpec", "EndpointState", "eject",
-           "format_endpoints", "outstanding", "parse_endpoints", "readmit"]
+from pdtrt.endpoints import EndpointSpec
 
-_ITEM = re.compile(r"^(?P<model>[A-Za-z0-9_.\-]+)(?:@(?P<url>[A-Za-z0-9._\-]+:[0-9]{1,5}|"
-                   r"\[[0-9A-Fa-f:]+\]:[0-9]{1,5}))?(?:\*(?P<instances>[1-9][0-9]*))?$")
-
-
-@dataclass(frozen=True, kw_only=True)
-class EndpointSpec:
-    """One endpoint as the router's parameters name it."""
-
-    model: str  # the phase model's name where it is served
-    url: str = ""  # gRPC HOST:PORT of another Triton server; "" = this server (BLS)
-    instances: int = 1  # model instances behind it: its share of the load
-
-    @property
-    def label(self) -> str:
-        """``model`` or ``model@HOST:PORT``: how logs, errors and metrics name it."""
-        return f"{self.model}@{self.url}" if self.url else self.model
-
-    @property
-    def is_local(self) -> bool:
-        return not self.url
-
-
-def parse_endpoints(text: str) -> tuple[EndpointSpec, ...]:
-    """``MODEL[@HOST:PORT][*INSTANCES]``, comma-separated; raises :class:`ValueError` naming
-    the item that does not parse, or an endpoint named twice."""
-    out: list[EndpointSpec] = []
-    for item in filter(None, (i.strip() for i in text.split(","))):
-        m = _ITEM.match(item)
-        if m is None:
-            raise ValueError(f"endpoint {item!r} is not MODEL[@HOST:PORT][*INSTANCES]")
-        spec = EndpointSpec(model=m["model"], url=m["url"] or "",
-                            instances=int(m["instances"] or 1))
-        if any(e.label == spec.label for e in out):
-            raise ValueError(f"endpoint {spec.label!r} is named twice")
-        out.append(spec)
-    return tuple(out)
-
-
-def format_endpoints(endpoints: Iterable[EndpointSpec]) -> str:
-    """The parameter text of ``endpoints`` (what :func:`parse_endpoints` reads back)."""
-    return ",".join(e.label + (f"*{e.instances}" if e.instances != 1 else "")
-                    for e in endpoints)
+__all__ = ["Endpoint", "EndpointPool", "EndpointState", "eject", "outstanding", "readmit"]
 
 
 class EndpointState(StrEnum):

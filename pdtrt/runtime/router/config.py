@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pdtrt.endpoints import EndpointSpec, parse_endpoints
 from pdtrt.engine_io import Param, Role
-from pdtrt.runtime.endpoints import EndpointSpec, parse_endpoints
 
 __all__ = ["PHASE_ROLES", "RouterConfig"]
 

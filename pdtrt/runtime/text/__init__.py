@@ -1,0 +1,1 @@
+"""Pre- and postprocessing: text to token ids and back; see :mod:`pdtrt.runtime`."""
