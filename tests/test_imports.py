@@ -1,9 +1,11 @@
 """No import cycles inside pdtrt: a walk of every module's imports (AST, nothing imported).
 
-Every ``import``/``from ... import`` of a pdtrt module counts -- at module level and inside
-functions alike (a deferred import that closes a loop is still a loop between concepts) --
-except those under ``if TYPE_CHECKING:``, which never run. ``from pdtrt.a import b`` is an
-edge to ``pdtrt.a.b`` when that is a module, else to ``pdtrt.a`` (its ``__init__``).
+Every ``import``/``from ... import`` of a pdtrt module counts -- at module level, inside
+functions (a deferred import that closes a loop is still a loop between concepts) and under
+``if TYPE_CHECKING:`` (a loop of types is a loop of concepts too; a module that needs a type
+of its caller declares a Protocol instead). ``from pdtrt.a import b`` is an edge to
+``pdtrt.a.b`` when that is a module, else to ``pdtrt.a`` (its ``__init__``).
+The layers between packages are ``tests/test_layers.py``'s business.
 """
 
 from __future__ import annotations
@@ -24,20 +26,9 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _imports(tree: ast.AST) -> set[str]:
     found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "pdtrt")
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
@@ -45,10 +36,6 @@ def _imports(tree: ast.AST) -> set[str]:
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"
                 found.add(sub if sub in MODULES else node.module)
-        for child in ast.iter_child_nodes(node):
-            visit(child)
-
-    visit(tree)
     return found
 
 

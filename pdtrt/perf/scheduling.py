@@ -25,12 +25,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from pdtrt.perf.hardware import Instance
+from pdtrt.facts.memory import MemoryFit
 
-__all__ = ["Capacity", "CapacityPolicy", "running_capacity"]
+__all__ = ["Admitting", "Capacity", "CapacityPolicy", "running_capacity"]
 
 
 class CapacityPolicy(StrEnum):
@@ -49,7 +48,19 @@ class Capacity:
     kv_seqs: int
 
 
-def running_capacity(inst: Instance, isl: int, osl: int) -> Capacity:
+class Admitting(Protocol):
+    """What admission needs of an instance (:class:`pdtrt.perf.hardware.Instance` is one)."""
+
+    @property
+    def capacity_policy(self) -> CapacityPolicy: ...
+
+    @property
+    def max_batch_size(self) -> int: ...
+
+    def memory(self, seq_len: int) -> MemoryFit: ...
+
+
+def running_capacity(inst: Admitting, isl: int, osl: int) -> Capacity:
     """Running requests of ``isl`` + ``osl`` tokens one instance admits (see module doc)."""
     if inst.capacity_policy is CapacityPolicy.MAX_UTILIZATION:
         kv = inst.memory(isl + max(osl // 2, 1)).max_concurrent_seqs

@@ -23,10 +23,10 @@ METRIC_NAME = re.compile(r"\b(pdtrt_[a-z0-9_]+|nv_[a-z0-9_]+|up)\b")
 
 
 def runtime_metric_names() -> set[str]:
-    """The first argument of every ``MetricSpec(...)`` in pdtrt/runtime/*.py: what pdtrt's
+    """The first argument of every ``MetricSpec(...)`` in pdtrt/runtime/**/*.py: what pdtrt's
     Triton models declare on the metrics port."""
     names = set()
-    for path in Path(pdtrt.runtime.__file__).parent.glob("*.py"):
+    for path in Path(pdtrt.runtime.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "MetricSpec"
                     and node.args and isinstance(node.args[0], ast.Constant)):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,16 +23,27 @@ from pdtrt.engine_io import ERROR_OUTPUT, RequestType
 from pdtrt.runtime.engine.inflight import StopHandle
 from pdtrt.runtime.phase_params import ContextPhaseParams
 from pdtrt.runtime.request_parsing import EngineRequest
-from pdtrt.runtime.triton_io import Incoming, token_outputs
+from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, token_outputs
 
-if TYPE_CHECKING:
-    from pdtrt.runtime.engine.model import TritonPythonModel
+__all__ = ["Responder", "ResponderOwner"]
 
-__all__ = ["Responder"]
+
+class ResponderOwner(Protocol):
+    """What a responder needs of the engine model that made it
+    (:class:`pdtrt.runtime.engine.model.TritonPythonModel` is one)."""
+
+    triton: Triton
+    metrics: Metrics
+
+    def publish(self) -> None: ...
+
+    def offered(self, request_id: str, result: Any) -> None: ...
+
+    def ended(self, out: Responder) -> None: ...
 
 
 class Responder:
-    def __init__(self, model: TritonPythonModel, incoming: Incoming, request: EngineRequest, *,
+    def __init__(self, model: ResponderOwner, incoming: Incoming, request: EngineRequest, *,
                  arrival_ns: int, handle: StopHandle) -> None:
         self.model, self.triton, self.incoming = model, model.triton, incoming
         self.request, self.arrival_ns, self.handle = request, arrival_ns, handle
