@@ -151,12 +151,13 @@ class _EndedStreams:
     (no client requests) drops them after :data:`ENDED_STREAM_HOLD_S` instead.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
         self._kept: deque[tuple[float, Any]] = deque()  # (when it ended, the iterator)
 
     def add(self, responses: Any) -> None:
         """``responses`` has ended (its final response was read); keep it. Call under _LOCK."""
-        now = time.monotonic()
+        now = self._clock()
         self._kept.append((now, responses))
         stale = []
         while self._kept and now - self._kept[0][0] > ENDED_STREAM_HOLD_S:
@@ -185,7 +186,8 @@ class _EndedStreams:
 class BackendTriton:
     """:class:`Triton` over the Python backend's ``triton_python_backend_utils`` module."""
 
-    def __init__(self, pb_utils: ModuleType) -> None:
+    def __init__(self, pb_utils: ModuleType, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._pb = pb_utils
         self._final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         # Every pb_utils metric object lives here, and only here (the models hold keys into
@@ -194,7 +196,7 @@ class BackendTriton:
         self._families: list[Any] = []
         self._metrics: list[Any] = []
         self._released = False  # release() ran: metric updates are no-ops
-        self._ended = _EndedStreams()  # BLS iterators read to their end, not forgotten yet
+        self._ended = _EndedStreams(clock)  # BLS iterators read to their end, not forgotten yet
 
     # -- requests in -------------------------------------------------------------------------
     def receive(self, requests: Sequence[Any], names: Iterable[str], *,

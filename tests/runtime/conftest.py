@@ -33,7 +33,7 @@ def hf_greedy(model, prompt, n):
 
 @pytest.fixture
 def router(monkeypatch):
-    """``router(phases, **params)``: a router model on the fake seam
+    """``router(phases, clock=..., **params)``: a router model on the fake seam
     (``test_router_model.new_router``), finalized after the test. Its counters are sent at
     once (not every ``METRICS_FLUSH_S``), so a test reads them as soon as its requests end."""
     from pdtrt.runtime.router import model as router_model

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
@@ -86,6 +85,6 @@ def test_workers_reuse_idle_threads_and_never_queue_behind_a_blocked_job():
     for n in range(1, 4):
         workers.run(lambda: ran.append(threading.get_ident()))
         wait_until(lambda n=n: len(ran) == n)
-        time.sleep(0.01)  # back among the idle
+        wait_until(lambda: len(workers._idle) == 1)  # its thread is back among the idle
     assert len(ran) == 3 and len(set(ran)) == 1  # one thread, reused; not the blocked one
     release.set()

@@ -12,7 +12,8 @@ import pytest
 
 from pdtrt.engine_io import Param
 from pdtrt.runtime.router.phase_client import PROBE_ID_PREFIX
-from tests.runtime.fake_triton import Fail
+from tests.runtime.fake_clock import FakeClock
+from tests.runtime.fake_triton import Fail, wait_until
 from tests.runtime.test_router_model import (
     OUTPUT,
     PARAMS,
@@ -204,14 +205,18 @@ def test_a_call_lost_while_its_endpoint_was_down_ends_though_the_endpoint_is_bac
 
 
 def test_a_slow_phase_that_answers_its_probe_is_waited_for(router):
+    probes = []
+
     def slow(call):
+        if is_probe(call):
+            probes.append(call)
         if call.is_stop:
             return []
         return slowly()
 
     def slowly():
         yield tokens_out(7)
-        time.sleep(0.7)  # three liveness deadlines, each answered by a good probe
+        wait_until(lambda: len(probes) >= 3)  # three liveness deadlines, each probe answered
         yield from (tokens_out(t) for t in OUTPUT[1:])
 
     model, triton = router(phases({"decode": slow}), **{
@@ -219,7 +224,7 @@ def test_a_slow_phase_that_answers_its_probe_is_waited_for(router):
     req = request()
     route(model, req)
     assert req.tokens == OUTPUT and ended_once(req)
-    assert any(is_probe(c) and c.model == "decode" for c in triton.calls)
+    assert len(probes) >= 3
 
 
 def test_a_disaggregated_path_that_cannot_finish_falls_back_to_the_aggregated_one(router):
@@ -259,13 +264,15 @@ def test_an_ejected_endpoint_comes_back_when_it_answers_again(router):
             return [Fail(DEAD)]
         return [] if call.is_stop else [tokens_out(t) for t in OUTPUT]
 
-    model, triton = router(phases({"decode": decode}), **{Param.LIVENESS_S: "0.2"})
+    clock = FakeClock()
+    model, triton = router(phases({"decode": decode}), clock=clock,
+                           **{Param.LIVENESS_S: "0.2"})
     route(model, first := request(request_id="r1"))
     assert ended_once(first, error=DEAD)
     route(model, second := request(request_id="r2"))  # still down: probed, still out
     assert ended_once(second, error="no healthy decode endpoint left to try: decode (ejected: ")
     down["now"] = False  # reloaded by the supervisor
-    time.sleep(0.15)  # a probe result is reused for half the liveness deadline
+    clock.advance(0.15)  # a probe result is reused for half the liveness deadline
     route(model, third := request(request_id="r3"))
     assert third.tokens == OUTPUT and ended_once(third)
     assert metric(triton, "pdtrt_router_endpoint_readmissions_total", phase="decode",
@@ -278,8 +285,12 @@ def test_background_probes_eject_a_dead_endpoint_before_a_request_reaches_it(rou
     model, triton = router(phases({"decode_b": dead}), **{**POOLS, Param.PROBE_INTERVAL_S: "0.05"})
 
     async def run():
+        ejected = asyncio.Event()
+        on_change = model.prober.on_change
+        model.prober.on_change = lambda endpoint, healthy: (on_change(endpoint, healthy),
+                                                            ejected.set())
         await model.execute([])  # the health checks start with the first execute
-        await asyncio.sleep(0.3)
+        await asyncio.wait_for(ejected.wait(), 5.0)  # a background probe ejected decode_b
         await model.execute([req := request()])
         return req
 

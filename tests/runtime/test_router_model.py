@@ -16,6 +16,7 @@ import pytest
 from pdtrt.engine_io import ERROR_OUTPUT, Param, RequestType
 from pdtrt.runtime.router import reply as reply_module
 from pdtrt.runtime.router.model import TritonPythonModel
+from tests.runtime.fake_clock import FakeClock
 from tests.runtime.fake_triton import (
     Fail,
     FakeRequest,
@@ -59,10 +60,10 @@ def request(prompt_len=5, max_new=4, *, streaming=True, exclude_input=True, requ
         "streaming": np.array([streaming]), "exclude_input_in_output": np.array([exclude_input])})
 
 
-def new_router(phases, **params):
-    """An initialised router model on a fake seam: (model, FakeTriton)."""
+def new_router(phases, clock=time.monotonic, **params):
+    """An initialised router model on a fake seam, reading ``clock``: (model, FakeTriton)."""
     triton = FakeTriton(phases)
-    model = TritonPythonModel(triton)
+    model = TritonPythonModel(triton, clock=clock)
     model.initialize(model_args("router", {**ROUTER_PARAMS, **params}))
     return model, triton
 
@@ -159,21 +160,22 @@ def test_cancellation_is_asked_at_most_once_per_check_interval_while_tokens_stre
     """Each ask is a round trip to the server: not one per relayed token. A cancel is still
     seen, at the first token after the interval."""
     monkeypatch.setattr(reply_module, "CANCEL_CHECK_S", 0.2)
+    clock = FakeClock()
     req = request(max_new=200)
     asked = []
 
     def decode(call):
-        yield from (tokens_out(t) for t in range(7, 107))  # 100 tokens at once
+        yield from (tokens_out(t) for t in range(7, 107))  # 100 tokens within the interval
         wait_until(lambda: len(req.tokens) == 100)
         req.cancel()
-        time.sleep(0.25)  # more than the interval
+        clock.advance(0.25)  # more than the interval
         yield from (tokens_out(t) for t in range(107, 150))
 
-    model, triton = router(engines(decode=decode))
+    model, triton = router(engines(decode=decode), clock=clock)
     is_cancelled = triton.is_cancelled
     triton.is_cancelled = lambda incoming: asked.append(1) or is_cancelled(incoming)
     route(model, req)
-    assert len(asked) <= 3  # after the prefill, and once or twice while 100 tokens streamed
+    assert len(asked) == 2  # after the prefill, and at the first token after the interval
     assert req.tokens == list(range(7, 107)) and ended_once(req)
     assert len(triton.calls_to("decode", stop=True)) == 1
 

@@ -36,7 +36,7 @@ def _loaded(module: str) -> list[str]:
     return json.loads(out.stdout)
 
 
-@pytest.mark.parametrize(("role", "most"), [(Role.ROUTER, 20), (Role.PREFILL, 21),
+@pytest.mark.parametrize(("role", "most"), [(Role.ROUTER, 21), (Role.PREFILL, 21),
                                             (Role.DECODE, 21), (Role.AGGREGATED, 21),
                                             (Role.PREPROCESSING, 12), (Role.POSTPROCESSING, 13)])
 def test_a_stub_imports_no_heavy_library_and_few_pdtrt_modules(role, most):

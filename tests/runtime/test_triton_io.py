@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,6 +19,7 @@ from pdtrt.errors import PhaseError
 from pdtrt.runtime import triton_io
 from pdtrt.runtime.triton_io import BackendTriton, MetricKind, MetricSpec
 from tests.conftest import ROOT
+from tests.runtime.fake_clock import FakeClock
 
 
 class Recorder:
@@ -245,16 +245,20 @@ def test_a_gauge_set_to_the_value_it_has_costs_no_round_trip():
 
 
 def test_deferred_counters_are_summed_into_one_round_trip_per_metric_and_flush():
+    import threading
+
     from tests.runtime.fake_triton import FakeTriton
 
     class Counting(FakeTriton):
         def __init__(self) -> None:
             super().__init__()
             self.increments: list[tuple[str, float]] = []
+            self.incremented = threading.Event()
 
         def increment(self, metric, value):
             self.increments.append((metric, value))
             super().increment(metric, value)
+            self.incremented.set()
 
     triton = Counting()
     specs = {"a": MetricSpec("a", "a counter", MetricKind.COUNTER),
@@ -269,10 +273,9 @@ def test_deferred_counters_are_summed_into_one_round_trip_per_metric_and_flush()
     assert triton.metrics["a"] == 50 and triton.metrics["b"] == 0.5
 
     quick = triton_io.Metrics(triton, specs, {"model": "m"}, flush_s=0.01)
+    triton.incremented.clear()
     quick.add("a", 2)
-    deadline = time.monotonic() + 5
-    while triton.metrics["a"] != 2 and time.monotonic() < deadline:  # the flusher's turn
-        time.sleep(0.005)
+    assert triton.incremented.wait(5)  # the flusher's turn
     assert triton.metrics["a"] == 2
 
 
@@ -332,12 +335,15 @@ def test_an_ended_bls_stream_is_kept_until_a_round_trip_through_the_stub_has_pas
     assert cancelled() is None
 
 
-def test_an_ended_bls_stream_no_round_trip_follows_is_let_go_after_the_hold(monkeypatch):
+def test_an_ended_bls_stream_no_round_trip_follows_is_let_go_after_the_hold():
     rec = Recorder()
     pb = recording_pb_utils(rec)
-    triton = BackendTriton(pb)
+    clock = FakeClock()
+    triton = BackendTriton(pb, clock=clock)
     first = _ended_stream(pb, triton)
-    monkeypatch.setattr(triton_io, "ENDED_STREAM_HOLD_S", 0.0)
-    time.sleep(0.01)
+    clock.advance(triton_io.ENDED_STREAM_HOLD_S / 2)
+    kept = _ended_stream(pb, triton)  # within the hold: nothing is let go
+    assert first() is not None
+    clock.advance(triton_io.ENDED_STREAM_HOLD_S / 2 + 0.001)
     second = _ended_stream(pb, triton)  # each new end lets go of those past the hold
-    assert first() is None and second() is not None
+    assert first() is None and kept() is not None and second() is not None

@@ -19,8 +19,9 @@ of that attempt reached the client: a prefill always (nothing was sent yet), a d
 its first own token (after a fresh prefill; the KV of the failed one is freed), the aggregated
 path likewise; with ``fallback_to_aggregated`` a disaggregated path that cannot be completed
 goes to the aggregated pool instead. Once tokens of an attempt reached the client, its failure
-is a request error that says so -- never a repeated, changed or missing token. Every retry
-and fallback is counted (``pdtrt_router_retries_total{phase}``,
+is a request error that says so -- never a repeated, changed or missing token. That decision is
+:func:`pdtrt.runtime.router.retry.decide`'s; this module gathers its facts and carries it out.
+Every retry and fallback is counted (``pdtrt_router_retries_total{phase}``,
 ``pdtrt_router_fallbacks_total``) and logged with the request id.
 
 Request ids and cancellation: each phase attempt sees the client's request id with a unique
@@ -32,10 +33,11 @@ so the stop request is the mechanism; a client cancels by streaming to the ``rou
 itself (see docs/serve.md). The router also frees the prefill's KV whenever no decode phase
 will pull it (decode failure, a one-token request, a client gone between the phases).
 
-All of Triton goes through the injected seam (:class:`~pdtrt.runtime.triton_io.Triton`), so
-this module runs under a fake in unit tests. Prometheus metrics on Triton's metrics port:
-requests, errors, cancellations, TTFT, per-phase queue time, and per endpoint: calls,
-health, ejections and re-admissions.
+All of Triton goes through the injected seam (:class:`~pdtrt.runtime.triton_io.Triton`) and
+the time it reads through an injected clock (the liveness deadline and the probe interval are
+the event loop's timers), so this module runs under fakes in unit tests. Prometheus metrics on
+Triton's metrics port: requests, errors, cancellations, TTFT, per-phase queue time, and per
+endpoint: calls, health, ejections and re-admissions.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +68,7 @@ from pdtrt.runtime.router.phase_client import (
 from pdtrt.runtime.router.pool import Endpoint, EndpointPool, outstanding
 from pdtrt.runtime.router.reload_losses import IN_FLIGHT_METRIC, LOST_METRIC, read_lost
 from pdtrt.runtime.router.reply import Reply
+from pdtrt.runtime.router.retry import Action, Failure, decide
 from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
 from pdtrt.runtime.triton_io import Incoming, MetricKind, Metrics, MetricSpec, Triton, model_params
 
@@ -140,9 +143,15 @@ class _Prefill:
                 and len(self.first_tokens) < max_new_tokens)
 
 
+class _FallBack(Exception):
+    """The prefill-then-decode path cannot be completed: the aggregated path serves the request
+    instead (raised by :meth:`TritonPythonModel._after_failure`)."""
+
+
 class TritonPythonModel:
-    def __init__(self, triton: Triton) -> None:
+    def __init__(self, triton: Triton, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.triton = triton
+        self.clock = clock  # seconds: cancel checks, TTFT, probe freshness, ejection times
 
     def initialize(self, args: dict[str, Any]) -> None:
         self.config = c = RouterConfig.from_params(model_params(args))
@@ -167,7 +176,8 @@ class TritonPythonModel:
             self.metrics.add("lost", lost)
         self.prober = Prober(self._client, timeout_s=c.probe_timeout_s,
                              fresh_s=c.liveness_s / 2 if c.liveness_s > 0 else 0.5,
-                             error_output=c.error_output, on_change=self._health_changed)
+                             error_output=c.error_output, on_change=self._health_changed,
+                             clock=self.clock)
         self._health_task: asyncio.Task[None] | None = None
         self._routes: set[asyncio.Task[Any]] = set()  # the requests in flight
         self.draining = False
@@ -234,26 +244,42 @@ class TritonPythonModel:
                              else f"this router has no {role} endpoint")
         return endpoint
 
-    async def _may_retry(self, role: Role, endpoint: Endpoint, tried: list[Endpoint],
-                         request: RouterRequest, exc: PhaseError, *, allowed: bool) -> bool:
-        """After ``endpoint`` failed a ``role`` call: probe it (a dead one is ejected), then
-        whether another endpoint may be tried -- ``allowed`` by the caller, within
-        ``max_attempts``, and one is healthy. A retry is counted and logged."""
-        tried.append(endpoint)
-        self.prober.failed(endpoint, exc.message)
-        if endpoint.healthy:
-            await self.prober.check(endpoint)
-        if not allowed or len(tried) >= self.config.max_attempts or not any(
-                e.healthy and e not in tried for e in self.pools[role].endpoints):
-            return False
-        self.metrics.add("retries", phase=str(role))
-        log.warning("request %r: %s; retrying on another %s endpoint", request.request_id,
-                    exc.message, role)
-        return True
+    async def _after_failure(self, role: Role, request: RouterRequest, reply: Reply,
+                             exc: PhaseError, *, endpoint: Endpoint | None,
+                             tried: list[Endpoint], num_sent: int) -> None:
+        """A ``role`` call failed with ``exc`` at ``endpoint`` (None: no endpoint was left to
+        call), ``num_sent`` tokens of it having reached the client. The endpoint is probed (a
+        dead one is ejected); then :func:`~pdtrt.runtime.router.retry.decide` says what comes
+        next. Returns when the phase is to be tried on another endpoint; raises
+        :class:`_FallBack` when the aggregated path is to serve the request, else the
+        request's :class:`PhaseError`. A retry or fallback is counted and logged."""
+        if endpoint is not None:
+            tried.append(endpoint)
+            self.prober.failed(endpoint, exc.message)
+            if endpoint.healthy:
+                await self.prober.check(endpoint)
+        action = decide(Failure(
+            phase=role, num_sent=num_sent, cancelled=reply.cancelled(now=True),
+            num_tried=len(tried), max_attempts=self.config.max_attempts,
+            other_healthy=endpoint is not None and any(  # None: _choose found none left
+                e.healthy and e not in tried for e in self.pools[role].endpoints),
+            fallback_to_aggregated=self.config.fallback_to_aggregated,
+            aggregated_healthy=bool(self.pools[Role.AGGREGATED].healthy)))
+        if action is Action.RETRY:
+            self.metrics.add("retries", phase=str(role))
+            log.warning("request %r: %s; retrying on another %s endpoint", request.request_id,
+                        exc.message, role)
+            return
+        if action is Action.FALL_BACK:
+            self.metrics.add("fallbacks")
+            log.warning("request %r: %s; falling back to the aggregated path",
+                        request.request_id, exc.message)
+            raise _FallBack from exc
+        raise _after_tokens(exc, num_sent) from None
 
     # -- one request -------------------------------------------------------------------------
     async def _route(self, incoming: Incoming) -> None:
-        reply = Reply(self.triton, incoming, self.metrics, time.perf_counter())
+        reply = Reply(self.triton, incoming, self.metrics, self.clock(), clock=self.clock)
         self.metrics.add("requests")
         task = asyncio.current_task()
         if task is not None:
@@ -291,34 +317,42 @@ class TritonPythonModel:
         aggregated endpoint while this attempt has sent the client nothing."""
         tried: list[Endpoint] = []
         while True:
-            endpoint = await self._choose(Role.AGGREGATED, tried)
+            endpoint = None
             sent = reply.num_streamed
             try:
+                endpoint = await self._choose(Role.AGGREGATED, tried)
                 await self._relay(endpoint, RequestType.CONTEXT_AND_GENERATION,
                                   request.phase_inputs(streaming=True),
                                   _phase_id(request.request_id), request, reply)
             except PhaseError as exc:
-                allowed = reply.num_streamed == sent and not reply.cancelled(now=True)
-                if not await self._may_retry(Role.AGGREGATED, endpoint, tried, request, exc,
-                                             allowed=allowed):
-                    raise _after_tokens(exc, reply.num_streamed - sent) from None
+                await self._after_failure(Role.AGGREGATED, request, reply, exc,
+                                          endpoint=endpoint, tried=tried,
+                                          num_sent=reply.num_streamed - sent)
                 reply.rollback()
                 continue
             reply.finish(request)
             return
 
     async def _disaggregated(self, request: RouterRequest, reply: Reply) -> None:
+        """Prefill then decode (:meth:`_prefill_then_decode`), or the aggregated path when
+        that cannot be completed and the router falls back."""
+        try:
+            await self._prefill_then_decode(request, reply)
+            return
+        except _FallBack:
+            pass
+        reply.rollback()
+        await self._aggregated(request, reply)
+
+    async def _prefill_then_decode(self, request: RouterRequest, reply: Reply) -> None:
         """Prefill, the first token at once, then decode -- or no decode at all when the
         prefill's answer is the whole output or the client has gone. A decode that fails
         before its first own token reached the client is tried again on another decode
-        endpoint after a fresh prefill, or falls back to the aggregated path."""
+        endpoint after a fresh prefill. Raises :class:`_FallBack` or the request's error when
+        a phase fails and is not retried."""
         tried: list[Endpoint] = []  # decode endpoints that failed this request
         while True:
-            try:
-                prefill = await self._prefill(request)
-            except PhaseError as exc:
-                await self._fall_back(request, reply, exc, sent=reply.num_streamed)
-                return
+            prefill = await self._prefill(request, reply)
             reply.extend(0, prefill.first_tokens)
             if request.streaming and self.config.early_first_token:
                 reply.stream()  # before the cancel check: that is a round trip to the server
@@ -339,42 +373,26 @@ class TritonPythonModel:
             except PhaseError as exc:
                 # The decode may have failed before pulling: free the KV the prefill holds.
                 await self._free_kv(request, prefill)
-                allowed = reply.num_streamed == sent and not reply.cancelled(now=True)
-                if endpoint is None or not await self._may_retry(
-                        Role.DECODE, endpoint, tried, request, exc, allowed=allowed):
-                    await self._fall_back(request, reply, exc, sent=sent)
-                    return
+                await self._after_failure(Role.DECODE, request, reply, exc, endpoint=endpoint,
+                                          tried=tried, num_sent=reply.num_streamed - sent)
                 reply.rollback()
                 continue
             reply.finish(request)
             return
 
-    async def _fall_back(self, request: RouterRequest, reply: Reply, exc: PhaseError, *,
-                         sent: int) -> None:
-        """The disaggregated path failed with ``exc``: the aggregated path serves the request
-        when configured and nothing of the failed attempt reached the client; else raises."""
-        if (not self.config.fallback_to_aggregated or reply.num_streamed > sent
-                or reply.cancelled(now=True) or not self.pools[Role.AGGREGATED].healthy):
-            raise _after_tokens(exc, reply.num_streamed - sent)
-        self.metrics.add("fallbacks")
-        log.warning("request %r: %s; falling back to the aggregated path", request.request_id,
-                    exc.message)
-        reply.rollback()
-        await self._aggregated(request, reply)
-
-    async def _prefill(self, request: RouterRequest) -> _Prefill:
+    async def _prefill(self, request: RouterRequest, reply: Reply) -> _Prefill:
         """The context-only request: one response with the first token(s) and the
         ``context_phase_params``, from the first prefill endpoint that answers. Raises
-        :class:`PhaseError` when the prefill fails on every endpoint tried."""
+        :class:`_FallBack` or the request's error when the prefill fails and is not retried."""
         tried: list[Endpoint] = []
         while True:
-            endpoint = await self._choose(Role.PREFILL, tried)
+            endpoint = None
             try:
+                endpoint = await self._choose(Role.PREFILL, tried)
                 return await self._prefill_once(request, endpoint)
             except PhaseError as exc:
-                if not await self._may_retry(Role.PREFILL, endpoint, tried, request, exc,
-                                             allowed=True):
-                    raise
+                await self._after_failure(Role.PREFILL, request, reply, exc, endpoint=endpoint,
+                                          tried=tried, num_sent=0)
 
     async def _prefill_once(self, request: RouterRequest, endpoint: Endpoint) -> _Prefill:
         phase_id = _phase_id(request.request_id)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pdtrt.errors import PhaseError
 from pdtrt.runtime.request_parsing import RouterRequest
@@ -29,11 +29,16 @@ CANCEL_CHECK_S = 0.1
 
 
 class Reply:
-    """What one client has been sent, and the one final response that ends it."""
+    """What one client has been sent, and the one final response that ends it.
+
+    ``clock`` (seconds) times the cancel checks and the time to first token; ``start_s`` is
+    when the request came, on that clock.
+    """
 
     def __init__(self, triton: Triton, incoming: Incoming, metrics: Metrics,
-                 start_s: float) -> None:
+                 start_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.triton, self.incoming, self.metrics, self.start_s = triton, incoming, metrics, start_s
+        self.clock = clock
         self.tokens: list[int] = []  # the output so far, each position once
         self.num_streamed = 0  # of which already sent (streaming)
         self.done = False  # the final response went out
@@ -51,7 +56,7 @@ class Reply:
         """
         if self._cancelled:
             return True
-        t = time.monotonic()
+        t = self.clock()
         if now or t - self._asked_s >= CANCEL_CHECK_S:
             self._asked_s = t
             self._cancelled = self.triton.is_cancelled(self.incoming)
@@ -116,4 +121,4 @@ class Reply:
 
     def _first_token_out(self) -> None:
         if self.num_streamed == 0:
-            self.metrics.add("ttft_s", time.perf_counter() - self.start_s)
+            self.metrics.add("ttft_s", self.clock() - self.start_s)

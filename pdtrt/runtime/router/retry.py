@@ -1,0 +1,66 @@
+"""What the router does after a phase of one request failed: try the phase again on another
+endpoint, fall back to the aggregated path, or end the request with an error.
+
+This is the decision only: :func:`decide` maps the facts of one failure (:class:`Failure`) to
+an :class:`Action` -- no Triton, no clock, no I/O. The router
+(:mod:`pdtrt.runtime.router.model`) gathers the facts once it has recorded the failure and
+probed the endpoint that failed, then carries the action out (and counts and logs it).
+
+The rules, in order:
+
+- **Retry** on another endpoint of the same pool when nothing of the failed attempt reached the
+  client, the client has not cancelled, fewer than ``max_attempts`` endpoints of the pool were
+  tried, and one not tried yet is healthy. A prefill is retried even when the client has
+  cancelled: the router looks for the cancel once a prefill has answered (and then frees its KV).
+- Else **fall back** to the aggregated path when the failure is on the prefill-then-decode path,
+  ``fallback_to_aggregated`` is set, nothing of the failed attempt reached the client, the client
+  has not cancelled, and the aggregated pool has a healthy endpoint.
+- Else **fail**: the request ends with the phase's error.
+
+Once a token of an attempt has reached the client, nothing is retried: a retry could repeat or
+change it. (A retry that answers with another token where the client already has one is refused
+by :meth:`pdtrt.runtime.router.reply.Reply.extend`, which raises; not decided here.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pdtrt.engine_io import Role
+
+__all__ = ["Action", "Failure", "decide"]
+
+
+class Action(StrEnum):
+    RETRY = "retry"  # the same phase again, on another endpoint of its pool
+    FALL_BACK = "fall back"  # the aggregated path serves the request instead
+    FAIL = "fail"  # the request ends with the phase's error
+
+
+@dataclass(frozen=True, kw_only=True)
+class Failure:
+    """The facts of one failed phase attempt of one request (or of a phase whose pool had no
+    endpoint left to call: ``other_healthy`` False)."""
+
+    phase: Role  # PREFILL, DECODE or AGGREGATED
+    num_sent: int  # tokens of the failed attempt that reached the client
+    cancelled: bool  # the client has cancelled the request
+    num_tried: int  # endpoints of the phase's pool tried for this phase, the failed one included
+    max_attempts: int  # the most endpoints tried per phase of one request
+    other_healthy: bool  # the phase's pool has a healthy endpoint not tried yet
+    fallback_to_aggregated: bool  # the router's switch
+    aggregated_healthy: bool  # the aggregated pool has a healthy endpoint
+
+
+def decide(failure: Failure) -> Action:
+    """What the router does next; the rules are in the module docstring."""
+    f = failure
+    untouched = f.num_sent == 0 and not f.cancelled  # nothing reached a client still waiting
+    if ((untouched or (f.phase is Role.PREFILL and f.num_sent == 0))
+            and f.num_tried < f.max_attempts and f.other_healthy):
+        return Action.RETRY
+    if (f.phase is not Role.AGGREGATED and f.fallback_to_aggregated and untouched
+            and f.aggregated_healthy):
+        return Action.FALL_BACK
+    return Action.FAIL
