@@ -1,15 +1,16 @@
-"""In-flight batching of the sequences one reference-engine instance holds.
+"""The in-flight batching loop of one reference-engine instance.
 
-One scheduler thread owns the engine. Each iteration it admits waiting sequences (up to
-``max_batch_size`` running, and up to ``max_num_tokens`` prompt tokens of prefill per
-iteration -- at least one prompt, so a long one cannot starve), prefills them one by one, then
-advances *every* running sequence by one token in a single batched ``decode_step``. New requests
-join at the next iteration; finished and cancelled ones leave at once. Results go out through
-each sequence's ``emit`` callback (called on the scheduler thread).
+One scheduler thread owns the engine. Each iteration it takes the submitted sequences, asks each
+client whether it cancelled, lets the policy (:mod:`.schedule`) pick the work, prefills the
+admitted prompts one by one, then advances every running sequence by one token in a single
+batched ``decode_step``; the policy turns the sampled tokens into emissions, which go out
+through each sequence's ``emit`` callback (called on the scheduler thread). New requests join
+at the next iteration; finished and cancelled ones leave at once.
 
-A context-only sequence ends after its first token and hands back its prompt KV; a
-generation-only sequence starts from imported KV and first token(s) (which it emits again, as
-TensorRT-LLM's generation-only responses cover the whole output).
+This module is the part with threads, queues and tensors -- which sequences run, and when one
+ends, is the policy's. An exception in an iteration (an engine failure, a fault injected by
+:class:`DecodeHook`, an ``emit`` that raised) fails the sequences the engine holds and the loop
+goes on with the waiting ones.
 """
 
 from __future__ import annotations
@@ -17,15 +18,22 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from pdtrt.engine_io import RequestType
 from pdtrt.llmapi.reference.engine import KV, ReferenceEngine, Sampling, sample
+from pdtrt.llmapi.reference.schedule import (
+    Delivery,
+    Emission,
+    Seq,
+    State,
+    fail,
+    postprocess,
+    schedule,
+)
 
 __all__ = ["DecodeHook", "Emission", "Scheduler", "SeqRequest"]
 
@@ -39,49 +47,28 @@ class DecodeHook(Protocol):
     def before_decode(self, request_ids: Sequence[str]) -> None: ...
 
 
-@dataclass(frozen=True, kw_only=True)
-class Emission:
-    tokens: tuple[int, ...]  # tokens new in this emission
-    final: bool
-    kv: KV | None = None  # context-only: the prompt's KV, on the final emission
-    error: str | None = None
-    cancelled: bool = False
-    first_scheduled_ns: int = 0
-    first_token_ns: int = 0
+@dataclass(kw_only=True, eq=False)
+class SeqRequest(Seq):
+    """A submitted sequence: the policy's :class:`~.schedule.Seq` plus what the loop needs to
+    run it and answer its client."""
 
-
-@dataclass(kw_only=True)
-class SeqRequest:
-    request_id: str
-    prompt: list[int]
-    max_new_tokens: int
-    end_id: int | None
     sampling: Sampling
-    mode: RequestType
     emit: Callable[[Emission], None]
     is_cancelled: Callable[[], bool] = lambda: False
     imported_kv: KV | None = None  # generation-only
-    first_tokens: tuple[int, ...] = ()  # generation-only
-    # scheduler state
-    generated: list[int] = field(default_factory=list)
-    kv: KV | None = None
-    generator: torch.Generator | None = None
-    first_scheduled_ns: int = 0
-    first_token_ns: int = 0
-    done: bool = False  # the final emission went out
+    generator: torch.Generator | None = None  # seeded at the sequence's first sample
 
 
 class Scheduler:
+    """The loop: a thread, the engine's only caller, running :mod:`.schedule`'s plans."""
+
     def __init__(self, engine: ReferenceEngine, *, max_batch_size: int,
                  max_num_tokens: int, faults: DecodeHook | None = None) -> None:
         self.engine = engine
         self.faults = faults
-        self.max_batch_size = max_batch_size
-        self.max_num_tokens = max_num_tokens
+        self.state: State[SeqRequest] = State(max_batch_size=max_batch_size,
+                                              max_num_tokens=max_num_tokens)
         self._inbox: queue.Queue[SeqRequest | None] = queue.Queue()
-        self._running: list[SeqRequest] = []
-        self._waiting: list[SeqRequest] = []
-        self._starting: list[SeqRequest] = []  # admitted this iteration
         self._thread = threading.Thread(target=self._loop, name="pdtrt-scheduler", daemon=True)
         self._stopped = False
         self.steps = 0  # batched decode steps run (for tests and metrics)
@@ -99,22 +86,30 @@ class Scheduler:
         self._inbox.put(seq)
 
     @property
+    def max_batch_size(self) -> int:
+        return self.state.max_batch_size
+
+    @property
+    def max_num_tokens(self) -> int:
+        return self.state.max_num_tokens
+
+    @property
     def num_active(self) -> int:
-        return len(self._running) + len(self._waiting)
+        return self.state.num_active
 
     @property
     def num_running(self) -> int:
-        return len(self._running)
+        return len(self.state.running)
 
     @property
     def num_queued(self) -> int:
         """Sequences submitted and not yet admitted."""
-        return len(self._waiting) + self._inbox.qsize()
+        return len(self.state.waiting) + self._inbox.qsize()
 
     @property
     def num_kv_tokens(self) -> int:
         """Tokens of KV the running sequences hold (read from another thread: a snapshot)."""
-        return sum(s.kv[0][0].shape[2] for s in list(self._running) if s.kv is not None)
+        return sum(s.kv[0][0].shape[2] for s in list(self.state.running) if s.kv is not None)
 
     # -- the loop ----------------------------------------------------------------------------
     def _drain(self, block: bool) -> None:
@@ -122,115 +117,69 @@ class Scheduler:
             item = self._inbox.get(block=block)
             while True:
                 if item is not None:
-                    self._waiting.append(item)
+                    self.state.waiting.append(item)
                 item = self._inbox.get_nowait()
         except queue.Empty:
             pass
 
     def _loop(self) -> None:
         while not self._stopped:
-            self._drain(block=not (self._running or self._waiting))
+            self._drain(block=not self.state.num_active)
             try:
                 self._iteration()
             except Exception as exc:  # an engine failure must not hang the requests it holds
                 log.exception("scheduler iteration failed")
-                # The sequences the engine was working on fail; those still waiting never
-                # touched it and stay queued.
-                for seq in self._running + self._starting:
-                    if not seq.done:
-                        self._finish(seq, error=f"engine failure: {exc}")
-                self._running, self._starting = [], []
+                _deliver(fail(self.state, f"engine failure: {exc}"))
 
     def _iteration(self) -> None:
-        admitted, budget = [], self.max_num_tokens
-        while self._waiting and len(self._running) + len(admitted) < self.max_batch_size:
-            seq = self._waiting[0]
-            cost = 0 if seq.mode == RequestType.GENERATION_ONLY else len(seq.prompt)
-            if admitted and cost > budget:
-                break
-            budget -= cost
-            admitted.append(self._waiting.pop(0))
-        self._starting = admitted
-        for seq in admitted:
-            self._start(seq)
-        self._starting = []
-        # Over a copy: a cancelled sequence removes itself from _running (_finish), and
-        # filtering the list it shrinks skipped -- and so lost -- the sequence after it.
-        self._running = [s for s in list(self._running) if not self._cancelled(s)]
-        if self._running:
-            self._decode()
-
-    def _start(self, seq: SeqRequest) -> None:
-        seq.first_scheduled_ns = time.time_ns()
-        if self._cancelled(seq):
-            return
-        seq.generator = torch.Generator().manual_seed(seq.sampling.seed)
-        if seq.mode == RequestType.GENERATION_ONLY:
-            assert seq.imported_kv is not None
+        for seq in (*self.state.running, *self.state.waiting):
+            seq.cancelled = _client_cancelled(seq)
+        plan = schedule(self.state)
+        _deliver(plan.emissions)
+        for seq in plan.imported:
+            assert seq.imported_kv is not None, "generation-only sequence without imported KV"
             seq.kv = seq.imported_kv
-            seq.first_token_ns = time.time_ns()
-            self._accept(seq, list(seq.first_tokens))
-            return
-        logits, seq.kv = self.engine.prefill(seq.prompt)
-        token = sample(logits, seq.sampling, seq.generator)
-        seq.first_token_ns = time.time_ns()
-        if seq.mode == RequestType.CONTEXT_ONLY:
-            stop = seq.end_id is not None and token == seq.end_id
-            seq.generated = [] if stop else [token]
-            self._finish(seq, kv=seq.kv)
-            return
-        self._accept(seq, [token])
+        for seq in plan.prefill:  # one at a time, each first token out as soon as it is sampled
+            logits, seq.kv = self.engine.prefill(seq.prompt)
+            _deliver(postprocess(self.state, [(seq, [_sample(seq, logits)])]))
+        batch = [s for s in plan.decode if not s.done]
+        if batch:
+            self._decode(batch)
 
-    def _accept(self, seq: SeqRequest, tokens: list[int]) -> None:
-        """Append ``tokens``; emit them; finish the sequence or keep it running."""
-        new = []
-        for token in tokens:
-            if seq.end_id is not None and token == seq.end_id:
-                self._emit_then_finish(seq, new)
-                return
-            seq.generated.append(token)
-            new.append(token)
-            if len(seq.generated) >= seq.max_new_tokens:
-                self._emit_then_finish(seq, new)
-                return
-        seq.emit(Emission(tokens=tuple(new), final=False, first_scheduled_ns=seq.first_scheduled_ns,
-                          first_token_ns=seq.first_token_ns))
-        if seq not in self._running:
-            self._running.append(seq)
-
-    def _emit_then_finish(self, seq: SeqRequest, new: list[int]) -> None:
-        if seq in self._running:
-            self._running.remove(seq)
-        seq.done = True
-        seq.emit(Emission(tokens=tuple(new), final=True, first_scheduled_ns=seq.first_scheduled_ns,
-                          first_token_ns=seq.first_token_ns))
-
-    def _decode(self) -> None:
-        batch = self._running[:]
+    def _decode(self, batch: list[SeqRequest]) -> None:
         self.max_batch_seen = max(self.max_batch_seen, len(batch))
         if self.faults is not None:
             self.faults.before_decode([s.request_id for s in batch])
         results = self.engine.decode_step([(s.generated[-1], s.kv) for s in batch])
         self.steps += 1
+        tokens = []
         for seq, (logits, kv) in zip(batch, results, strict=True):
             seq.kv = kv
-            self._accept(seq, [sample(logits, seq.sampling, seq.generator)])
+            tokens.append((seq, [_sample(seq, logits)]))
+        _deliver(postprocess(self.state, tokens))
 
-    def _cancelled(self, seq: SeqRequest) -> bool:
+
+def _sample(seq: SeqRequest, logits: torch.Tensor) -> int:
+    if seq.generator is None:
+        seq.generator = torch.Generator().manual_seed(seq.sampling.seed)
+    return sample(logits, seq.sampling, seq.generator)
+
+
+def _client_cancelled(seq: SeqRequest) -> bool:
+    try:
+        return bool(seq.is_cancelled())
+    except Exception:  # a vanished client counts as cancelled
+        return True
+
+
+def _deliver(deliveries: Iterable[Delivery[SeqRequest]]) -> None:
+    """Emit each emission; one ``emit`` raising does not cost the others theirs (a final
+    emission lost would hang its client). The first exception is raised after all are out."""
+    errors = []
+    for seq, emission in deliveries:
         try:
-            cancelled = seq.is_cancelled()
-        except Exception:  # a vanished client counts as cancelled
-            cancelled = True
-        if cancelled:
-            self._finish(seq, cancelled=True)
-        return cancelled
-
-    def _finish(self, seq: SeqRequest, *, kv: KV | None = None, error: str | None = None,
-                cancelled: bool = False) -> None:
-        if seq in self._running:
-            self._running.remove(seq)
-        seq.done = True
-        tokens = tuple(seq.generated) if kv is not None else ()
-        seq.emit(Emission(tokens=tokens, final=True, kv=kv, error=error, cancelled=cancelled,
-                          first_scheduled_ns=seq.first_scheduled_ns,
-                          first_token_ns=seq.first_token_ns))
+            seq.emit(emission)
+        except Exception as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]

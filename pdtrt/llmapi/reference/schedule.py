@@ -1,0 +1,163 @@
+"""The in-flight batching policy: which sequences run each iteration, and what their tokens do.
+
+Pure decisions over plain data, shaped like nano-vllm's scheduler: :func:`schedule` picks the
+iteration's work and :func:`postprocess` applies a step's new tokens; both return the
+:class:`Emission` each affected sequence must get. No threads, queues, clock or tensors here, so
+every rule is testable with lists of ints; :class:`~.scheduler.Scheduler` is the loop that owns
+the thread, runs the engine and delivers the emissions.
+
+Each iteration drops the cancelled sequences, then admits waiting ones in arrival order while
+fewer than ``max_batch_size`` run and their prompts fit in ``max_num_tokens`` of prefill (the
+first admitted always fits, so a long prompt cannot starve; a generation-only sequence costs
+nothing, as its KV is imported). Admitted sequences join the running ones: context sequences
+are prefilled one by one, generation-only ones start from their imported first token(s) (emitted
+again: TensorRT-LLM's generation-only output covers the whole generation), and then every
+sequence still running decodes one token in one batched step. A sequence ends at its end id
+(not emitted), at ``max_new_tokens``, or -- context-only -- after its first token, whose final
+emission hands back the prompt's KV. A failed step fails the running sequences; the waiting
+ones never touched the engine and stay queued.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from pdtrt.engine_io import RequestType
+
+if TYPE_CHECKING:
+    from pdtrt.llmapi.reference.engine import KV
+
+__all__ = ["Delivery", "Emission", "Plan", "Seq", "State", "fail", "postprocess", "prefill_cost",
+           "schedule"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Emission:
+    """What one sequence's client gets: new tokens, and on the last one how it ended."""
+
+    tokens: tuple[int, ...]  # tokens new in this emission
+    final: bool
+    kv: KV | None = None  # context-only: the prompt's KV, on the final emission
+    error: str | None = None
+    cancelled: bool = False
+
+
+@dataclass(kw_only=True, eq=False)
+class Seq:
+    """One sequence as the policy sees it: the request's limits and its tokens so far.
+
+    Compared by identity (two requests may share an id). ``kv`` belongs to the engine loop; the
+    policy only hands it back on a context-only sequence's final emission.
+    """
+
+    request_id: str
+    prompt: list[int]
+    max_new_tokens: int
+    end_id: int | None = None
+    mode: RequestType = RequestType.CONTEXT_AND_GENERATION
+    first_tokens: tuple[int, ...] = ()  # generation-only: the context phase's first token(s)
+    kv: KV | None = None
+    generated: list[int] = field(default_factory=list)
+    cancelled: bool = False  # the client cancelled; set by the loop, acted on by schedule()
+    done: bool = False  # its final emission has been made
+
+
+S = TypeVar("S", bound=Seq)
+Delivery = tuple[S, Emission]  # an emission and the sequence whose client gets it
+
+
+@dataclass(kw_only=True)
+class State(Generic[S]):
+    """The sequences one engine holds: ``waiting`` in arrival order, ``running`` admitted."""
+
+    max_batch_size: int  # running sequences at most
+    max_num_tokens: int  # prompt tokens prefilled per iteration at most (the first always fits)
+    waiting: deque[S] = field(default_factory=deque)
+    running: list[S] = field(default_factory=list)
+
+    @property
+    def num_active(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan(Generic[S]):
+    """One iteration's work, in the order the loop does it."""
+
+    emissions: tuple[Delivery[S], ...]  # to deliver first: cancellations, imported first tokens
+    cancelled: tuple[S, ...]  # dropped from ``waiting`` and ``running``
+    imported: tuple[S, ...]  # admitted generation-only: KV imported, first tokens applied
+    prefill: tuple[S, ...]  # admitted, to prefill one by one in this order
+    decode: tuple[S, ...]  # the batch to decode after the prefills, less those that finished
+
+
+def prefill_cost(seq: Seq) -> int:
+    """Prompt tokens ``seq`` takes from the iteration's ``max_num_tokens``."""
+    return 0 if seq.mode is RequestType.GENERATION_ONLY else len(seq.prompt)
+
+
+def schedule(state: State[S]) -> Plan[S]:
+    """Drop the cancelled sequences, admit waiting ones within the limits, plan the decode."""
+    cancelled = tuple(s for s in (*state.running, *state.waiting) if s.cancelled)
+    state.running = [s for s in state.running if not s.cancelled]
+    state.waiting = deque(s for s in state.waiting if not s.cancelled)
+    emissions: list[Delivery[S]] = [(s, _finish(s, cancelled=True)) for s in cancelled]
+    admitted = _admit(state)
+    state.running.extend(admitted)
+    imported = tuple(s for s in admitted if s.mode is RequestType.GENERATION_ONLY)
+    emissions += [(s, _accept(state, s, s.first_tokens)) for s in imported]
+    return Plan(emissions=tuple(emissions), cancelled=cancelled, imported=imported,
+                prefill=tuple(s for s in admitted if s.mode is not RequestType.GENERATION_ONLY),
+                decode=tuple(state.running))
+
+
+def postprocess(state: State[S], results: Iterable[tuple[S, Sequence[int]]]
+                ) -> list[Delivery[S]]:
+    """Apply a step's new tokens to each sequence; those that end leave ``running``."""
+    return [(seq, _accept(state, seq, tokens)) for seq, tokens in results]
+
+
+def fail(state: State[S], error: str) -> list[Delivery[S]]:
+    """A step failed: every running sequence ends with ``error``; ``waiting`` is untouched."""
+    failed, state.running = state.running, []
+    return [(s, _finish(s, error=error)) for s in failed]
+
+
+def _admit(state: State[S]) -> list[S]:
+    admitted: list[S] = []
+    budget = state.max_num_tokens
+    while state.waiting and len(state.running) + len(admitted) < state.max_batch_size:
+        cost = prefill_cost(state.waiting[0])
+        if admitted and cost > budget:
+            break
+        budget -= cost
+        admitted.append(state.waiting.popleft())
+    return admitted
+
+
+def _accept(state: State[S], seq: S, tokens: Sequence[int]) -> Emission:
+    new: list[int] = []
+    ended = seq.mode is RequestType.CONTEXT_ONLY  # after its first token, whatever it is
+    for token in tokens:
+        if seq.end_id is not None and token == seq.end_id:
+            ended = True
+            break
+        seq.generated.append(token)
+        new.append(token)
+        if len(seq.generated) >= seq.max_new_tokens:
+            ended = True
+            break
+    if not ended:
+        return Emission(tokens=tuple(new), final=False)
+    state.running.remove(seq)
+    kv = seq.kv if seq.mode is RequestType.CONTEXT_ONLY else None
+    return _finish(seq, tokens=tuple(new), kv=kv)
+
+
+def _finish(seq: Seq, *, tokens: tuple[int, ...] = (), kv: KV | None = None,
+            error: str | None = None, cancelled: bool = False) -> Emission:
+    seq.done = True
+    return Emission(tokens=tokens, final=True, kv=kv, error=error, cancelled=cancelled)
