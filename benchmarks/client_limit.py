@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from pdtrt.bench import (  # noqa: E402
     BenchConfig,
     LoopKind,
-    Workload,
+    RequestPlan,
     parse_length,
     run_bench,
 )
@@ -92,7 +92,7 @@ def main() -> None:
     ap.add_argument("--rates", default="50,100,200")
     ap.add_argument("--requests", type=int, default=512)
     args = ap.parse_args()
-    workload = Workload(isl=parse_length("16"), osl=parse_length(str(args.osl)), seed=0)
+    workload = RequestPlan(isl=parse_length("16"), osl=parse_length(str(args.osl)), seed=0)
     rows = []
     with tempfile.TemporaryDirectory(prefix="pdtrt-client-limit-") as tmp:
         server = serve(Path(tmp), args.delay_ms)

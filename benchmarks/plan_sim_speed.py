@@ -30,7 +30,7 @@ from pdtrt.perf.factors import load_factors  # noqa: E402
 from pdtrt.perf.step import step_time  # noqa: E402
 from pdtrt.planner.search import PlanRequest, plan  # noqa: E402
 from pdtrt.planner.space import SearchBounds  # noqa: E402
-from pdtrt.sim import SimConfig, Workload, simulate  # noqa: E402
+from pdtrt.sim import SimConfig, SimWorkload, simulate  # noqa: E402
 from pdtrt.spec.load import load_deployment  # noqa: E402
 from pdtrt.workload import SLO, LengthDist  # noqa: E402
 
@@ -69,8 +69,8 @@ def main() -> int:
                            ("disaggregated 1x H100 + 2x L40S", dis)):
         for rate in (2.0, 8.0):
             cfg = SimConfig(serving=serving, factors_prefill=f, factors_decode=f,
-                            workload=Workload(rate_per_s=rate, isl=LengthDist.fixed(3000),
-                                              osl=LengthDist.fixed(500)),
+                            workload=SimWorkload(rate_per_s=rate, isl=LengthDist.fixed(3000),
+                                                 osl=LengthDist.fixed(500)),
                             num_requests=1000, slo=SLO(ttft_ms=1000, itl_ms=30))
             t, res = best_of(args.repeat, lambda cfg=cfg: simulate(cfg))
             rows.append((f"simulate {label}, 1000 req at {rate:g} req/s",

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from pdtrt.enums import Target
+from pdtrt.enums import Phase, Target
 
 __all__ = [
     "AGGREGATED_ENSEMBLE_NAME",
@@ -31,6 +31,7 @@ __all__ = [
     "ENSEMBLE_IO",
     "ENSEMBLE_NAME",
     "ENGINE_STEP_MAP",
+    "PHASE_ROLES",
     "POSTPROCESSING_IO",
     "POSTPROCESSING_STEP_MAP",
     "PREPROCESSING_IO",
@@ -165,7 +166,15 @@ AGGREGATED_ENSEMBLE_NAME = ModelName.ENSEMBLE_AGGREGATED
 
 
 class Role(StrEnum):
-    """The ``pdtrt_role`` parameter of each pdtrt Python model."""
+    """The ``pdtrt_role`` parameter of each pdtrt Python model.
+
+    A role is a *model's* job, a :class:`~pdtrt.enums.Phase` a *step of inference*; the two are
+    related here and nowhere else. The **phase models** are the engine models the router calls
+    (:data:`PHASE_ROLES`): ``prefill`` serves the prefill phase alone (context-only requests)
+    and ``decode`` the decode phase alone (generation-only requests) -- :attr:`phase` -- while
+    ``aggregated`` serves both in one request, so it has no single phase. The other roles are
+    not engines.
+    """
 
     PREFILL = "prefill"
     DECODE = "decode"
@@ -173,6 +182,24 @@ class Role(StrEnum):
     ROUTER = "router"
     PREPROCESSING = "preprocessing"
     POSTPROCESSING = "postprocessing"
+
+    @property
+    def phase(self) -> Phase | None:
+        """The one phase this role's model serves (prefill -> prefill, decode -> decode);
+        None for ``aggregated`` (both phases) and for the roles that are not engines."""
+        return _PHASE_OF_ROLE.get(self)
+
+    @classmethod
+    def serving(cls, phase: Phase) -> Role:
+        """The role whose model serves ``phase`` alone."""
+        return _ROLE_OF_PHASE[phase]
+
+
+PHASE_ROLES = (Role.PREFILL, Role.DECODE, Role.AGGREGATED)
+"""The roles of the phase models (the engine models), in the order of the router's pools."""
+
+_PHASE_OF_ROLE = {Role.PREFILL: Phase.PREFILL, Role.DECODE: Phase.DECODE}
+_ROLE_OF_PHASE = {phase: role for role, phase in _PHASE_OF_ROLE.items()}
 
 
 class RequestType(StrEnum):

@@ -32,7 +32,8 @@ class Phase(StrEnum):
 
 
 class Target(StrEnum):
-    """A pinned software stack pdtrt deploys to (DESIGN §2)."""
+    """A pinned software stack pdtrt deploys to: one :mod:`pdtrt.targets` module each
+    (docs/build.md has a section per target)."""
 
     REFERENCE = "reference"
     TRTLLM_0_21 = "trtllm-0.21"

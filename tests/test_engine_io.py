@@ -1,4 +1,5 @@
-"""The I/O tables: NVIDIA's ensemble contract, the core engine subset, the ensemble wiring."""
+"""The I/O tables: NVIDIA's ensemble contract, the core engine subset, the ensemble wiring;
+the model roles and the phases they serve."""
 
 from __future__ import annotations
 
@@ -8,18 +9,20 @@ from pdtrt.engine_io import (
     CORE_ENGINE_IO,
     ENGINE_STEP_MAP,
     ENSEMBLE_IO,
+    PHASE_ROLES,
     POSTPROCESSING_IO,
     POSTPROCESSING_STEP_MAP,
     PREPROCESSING_IO,
     PREPROCESSING_STEP_MAP,
     ROUTER_IO,
     TRTLLM_0_21_ENGINE_IO,
+    Role,
     TritonDType,
     engine_input_name,
     engine_io,
     engine_step_map,
 )
-from pdtrt.enums import Target
+from pdtrt.enums import Phase, Target
 
 # NVIDIA's inflight_batcher_llm ensemble of TensorRT-LLM 0.21 (shared/reference/triton-trtllm.md):
 # what genai-perf (--backend tensorrtllm) and tritonclient examples send and read.
@@ -108,3 +111,14 @@ def test_the_aggregated_step_feeds_the_engine_under_its_own_names(target):
 def test_numpy_names():
     assert TritonDType.STRING.numpy_name == "object"
     assert TritonDType.UINT64.numpy_name == "uint64"
+
+
+@pytest.mark.parametrize(("role", "phase"), [
+    (Role.PREFILL, Phase.PREFILL), (Role.DECODE, Phase.DECODE), (Role.AGGREGATED, None),
+    (Role.ROUTER, None), (Role.PREPROCESSING, None), (Role.POSTPROCESSING, None),
+], ids=str)
+def test_a_role_serves_one_phase_alone_or_none(role, phase):
+    assert role.phase is phase
+    assert (role in PHASE_ROLES) is (role in (Role.PREFILL, Role.DECODE, Role.AGGREGATED))
+    if phase is not None:
+        assert Role.serving(phase) is role

@@ -8,10 +8,10 @@ from pdtrt.bench.bench import COMPARED, BenchConfig, BenchReport, RunResult, run
 from pdtrt.bench.records import RequestRecord, read_csv, write_csv
 from pdtrt.bench.runner import RunPlan, run_plan
 from pdtrt.bench.stats import Summary, summarize
-from pdtrt.bench.workload import PlannedRequest, Workload
+from pdtrt.bench.workload import PlannedRequest, RequestPlan
 from pdtrt.workload import SLO, ArrivalProcess, LoopKind, parse_length, read_trace
 
 __all__ = ["COMPARED", "SLO", "ArrivalProcess", "BenchConfig", "BenchReport", "LoopKind",
-           "PlannedRequest", "RequestRecord", "RunPlan", "RunResult", "Summary", "Workload",
+           "PlannedRequest", "RequestPlan", "RequestRecord", "RunPlan", "RunResult", "Summary",
            "parse_length", "read_csv", "read_trace", "run_bench", "run_plan", "summarize",
            "write_csv"]

@@ -17,7 +17,7 @@ from pdtrt.bench.records import RequestRecord
 from pdtrt.bench.runner import RunPlan, run_plan
 from pdtrt.bench.stats import Summary, summarize
 from pdtrt.bench.tokenizer_choice import TokenizerChoice
-from pdtrt.bench.workload import Workload
+from pdtrt.bench.workload import RequestPlan
 from pdtrt.client import LLMClient
 from pdtrt.errors import BenchError
 from pdtrt.workload.arrivals import ArrivalProcess, LoopKind, arrival_rng, arrival_times_s
@@ -40,7 +40,7 @@ class BenchConfig:
     num_warmup: int = 0
     timeout_s: float = 60.0
     stream: bool = True
-    workload: Workload
+    workload: RequestPlan
     slo: SLO = field(default_factory=SLO)
     cost_per_hour_usd: float | None = None
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdtrt.bench.bench import BenchConfig
-from pdtrt.bench.workload import Workload
+from pdtrt.bench.workload import RequestPlan
 from pdtrt.enums import Percentile
 from pdtrt.errors import BenchError, PdtrtError
 from pdtrt.spec.deployment import Deployment
@@ -100,7 +100,7 @@ def resolve_config(options: BenchOptions, deployment: Deployment | None = None) 
     if num_requests is None and options.duration_s is None:
         num_requests = DEFAULT_REQUESTS
     spec_workload = deployment.spec.workload if deployment is not None else None
-    workload = Workload(
+    workload = RequestPlan(
         isl=_length(options.isl or str(spec_workload.isl if spec_workload else DEFAULT_ISL),
                     "--isl"),
         osl=_length(options.osl or str(spec_workload.osl if spec_workload else DEFAULT_OSL),

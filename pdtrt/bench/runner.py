@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pdtrt.bench.records import RequestRecord
-from pdtrt.bench.workload import PlannedRequest, Workload
+from pdtrt.bench.workload import PlannedRequest, RequestPlan
 from pdtrt.client import GenerateRequest, GenerateResult, LLMClient
 from pdtrt.errors import BenchError
 from pdtrt.workload.arrivals import LoopKind
@@ -35,7 +35,7 @@ WARMUP_INDEX_BASE = 1_000_000_000  # warm-up requests are drawn apart from the m
 @dataclass(frozen=True, kw_only=True)
 class RunPlan:
     model: str
-    workload: Workload
+    workload: RequestPlan
     loop: LoopKind
     arrivals_s: tuple[float, ...] = ()  # open loop: planned send times from the start
     concurrency: int = 1  # closed loop: users; also the warm-up's concurrency

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 from pdtrt.bench.prompts import TokenizerPrompts
 from pdtrt.workload.lengths import LengthDist
-from pdtrt.workload.requests import RequestMix, request_rng, word_count
+from pdtrt.workload.request_mix import RequestMix, request_rng, word_count
 from pdtrt.workload.trace import TraceEntry
 
-__all__ = ["PlannedRequest", "Workload"]
+__all__ = ["PlannedRequest", "RequestPlan"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +34,11 @@ class PlannedRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Workload:
+class RequestPlan:
+    """What each request of a benchmark is: request ``i``'s prompt and ``max_tokens``
+    (:meth:`request`). Not when it is sent -- the run's loop and arrivals are
+    :class:`~pdtrt.bench.runner.RunPlan`'s."""
+
     isl: LengthDist
     osl: LengthDist
     seed: int = 0

@@ -14,7 +14,7 @@ from pdtrt.sim.from_spec import SimOverrides, sim_configs
 from pdtrt.sim.metrics import SimResult
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
 from pdtrt.sim.simulator import simulate
-from pdtrt.sim.workload import Workload
+from pdtrt.sim.workload import SimWorkload
 from pdtrt.spec.load import load_deployment
 from pdtrt.workload.arrivals import ArrivalProcess
 from pdtrt.workload.lengths import LengthDist, parse_length
@@ -65,7 +65,7 @@ def _rows(res: SimResult) -> dict[str, str]:
     }
 
 
-def _lengths(w: Workload) -> str:
+def _lengths(w: SimWorkload) -> str:
     if w.trace:
         return f"lengths from a trace of {len(w.trace)}"
     return f"ISL {w.isl}, OSL {w.osl}"

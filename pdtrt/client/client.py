@@ -12,7 +12,7 @@ By default a retired stream is closed *gracefully*: the server finishes the aban
 and its responses are dropped. ``cancel_streams=True`` cancels the gRPC stream instead, which
 frees the server at once -- but Triton up to 2.52 (24.11) can crash with SIGSEGV on a gRPC
 cancellation racing a response (triton-inference-server/server #7368, fixed by PR #7840 in
-24.12); pdtrt's embedded Triton 2.51 was seen to crash that way here. A graceful close never
+24.12), pdtrt's embedded Triton 2.51 included. A graceful close never
 waits on a request the server has lost (e.g. its model's process died): when the abandoned
 request has not ended within ``drain_s``, its stream is cancelled instead (no response can
 race a cancel then), and no thread of a stream keeps the process alive at exit.

@@ -146,7 +146,7 @@ class GrpcTransport:
         # tritonclient reads the stream on a thread that inherits the daemon flag of the
         # thread that starts it (threading.Thread's default). Started from a daemon thread, a
         # reader still waiting on a request the server lost (its stub died) cannot keep the
-        # process alive at exit: seen, `pdtrt bench` wrote its report and never exited.
+        # process alive at exit (else `pdtrt bench` writes its report and never exits).
         _in_daemon_thread(lambda: self._grpc().start_stream(callback=callback))
         self._streaming = True
 

@@ -71,7 +71,7 @@ PROMETHEUS = frozenset({UP})
 _BY_TARGET = {
     Target.REFERENCE: ROUTER | ENGINE | TRITON | PROMETHEUS,
     Target.TRTLLM_0_21: ROUTER | TRITON | TRITON_GPU | TRTLLM_BACKEND | PROMETHEUS,
-    # pdtrt's LLM-API engine model publishes the engine model's metrics (issue 13, item 2)
+    # pdtrt's LLM-API engine model publishes the engine model's metrics
     Target.TRTLLM_1_2: ROUTER | ENGINE | TRITON | TRITON_GPU | PROMETHEUS,
 }
 

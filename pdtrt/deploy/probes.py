@@ -5,7 +5,7 @@ serve a request. Triton's ``/v2/health/ready`` only says that every loaded model
 front whose pools are down, or a pool whose engine process died, still answers 200 there. So
 the probes ask for the ``health`` model instead (:data:`pdtrt.engine_io.READINESS_PATH`):
 ``pdtrt serve``'s supervisor, which runs in every reference pod, keeps it loaded only while
-each phase has an endpoint that answers its health probes (DESIGN section 3 point 9). Pods
+each phase has an endpoint that answers its health probes (docs/serve.md). Pods
 started by a target's own launch script load it with the rest of the repository, where it
 means what ``/v2/health/ready`` means.
 

@@ -13,7 +13,9 @@
 - Poisson quantiles by the normal approximation (continuity-corrected), for counting how many
   prefill iterations interrupt one request's decode.
 
-The simulator (:mod:`pdtrt.sim`) checks the M/D/1 mean exactly (tests/perf/test_queueing.py).
+The simulator (:mod:`pdtrt.sim`) reproduces the M/D/1 mean
+(``tests/sim/test_simulator.py::test_single_prefill_server_matches_md1``); the closed forms
+are checked in ``tests/perf/test_estimate.py``.
 """
 
 from __future__ import annotations

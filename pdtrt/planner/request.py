@@ -19,7 +19,7 @@ from pdtrt.facts.catalog import GPU, Catalog, load_catalog, load_prices
 from pdtrt.facts.model import ModelFacts, load_model_facts
 from pdtrt.perf.factors import EfficiencyFactors, load_factors
 from pdtrt.planner.space import SearchBounds
-from pdtrt.sim.workload import Workload
+from pdtrt.sim.workload import SimWorkload
 from pdtrt.workload.arrivals import ArrivalProcess, LoopKind
 from pdtrt.workload.lengths import LengthDist
 from pdtrt.workload.slo import SLO
@@ -51,11 +51,11 @@ class PlanRequest:
     catalog: Catalog | None = None  # the GPUs' catalog (with --prices), for the written spec
 
     @property
-    def workload(self) -> Workload:
+    def workload(self) -> SimWorkload:
         """What every verifying simulation receives."""
-        return Workload(isl=LengthDist.fixed(self.isl), osl=LengthDist.fixed(self.osl),
-                        loop=LoopKind.OPEN, process=ArrivalProcess.POISSON,
-                        rate_per_s=self.rate_per_s)
+        return SimWorkload(isl=LengthDist.fixed(self.isl), osl=LengthDist.fixed(self.osl),
+                           loop=LoopKind.OPEN, process=ArrivalProcess.POISSON,
+                           rate_per_s=self.rate_per_s)
 
 
 def _gpus(names: str, catalog: Catalog) -> tuple[GPU, ...]:

@@ -51,14 +51,11 @@ from pdtrt.repo.models import (
     python_model,
 )
 from pdtrt.spec.deployment import Deployment
-from pdtrt.spec.schema import DeploymentSpec, PoolEndpoint
+from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.base import TargetSupport
 from pdtrt.targets.registry import target_support
 
 __all__ = ["plan_repo", "tokenizer_dir_of"]
-
-# the pools' engine models: (role, phase whose engine and pool they use)
-_POOLS = ((Role.PREFILL, Phase.PREFILL), (Role.DECODE, Phase.DECODE))
 
 
 def _abs(path: Path) -> Path:
@@ -134,15 +131,17 @@ def _engine_uses(spec: DeploymentSpec, mode: RepoMode, layout: EngineLayout,
                             "is nothing for a --mode pools repository to serve",
                             hint="set prefill.endpoint / decode.endpoint to this server's "
                             "HOST:PORT (docs/examples/reference-remote.yaml), or use --mode both")
-        for role, phase in _POOLS:
-            chosen += _uses(role, phase, [e for e in spec.pool_endpoints(phase) if e.url])
+        for phase in Phase:
+            chosen += _uses(Role.serving(phase), phase,
+                            [e for e in spec.pool_endpoints(phase) if not e.is_local])
     elif mode.has_disaggregated:
-        for role, phase in _POOLS:
-            chosen += _uses(role, phase, [e for e in spec.pool_endpoints(phase) if not e.url])
+        for phase in Phase:
+            chosen += _uses(Role.serving(phase), phase,
+                            [e for e in spec.pool_endpoints(phase) if e.is_local])
     if mode.has_aggregated:
-        local = [e for e in spec.aggregated_endpoints() if not e.url]
+        local = [e for e in spec.aggregated_endpoints() if e.is_local]
         if ModelName.AGGREGATED not in {e.model for e in local}:
-            local.insert(0, PoolEndpoint(model=ModelName.AGGREGATED, url=None,
+            local.insert(0, EndpointSpec(model=ModelName.AGGREGATED,
                                          instances=spec.prefill.instances))
         chosen += _uses(Role.AGGREGATED, Phase.PREFILL, local)
     return [EngineUse(model=name, role=role, phase=phase, engine_dir=layout.phase_dir(phase),
@@ -150,7 +149,7 @@ def _engine_uses(spec: DeploymentSpec, mode: RepoMode, layout: EngineLayout,
             for name, role, phase, instances in chosen]
 
 
-def _uses(role: Role, phase: Phase, endpoints: list[PoolEndpoint]
+def _uses(role: Role, phase: Phase, endpoints: list[EndpointSpec]
           ) -> list[tuple[str, Role, Phase, int]]:
     """One engine model per distinct model name (two servers may serve one ``decode``)."""
     seen: dict[str, int] = {}
@@ -159,13 +158,12 @@ def _uses(role: Role, phase: Phase, endpoints: list[PoolEndpoint]
     return [(name, role, phase, instances) for name, instances in seen.items()]
 
 
-def _listed(endpoints: tuple[PoolEndpoint, ...]) -> str:
+def _listed(endpoints: tuple[EndpointSpec, ...]) -> str:
     """A pool's ``*_endpoints`` parameter: "" for a pool of one (``*_model`` and ``*_url``
     name it, as in repositories written by hand)."""
     if len(endpoints) < 2:
         return ""
-    return format_endpoints(EndpointSpec(model=e.model, url=e.url or "", instances=e.instances)
-                            for e in endpoints)
+    return format_endpoints(endpoints)
 
 
 def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
@@ -189,8 +187,8 @@ def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
             (Param.AGGREGATED_MODEL, ModelName.AGGREGATED if mode.has_aggregated else ""),
             (Param.AGGREGATED_BELOW_TOKENS, str(router.aggregated_below_tokens)),
             (Param.EARLY_FIRST_TOKEN, param_flag(router.early_first_token)),
-            (Param.PREFILL_URL, first[Phase.PREFILL].url or ""),
-            (Param.DECODE_URL, first[Phase.DECODE].url or ""),
+            (Param.PREFILL_URL, first[Phase.PREFILL].url),
+            (Param.DECODE_URL, first[Phase.DECODE].url),
             (Param.PREFILL_ENDPOINTS, _listed(pools[Phase.PREFILL])),
             (Param.DECODE_ENDPOINTS, _listed(pools[Phase.DECODE])),
             (Param.AGGREGATED_ENDPOINTS, _aggregated_listed(spec, mode)),
@@ -211,11 +209,10 @@ def _aggregated_listed(spec: DeploymentSpec, mode: RepoMode) -> str:
     listed = spec.aggregated_endpoints()
     if not listed:
         return ""
-    if mode.has_aggregated and ModelName.AGGREGATED not in {e.model for e in listed if not e.url}:
-        listed = (PoolEndpoint(model=ModelName.AGGREGATED, url=None,
-                               instances=spec.prefill.instances), *listed)
-    return format_endpoints(EndpointSpec(model=e.model, url=e.url or "", instances=e.instances)
-                            for e in listed)
+    if mode.has_aggregated and ModelName.AGGREGATED not in {e.model for e in listed if e.is_local}:
+        listed = (EndpointSpec(model=ModelName.AGGREGATED, instances=spec.prefill.instances),
+                  *listed)
+    return format_endpoints(listed)
 
 
 def _disaggregated_batch(limits: dict[Phase, PhaseLimits]) -> int:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdtrt.build.manifest import EngineManifest, compatibility_problems
-from pdtrt.engine_io import GPT_MODEL_PATH, Param, Role
+from pdtrt.engine_io import GPT_MODEL_PATH, PHASE_ROLES, Param, Role
 from pdtrt.enums import Phase, Target, TritonBackend
 from pdtrt.errors import ConfigParseError, PdtrtError
 from pdtrt.repo.limits import manifest_if_present
@@ -42,7 +42,6 @@ from pdtrt.targets.registry import REGISTRY
 __all__ = ["ValidationReport", "validate_repo"]
 
 _PLACEHOLDER = re.compile(r"\$\{[^}\n]*\}?")
-_ENGINE_ROLES = {Role.PREFILL: Phase.PREFILL, Role.DECODE: Phase.DECODE, Role.AGGREGATED: None}
 _REQUIRED_PARAMS = {
     Role.PREFILL: (Param.ENGINE_DIR,), Role.DECODE: (Param.ENGINE_DIR,),
     Role.AGGREGATED: (Param.ENGINE_DIR,), Role.ROUTER: (Param.PREFILL_MODEL, Param.DECODE_MODEL),
@@ -148,8 +147,8 @@ def _engines(configs: dict[str, ModelConfig]) -> list[_Engine]:
     engines = []
     for name, cfg in configs.items():
         role = parameter(cfg, Param.ROLE)
-        if role in _ENGINE_ROLES and parameter(cfg, Param.ENGINE_DIR):
-            engines.append(_Engine(model=name, phase=_ENGINE_ROLES[Role(role)],
+        if role in PHASE_ROLES and parameter(cfg, Param.ENGINE_DIR):
+            engines.append(_Engine(model=name, phase=Role(role).phase,
                                    path=Path(str(parameter(cfg, Param.ENGINE_DIR)))))
         elif cfg.backend == TritonBackend.TENSORRTLLM and parameter(cfg, GPT_MODEL_PATH):
             engines.append(_Engine(model=name, phase=phase_of.get(name),
@@ -217,7 +216,7 @@ def _target(root: Path, configs: dict[str, ModelConfig], problems: list[str]) ->
     # Without pdtrt-repo.json: the first target whose engine backend an engine model uses,
     # a Python backend last (it says less: any pdtrt engine model may be one).
     backends = {c.backend for c in configs.values() if c.backend == TritonBackend.TENSORRTLLM
-                or parameter(c, Param.ROLE) in _ENGINE_ROLES}
+                or parameter(c, Param.ROLE) in PHASE_ROLES}
     supports = sorted(REGISTRY, key=lambda s: s.engine_backend is TritonBackend.PYTHON)
     return next((s.target for s in supports if s.engine_backend in backends), None)
 

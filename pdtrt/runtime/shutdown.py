@@ -90,8 +90,8 @@ class ParentWatch:
     Triton's stub checks its parent every 300 ms and, when it has died, destroys its Python
     objects and calls ``exit`` (python_backend r24.10 ``src/pb_stub.cc``, the background
     thread of ``main``). That needs the GIL, and a stub whose server died can be stuck with the
-    GIL held for good: a ``pb_utils`` call waiting for the dead server's answer (seen: the
-    LLM-API engine model's metric update, after a SIGKILL of ``tritonserver``; the stub kept
+    GIL held for good: a ``pb_utils`` call waiting for the dead server's answer (e.g. the
+    LLM-API engine model's metric update after a SIGKILL of ``tritonserver``: the stub keeps
     running, re-parented, with its memory and shared-memory region). No Python thread of the
     stub would run again, so the watch is a small process of its own: a shell loop that reads
     the stub's parent from ``/proc`` every ``interval_s`` and kills the stub once it changed;

@@ -1,8 +1,8 @@
 """The one seam between pdtrt's Triton models and Triton's Python backend (``pb_utils``).
 
-Triton's Python-backend stub is not safe for concurrent calls from several threads (seen: a
-segfault with 32 streams when the scheduler thread sent responses while ``execute()`` read
-requests; a SIGSEGV in the backend's metric handling when the KV-pull threads updated metrics).
+Triton's Python-backend stub is not safe for concurrent calls from several threads: responses
+sent by a scheduler thread while ``execute()`` reads requests segfault the stub (at 32 streams),
+and metric updates from KV-pull threads crash the backend's metric handling (SIGSEGV).
 pdtrt's models run many threads -- the router's event loop and stream threads, the engine's
 scheduler and KV-pull threads -- so :class:`BackendTriton` owns *every* call into
 ``triton_python_backend_utils`` and takes one process-wide lock inside each of its methods;
@@ -139,9 +139,10 @@ class _EndedStreams:
     with it every response it kept and their output tensors, each of which holds a numpy array
     the stub made (``PbTensor``'s shared-memory constructor, ``src/pb_tensor.cc``): Python
     objects freed without the GIL, a corrupted heap, then a segfault in libpython's allocator
-    (the router's stub under load, issue 24; gdb showed ``~ResponseIterator`` called from
-    ``SendCleanupId``). The later the stub's queue gets to the cleanup -- behind other
-    cleanups and ``is_cancelled`` round trips -- the likelier.
+    (in the router's stub under load; docs/serve.md, "Triton 2.51 facts", has the gdb evidence
+    and ``tests/serve/test_bls_stream_lifetime.py`` the reproduction). The later the stub's
+    queue gets to the cleanup -- behind other cleanups and ``is_cancelled`` round trips -- the
+    likelier.
 
     So the seam keeps the iterator until it knows the erase has happened: ``is_cancelled`` is a
     round trip through the same FIFO queue and thread (``PbCancel::IsCancelled`` ->
@@ -243,8 +244,8 @@ class BackendTriton:
         GIL released (python_backend r24.10 ``src/response_sender.cc``: ``gil_scoped_release``,
         then ``InferResponse::PruneOutputTensors``), and a dropped tensor frees the numpy array
         it holds (``PbTensor::numpy_array_``, ``src/pb_tensor.h``) without the GIL: a corrupted
-        heap, then a segfault in libpython's allocator (seen in the decode stub under the
-        router benchmark, which asks the engines for fewer outputs than they send).
+        heap, then a segfault in libpython's allocator -- in the decode stub, for one, when its
+        caller (the router) asks for fewer outputs than the engine model sends.
         """
         if wanted := request.requested_outputs:
             outputs = {name: value for name, value in outputs.items() if name in wanted}
@@ -280,9 +281,10 @@ class BackendTriton:
         ``exec(decoupled=True)`` returns only once the callee has sent its *first* response
         (python_backend r24.10 ``src/python_be.cc`` ``ExecuteBLSRequest`` waits on the
         request's future, which ``src/infer_payload.cc`` ``SetValue`` fulfils with the first
-        response) -- a whole prefill, or never, for a request lost in a callee whose stub died
-        (seen in the 30-minute soak: the router froze for good, docs/soak.md). Held across it,
-        the lock stopped every other stream, response and metric of the model meanwhile. The
+        response) -- a whole prefill, or never, for a request lost in a callee whose stub died.
+        Held across it, the lock would stop every other stream, response and metric of the
+        model meanwhile, and for good in the second case: the router would freeze (docs/soak.md,
+        "Found by these runs"). The
         stub runs ``exec`` on several threads at once itself (``async_exec``: the event loop's
         executor, ``src/pb_stub.cc`` r24.10). ``skip_if`` is asked just before: a message
         instead of None raises :class:`PhaseError` with it, and nothing is sent (requests for a
@@ -377,13 +379,13 @@ class BackendTriton:
         Why: a ``Metric`` or ``MetricFamily`` deletes itself in the server by a message through
         the stub's shared memory, from its destructor, and frees its own piece of that memory.
         Left to the garbage collector -- the model object sits in reference cycles (bound
-        methods held by its own threads) -- those destructors ran when the stub tore down after
+        methods held by its own threads) -- those destructors run when the stub tears down after
         ``finalize()``, its shared memory already gone: a SIGSEGV in every stub with metrics at
-        every server stop, in ``Metric::SaveToSharedMemory`` (stub offset 0xb4260, a read at
-        address 0x60; the kernel log) while the families were left, then -- families deleted,
-        metrics still held by the model -- in ``Metric::~Metric`` under ``Py_FinalizeEx``
-        (a core dump). Garbage made by the model (finished requests' senders, BLS iterators)
-        is collected here too, while the stub can still take its messages.
+        every server stop -- in ``Metric::SaveToSharedMemory`` for a family still alive, in
+        ``Metric::~Metric`` under ``Py_FinalizeEx`` for a metric the model still holds
+        (docs/serve.md, "Strict input, clean shutdown"). So both go here, families after their
+        metrics. Garbage made by the model (finished requests' senders, BLS iterators) is
+        collected here too, while the stub can still take its messages.
         """
         gc.collect()
         with _LOCK:

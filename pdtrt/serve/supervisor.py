@@ -1,5 +1,5 @@
 """``pdtrt serve``'s supervisor: reloads a phase whose process died, and publishes readiness
-that tells the truth (DESIGN §3, router point 9).
+that tells the truth (docs/serve.md, "Pools, failover, self-healing and readiness").
 
 Triton 2.51 never restarts a Python-backend stub that was killed (an OOM kill, a crash) and
 keeps answering 200 on ``/v2/health/ready`` and on the model's own ready endpoint while every
@@ -20,9 +20,9 @@ request to that model fails. Once a second the supervisor:
    without restarting the server; the router's background probes re-admit its endpoints;
 5. kills the stub of a local model that is alive but has not answered its probe for
    :data:`HUNG_ROUNDS` rounds running, so that step 4 reloads it: such a model never recovers
-   by itself. Seen (issue 24): when a router's stub dies, a phase model still streaming to it
-   blocks for good on its next response, because Triton 2.51 hands a BLS response to the
-   caller's stub and waits, without a timeout, for that stub to take it
+   by itself. Why: when a router's stub dies, a phase model still streaming to it blocks for
+   good on its next response, because Triton 2.51 hands a BLS response to the caller's stub
+   and waits, without a timeout, for that stub to take it
    (``ModelInstanceState::SendBLSDecoupledResponse``, python_backend r24.10
    ``src/python_be.cc``); the phase's own stub then waits on that send with pdtrt's seam lock
    held, and every later request and probe of the phase waits behind it.
@@ -47,11 +47,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pdtrt.endpoints import EndpointSpec
-from pdtrt.engine_io import ModelName, Param, Role
+from pdtrt.engine_io import PHASE_ROLES, ModelName, Param, Role
 from pdtrt.enums import TritonBackend
 from pdtrt.errors import PdtrtError, ServerError
 from pdtrt.repo.pbtxt import ModelConfig, parse_config
-from pdtrt.runtime.router.config import DEFAULT_PROBE_TIMEOUT_S, PHASE_ROLES, RouterConfig
+from pdtrt.runtime.router.config import DEFAULT_PROBE_TIMEOUT_S, RouterConfig
 from pdtrt.runtime.router.phase_client import GrpcPhaseClient, probe
 from pdtrt.runtime.router.reload_losses import in_flight, record_lost, reset_lost
 from pdtrt.serve.model_control import (
@@ -310,9 +310,9 @@ class Supervisor:
         that keeps the instances (docs/user_guide/model_management.md, "Modifying the Model
         Repository": only an instance-config change updates instead of reloading). A dead stub
         changes nothing on disk, so the supervisor touches the files of the model's version
-        directories (content untouched): a changed model file is a full reload, new stubs.
-        The first reload used to work by luck: the stub's ``__pycache__`` appeared after the
-        load was recorded.
+        directories (content untouched): a changed model file is a full reload, new stubs. It
+        does so before every reload: that the stub's own ``__pycache__`` may be newer than the
+        last load is no change to rely on (docs/serve.md, "Triton 2.51 facts").
         """
         now = time.time_ns()
         model_dir = self.repository / model

@@ -249,8 +249,8 @@ class TritonServer:
 
         Raises :class:`ServerError` naming the model that failed to load (from the log), or
         the server's exit, or the timeout. A start that the Python backend aborts with
-        ``boost::interprocess::lock_exception`` -- an intermittent Triton 2.51 fault seen here
-        when a second server starts on one host -- is retried (``_START_ATTEMPTS`` in all);
+        ``boost::interprocess::lock_exception`` -- an intermittent Triton 2.51 fault when a
+        second server starts on one host -- is retried (``_START_ATTEMPTS`` in all);
         the failed attempt's log is kept next to the log as ``<log>.attemptN``.
         """
         for attempt in range(1, _START_ATTEMPTS + 1):

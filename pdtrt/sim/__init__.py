@@ -14,6 +14,6 @@ from pdtrt.sim.config import SimConfig
 from pdtrt.sim.metrics import SimResult
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
 from pdtrt.sim.simulator import simulate
-from pdtrt.sim.workload import Workload
+from pdtrt.sim.workload import SimWorkload
 
-__all__ = ["BatchPolicy", "RoutingPolicy", "SimConfig", "SimResult", "Workload", "simulate"]
+__all__ = ["BatchPolicy", "RoutingPolicy", "SimConfig", "SimResult", "SimWorkload", "simulate"]

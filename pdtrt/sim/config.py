@@ -13,7 +13,7 @@ from pdtrt.errors import InfeasibleError
 from pdtrt.perf.estimate import ServingConfig
 from pdtrt.perf.factors import EfficiencyFactors
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
-from pdtrt.sim.workload import Workload
+from pdtrt.sim.workload import SimWorkload
 from pdtrt.workload.slo import SLO
 
 __all__ = ["SimConfig"]
@@ -24,7 +24,7 @@ class SimConfig:
     serving: ServingConfig
     factors_prefill: EfficiencyFactors
     factors_decode: EfficiencyFactors
-    workload: Workload
+    workload: SimWorkload
     num_requests: int = 1000
     seed: int = 0
     batch_policy: BatchPolicy = BatchPolicy.CHUNKED

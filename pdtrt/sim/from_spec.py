@@ -19,7 +19,7 @@ from pdtrt.perf.estimate import ServingConfig
 from pdtrt.perf.factors import load_factors
 from pdtrt.sim.config import SimConfig
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
-from pdtrt.sim.workload import Workload
+from pdtrt.sim.workload import SimWorkload
 from pdtrt.spec.deployment import Deployment
 from pdtrt.workload.arrivals import ArrivalProcess, LoopKind
 from pdtrt.workload.lengths import LengthDist
@@ -51,14 +51,14 @@ class SimOverrides:
     factors_file: Path | None = None
 
 
-def _workload(dep: Deployment, o: SimOverrides) -> Workload:
+def _workload(dep: Deployment, o: SimOverrides) -> SimWorkload:
     wl = dep.spec.workload
     trace = read_trace(o.trace) if o.trace else ()
     isl = o.isl or LengthDist.fixed(wl.isl)
     osl = o.osl or LengthDist.fixed(wl.osl)
     if trace and trace[0].arrival_s is not None and o.rate_per_s is None \
             and o.concurrency is None:
-        return Workload(isl=isl, osl=osl, trace=trace)  # replayed at its own times
+        return SimWorkload(isl=isl, osl=osl, trace=trace)  # replayed at its own times
     rate = o.rate_per_s if o.rate_per_s is not None else (
         None if o.concurrency is not None else wl.request_rate_per_s)
     conc = o.concurrency if o.concurrency is not None else (
@@ -66,8 +66,8 @@ def _workload(dep: Deployment, o: SimOverrides) -> Workload:
     if rate is None and conc is None:
         raise PdtrtError("the spec's workload has neither request_rate_per_s nor concurrency",
                          hint="pass --rate R or --concurrency C")
-    return Workload(isl=isl, osl=osl, loop=LoopKind.OPEN if rate else LoopKind.CLOSED,
-                    process=o.process, rate_per_s=rate, concurrency=conc, trace=trace)
+    return SimWorkload(isl=isl, osl=osl, loop=LoopKind.OPEN if rate else LoopKind.CLOSED,
+                       process=o.process, rate_per_s=rate, concurrency=conc, trace=trace)
 
 
 def spec_slo(dep: Deployment) -> SLO:

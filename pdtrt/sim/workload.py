@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pdtrt.errors import WorkloadError
 from pdtrt.workload.arrivals import ArrivalProcess, LoopKind, arrival_rng, arrival_times_s
 from pdtrt.workload.lengths import LengthDist
-from pdtrt.workload.requests import RequestMix
+from pdtrt.workload.request_mix import RequestMix
 from pdtrt.workload.trace import TraceEntry
 
-__all__ = ["RequestSpec", "Workload", "generate_requests"]
+__all__ = ["RequestSpec", "SimWorkload", "generate_requests"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,7 +36,11 @@ class RequestSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Workload:
+class SimWorkload:
+    """The workload one simulation run replays: request lengths, open or closed loop, the
+    arrival process and rate (or a trace's own times); :func:`generate_requests` turns it into
+    timed requests."""
+
     isl: LengthDist
     osl: LengthDist
     loop: LoopKind = LoopKind.OPEN
@@ -75,7 +79,7 @@ class Workload:
         return f"{self.rate_per_s:g} req/s {self.process}"
 
 
-def generate_requests(w: Workload, seed: int, num_requests: int) -> list[RequestSpec]:
+def generate_requests(w: SimWorkload, seed: int, num_requests: int) -> list[RequestSpec]:
     """The requests of one run, in arrival order (closed loop: all at 0, re-timed later)."""
     mix = w.mix(seed)
     if w.replays_trace:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from pdtrt.endpoints import EndpointSpec
 from pdtrt.engine_io import ModelName
 from pdtrt.enums import Phase
 from pdtrt.errors import SpecIssue
-from pdtrt.spec.schema import AGGREGATED_MODEL, DeploymentSpec, PoolEndpoint
+from pdtrt.spec.schema import AGGREGATED_MODEL, DeploymentSpec
 from pdtrt.targets.registry import REGISTRY, target_support
 
 __all__ = ["POOL_RULES"]
@@ -22,7 +23,7 @@ __all__ = ["POOL_RULES"]
 _AGGREGATED = "router.aggregated_endpoints"
 
 
-def _listed(spec: DeploymentSpec) -> Iterator[tuple[str, str, str, PoolEndpoint]]:
+def _listed(spec: DeploymentSpec) -> Iterator[tuple[str, str, str, EndpointSpec]]:
     """(pool name, YAML path of the entry, of its url, endpoint) of every endpoint the spec
     names explicitly (the one-`endpoint` shorthand included)."""
     for phase in Phase:
@@ -30,7 +31,7 @@ def _listed(spec: DeploymentSpec) -> Iterator[tuple[str, str, str, PoolEndpoint]
         for i, e in enumerate(spec.pool_endpoints(phase)):
             if pool.endpoints:
                 yield str(phase), f"{phase}.endpoints.{i}", f"{phase}.endpoints.{i}.url", e
-            elif e.url is not None:
+            elif not e.is_local:
                 yield str(phase), f"{phase}.endpoint", f"{phase}.endpoint", e
     for i, e in enumerate(spec.aggregated_endpoints()):
         yield AGGREGATED_MODEL, f"{_AGGREGATED}.{i}", f"{_AGGREGATED}.{i}.url", e
@@ -41,7 +42,7 @@ def _remote_supported(spec: DeploymentSpec) -> Iterator[SpecIssue]:
         return
     able = [str(s.target) for s in REGISTRY if s.supports_remote_pools]
     for _pool, _path, url_path, e in _listed(spec):
-        if e.url is not None:
+        if not e.is_local:
             yield SpecIssue(path=url_path,
                             message=f"pools in other Triton servers are supported on the "
                             f"{' and '.join(able)} target{'s' if len(able) > 1 else ''} only, "
@@ -54,7 +55,7 @@ def _local_pools_supported(spec: DeploymentSpec) -> Iterator[SpecIssue]:
         return
     able = " and ".join(str(s.target) for s in REGISTRY if s.supports_endpoint_pools)
     for pool, path, _url, e in _listed(spec):
-        if e.url is None and (e.model != pool or path.startswith(_AGGREGATED)):
+        if e.is_local and (e.model != pool or path.startswith(_AGGREGATED)):
             yield SpecIssue(path=f"{path}.model",
                             message=f"several local models per pool are supported on the "
                             f"{able} target only, not on {spec.target}; serve the {pool} pool "
@@ -68,7 +69,7 @@ _POOL_NAMES = {*(str(p) for p in Phase), AGGREGATED_MODEL}
 def _names(spec: DeploymentSpec) -> Iterator[SpecIssue]:
     owner: dict[str, str] = {}  # local model -> the pool that has it
     for pool, path, _url, e in _listed(spec):
-        if e.url is not None:
+        if not e.is_local:
             continue
         if e.model in _FIXED or (e.model in _POOL_NAMES and e.model != pool):
             yield SpecIssue(path=f"{path}.model",
@@ -82,12 +83,11 @@ def _names(spec: DeploymentSpec) -> Iterator[SpecIssue]:
 
 
 def _distinct(spec: DeploymentSpec) -> Iterator[SpecIssue]:
-    seen: set[tuple[str, str, str | None]] = set()
+    seen: set[tuple[str, str, str]] = set()
     for pool, path, _url, e in _listed(spec):
         key = (pool, e.model, e.url)
         if key in seen:
-            where = f"{e.model}@{e.url}" if e.url else e.model
-            yield SpecIssue(path=path, message=f"endpoint {where} is listed twice in the "
+            yield SpecIssue(path=path, message=f"endpoint {e.label} is listed twice in the "
                             f"{pool} pool")
         seen.add(key)
 

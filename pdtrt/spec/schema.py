@@ -6,6 +6,13 @@ Rules that relate several fields, or need the model's config and the GPU catalog
 :mod:`pdtrt.spec.rules`; reading a file and turning every problem into a located message lives
 in :mod:`pdtrt.spec.load`.
 
+Each class but the root :class:`DeploymentSpec` is one section of the file, named
+``<Section>Section`` (``slo:`` is :class:`SLOSection`). A section is what the user writes; the
+concept it configures has its own type where it is used: a pool's endpoints resolve to
+:class:`pdtrt.endpoints.EndpointSpec` (:meth:`DeploymentSpec.pool_endpoints`), the ``slo``
+section becomes a :class:`pdtrt.workload.SLO`, the ``workload`` section the defaults of
+``pdtrt simulate`` and ``pdtrt bench`` (:mod:`pdtrt.sim.from_spec`, :mod:`pdtrt.bench.options`).
+
 Numbers are strict: ``tp: "2"`` is an error, not 2. Enum-valued fields take their YAML spelling
 (``target: trtllm-1.2``).
 """
@@ -13,26 +20,25 @@ Numbers are strict: ``tp: "2"`` is an error, not 2. Enum-valued fields take thei
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from pdtrt.endpoints import EndpointSpec
 from pdtrt.enums import DType, KVDType, KVTransferBackend, Phase, Target, WeightQuant
 
 __all__ = [
-    "SLO",
+    "SLOSection",
     "DeploymentSpec",
-    "Endpoint",
-    "EngineLimits",
-    "KVTransfer",
+    "EndpointSection",
+    "EngineLimitsSection",
+    "KVTransferSection",
     "ModelSection",
-    "Pool",
-    "PoolEndpoint",
-    "Router",
-    "RouterHealth",
-    "Serving",
-    "Workload",
+    "PoolSection",
+    "RouterHealthSection",
+    "RouterSection",
+    "ServingSection",
+    "WorkloadSection",
 ]
 
 # UCX transport names accepted in kv_transfer.transports (UCX_TLS); see `ucx_info -d`.
@@ -74,7 +80,7 @@ class ModelSection(_Section):
                       "checkpoint and tokenizer.")
 
 
-class EngineLimits(_Section):
+class EngineLimitsSection(_Section):
     max_batch_size: int | None = Field(
         default=None, ge=1, description="Requests the engine schedules at once; omit to let the "
         "engine profile compute it.")
@@ -120,7 +126,7 @@ MODEL_NAME = r"^[a-z][a-z0-9_]*$"
 AGGREGATED_MODEL = "aggregated"  # the aggregated path's model (on the prefill engine and pool)
 
 
-class Endpoint(_Section):
+class EndpointSection(_Section):
     """One endpoint of a pool: a model of this deployment's server, or another server's."""
 
     model: str | None = Field(
@@ -137,23 +143,14 @@ class Endpoint(_Section):
         "the load) [default: the pool's `instances`].")
 
     @model_validator(mode="after")
-    def _names_something(self) -> Endpoint:
+    def _names_something(self) -> EndpointSection:
         if self.model is None and self.url is None:
             raise ValueError("an endpoint needs `model` (a model of this server) or `url` "
                              "(another Triton server), or both")
         return self
 
 
-@dataclass(frozen=True, kw_only=True)
-class PoolEndpoint:
-    """An endpoint with its defaults filled in (:meth:`DeploymentSpec.pool_endpoints`)."""
-
-    model: str
-    url: str | None  # None: a model of this server
-    instances: int
-
-
-class Pool(_Section):
+class PoolSection(_Section):
     gpu: str = Field(min_length=1, description="GPU type from the catalog (`pdtrt gpus`), or "
                      "`cpu` on the reference target.")
     tp: int = Field(default=1, ge=1, description="Tensor parallelism per instance.")
@@ -162,15 +159,15 @@ class Pool(_Section):
                            "endpoint, when `endpoints` lists several).")
     price_per_hour_usd: float | None = Field(
         default=None, ge=0, description="Price of one GPU-hour; overrides the catalog default.")
-    engine: EngineLimits = Field(default_factory=EngineLimits,
-                                 description="Engine limits of this pool.")
+    engine: EngineLimitsSection = Field(default_factory=EngineLimitsSection,
+                                        description="Engine limits of this pool.")
     endpoint: Annotated[str | None, AfterValidator(_check_endpoint)] = Field(
         default=None,
         description="gRPC address HOST:PORT of another Triton server that serves this pool's "
         "engine model (named `prefill` / `decode` there); this repository then has no local "
         "model for the pool and the router calls it over gRPC. Omit to serve it here. "
         "Shorthand for `endpoints: [{url: HOST:PORT}]`.")
-    endpoints: tuple[Endpoint, ...] = Field(
+    endpoints: tuple[EndpointSection, ...] = Field(
         default=(), strict=False,
         description="Several endpoints for this pool -- models of this server and other "
         "Triton servers; the router picks one per request by load and health and fails over "
@@ -178,20 +175,20 @@ class Pool(_Section):
         "pool (or the one `endpoint`).")
 
     @model_validator(mode="after")
-    def _one_way_to_name_endpoints(self) -> Pool:
+    def _one_way_to_name_endpoints(self) -> PoolSection:
         if self.endpoint is not None and self.endpoints:
             raise ValueError("set `endpoint` (one other server) or `endpoints` (a list), not "
                              "both")
         return self
 
-    def resolved_endpoints(self, name: str) -> tuple[PoolEndpoint, ...]:
+    def resolved_endpoints(self, name: str) -> tuple[EndpointSpec, ...]:
         """This pool's endpoints with their defaults: ``name`` is the pool's model name (the
         phase), the one local model when none is listed and a remote model's default."""
         if self.endpoints:
-            return tuple(PoolEndpoint(model=e.model or name, url=e.url,
+            return tuple(EndpointSpec(model=e.model or name, url=e.url or "",
                                       instances=e.instances or self.instances)
                          for e in self.endpoints)
-        return (PoolEndpoint(model=name, url=self.endpoint, instances=self.instances),)
+        return (EndpointSpec(model=name, url=self.endpoint or "", instances=self.instances),)
 
     @property
     def gpus_per_instance(self) -> int:
@@ -209,7 +206,7 @@ class Pool(_Section):
         return self.tp * self.pp * self.num_instances
 
 
-class KVTransfer(_Section):
+class KVTransferSection(_Section):
     backend: Annotated[KVTransferBackend, _enum("KV-cache transport: ucx.")] = (
         KVTransferBackend.UCX
     )
@@ -230,7 +227,7 @@ class KVTransfer(_Section):
                              "a request's KV for the decode side to pull.")
 
 
-class RouterHealth(_Section):
+class RouterHealthSection(_Section):
     liveness_s: float = Field(
         default=1.0, gt=0, description="Seconds a phase call may go without a response before "
         "the router probes its endpoint; an endpoint that fails the probe ends the call with "
@@ -243,7 +240,7 @@ class RouterHealth(_Section):
         "every endpoint (how an ejected endpoint is re-admitted).")
 
 
-class Router(_Section):
+class RouterSection(_Section):
     instances: int = Field(default=1, ge=1, description="Router (BLS) model instances.")
     early_first_token: bool = Field(
         default=True, description="Stream the prefill's first token at once instead of "
@@ -258,16 +255,16 @@ class Router(_Section):
     max_attempts: int = Field(
         default=2, ge=1, description="Endpoints tried per phase of one request (1: no "
         "retry on another endpoint).")
-    aggregated_endpoints: tuple[Endpoint, ...] = Field(
+    aggregated_endpoints: tuple[EndpointSection, ...] = Field(
         default=(), strict=False,
         description="Endpoints of the aggregated path (short prompts, fallback); omit for "
         "this repository's `aggregated` model. A `url` names another server serving "
         "`aggregated` (e.g. a `pdtrt serve --mode both` of the same spec).")
-    health: RouterHealth = Field(default_factory=RouterHealth,
-                                 description="Liveness deadline and health probes.")
+    health: RouterHealthSection = Field(default_factory=RouterHealthSection,
+                                        description="Liveness deadline and health probes.")
 
 
-class Serving(_Section):
+class ServingSection(_Section):
     host: str = Field(default="127.0.0.1", min_length=1, description="Address the server "
                       "listens on; loopback unless you mean otherwise.")
     grpc_port: int | None = Field(default=None, ge=1, le=65535,
@@ -280,7 +277,7 @@ class Serving(_Section):
     metrics: bool = Field(default=True, description="Publish pdtrt's metrics.")
 
 
-class SLO(_Section):
+class SLOSection(_Section):
     percentile: Literal[50, 90, 95, 99] = Field(
         default=90, description="Share of requests, as a percentile, that must meet both "
         "targets (pdtrt.workload.slo: the same for bench, simulate and plan).")
@@ -290,7 +287,7 @@ class SLO(_Section):
                                  "ms, per request: its TPOT (mean inter-token time).")
 
 
-class Workload(_Section):
+class WorkloadSection(_Section):
     isl: int = Field(ge=1, description="Input (prompt) length, tokens.")
     osl: int = Field(ge=1, description="Output length, tokens.")
     request_rate_per_s: float | None = Field(default=None, gt=0,
@@ -315,25 +312,25 @@ class DeploymentSpec(_Section):
                                     "default for GPUs) or trtllm-0.21 (NGC "
                                     "tritonserver:25.08-trtllm-python-py3).")]
     model: ModelSection
-    prefill: Pool
-    decode: Pool
-    kv_transfer: KVTransfer = Field(default_factory=KVTransfer)
-    router: Router = Field(default_factory=Router)
-    serving: Serving = Field(default_factory=Serving)
-    slo: SLO = Field(default_factory=SLO)
-    workload: Workload
+    prefill: PoolSection
+    decode: PoolSection
+    kv_transfer: KVTransferSection = Field(default_factory=KVTransferSection)
+    router: RouterSection = Field(default_factory=RouterSection)
+    serving: ServingSection = Field(default_factory=ServingSection)
+    slo: SLOSection = Field(default_factory=SLOSection)
+    workload: WorkloadSection
 
-    def pool(self, phase: Phase) -> Pool:
+    def pool(self, phase: Phase) -> PoolSection:
         return self.prefill if phase is Phase.PREFILL else self.decode
 
-    def pool_endpoints(self, phase: Phase) -> tuple[PoolEndpoint, ...]:
+    def pool_endpoints(self, phase: Phase) -> tuple[EndpointSpec, ...]:
         """``phase``'s endpoints, defaults filled in (a model named after the phase)."""
         return self.pool(phase).resolved_endpoints(str(phase))
 
-    def aggregated_endpoints(self) -> tuple[PoolEndpoint, ...]:
+    def aggregated_endpoints(self) -> tuple[EndpointSpec, ...]:
         """The aggregated path's endpoints when ``router.aggregated_endpoints`` lists them
         (else the repository's own ``aggregated`` model, when it has one)."""
-        return tuple(PoolEndpoint(model=e.model or AGGREGATED_MODEL, url=e.url,
+        return tuple(EndpointSpec(model=e.model or AGGREGATED_MODEL, url=e.url or "",
                                   instances=e.instances or self.prefill.instances)
                      for e in self.router.aggregated_endpoints)
 

@@ -5,7 +5,7 @@
 - :mod:`~pdtrt.workload.arrivals`: open/closed loop and the seeded arrival generator (first
   arrival at t = 0);
 - :mod:`~pdtrt.workload.trace`: the JSONL (or CSV) trace reader;
-- :mod:`~pdtrt.workload.requests`: request *i*'s lengths, seeded per request;
+- :mod:`~pdtrt.workload.request_mix`: request *i*'s lengths, seeded per request;
 - :mod:`~pdtrt.workload.latency`: a latency distribution as reported (ms percentiles);
 - :mod:`~pdtrt.workload.slo`: SLO targets and the one definition of attainment, goodput and
   "meets the SLO" (DistServe's, per request).
@@ -22,7 +22,7 @@ from pdtrt.workload.arrivals import (
 )
 from pdtrt.workload.latency import Dist
 from pdtrt.workload.lengths import LengthDist, LengthKind, parse_length
-from pdtrt.workload.requests import RequestDraw, RequestMix, request_rng, word_count
+from pdtrt.workload.request_mix import RequestDraw, RequestMix, request_rng, word_count
 from pdtrt.workload.slo import SLO, RequestOutcome, SloReport, evaluate_slo
 from pdtrt.workload.trace import TraceEntry, read_trace
 

@@ -11,7 +11,7 @@ with its first send), and the gaps after it are independent exponentials of mean
 The generator is the caller's ``numpy`` ``Generator``; :func:`arrival_rng` gives the one every
 pdtrt command seeds from ``--seed``, so bench, its ``--compare`` runs and the simulator draw the
 same schedule for a seed. This module does not decide what each request is
-(:mod:`pdtrt.workload.requests`) nor replay a trace's own times (:mod:`pdtrt.workload.trace`).
+(:mod:`pdtrt.workload.request_mix`) nor replay a trace's own times (:mod:`pdtrt.workload.trace`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ One syntax everywhere a length is given (``--isl`` / ``--osl`` of ``pdtrt bench`
   This clipping is the only one.
 
 A distribution is not a sample: draws come from the caller's seeded ``numpy`` ``Generator``
-(:func:`pdtrt.workload.requests.request_rng`), never from a global one. Every field means the
+(:func:`pdtrt.workload.request_mix.request_rng`), never from a global one. Every field means the
 same for every kind: ``low``/``high`` bound the samples, ``mean``/``std`` describe the
 distribution before rounding and clipping.
 """

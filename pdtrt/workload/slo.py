@@ -17,8 +17,8 @@ simulated ones (``pdtrt simulate``, ``pdtrt plan``) alike -- both call :func:`ev
   TTFT above 1.5x the earlier half's + 50 ms has a growing backlog, and its attainment only
   looks good because the run was short.
 
-Why per request rather than percentiles of pooled samples (the simulator's former rule, p90
-TTFT and p90 of every inter-token gap): attainment and goodput count requests, so the verdict
+Why per request rather than percentiles of pooled samples (such as p90 TTFT and p90 of every
+inter-token gap): attainment and goodput count requests, so the verdict
 has to count the same thing -- with pooled percentiles a run could "meet the SLO" while most
 of its requests missed a target, or the reverse. Token-level jitter (one 100 ms gap in an
 otherwise fast stream) therefore does not fail the SLO; it stays visible in the ITL

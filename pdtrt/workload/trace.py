@@ -16,7 +16,7 @@ Other fields are ignored -- real traces carry ids, timestamps, conversation ids 
 field's name is close to one of these (``promt``, ``max_token``): a typo that would silently
 drop a value is an error with "did you mean". This module
 reads and checks; it does not decide which entry request *i* gets
-(:mod:`pdtrt.workload.requests`).
+(:mod:`pdtrt.workload.request_mix`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pdtrt.bench import Workload, parse_length
+from pdtrt.bench import RequestPlan, parse_length
 from pdtrt.bench.prompts import TokenizerPrompts
 from pdtrt.bench.tokenizer_choice import TokenizerOrigin, choose_tokenizer, served_tokenizer_dir
 from pdtrt.client.types import ModelSignature
@@ -35,22 +35,22 @@ def test_one_token_is_the_bos_plus_one_ordinary_token(prompts):
 
 
 def test_workload_with_a_tokenizer_counts_tokens_reproducibly(prompts):
-    w = Workload(isl=parse_length("uniform:10:60"), osl=parse_length("8"), seed=2,
-                 tokenizer=prompts)
+    w = RequestPlan(isl=parse_length("uniform:10:60"), osl=parse_length("8"), seed=2,
+                    tokenizer=prompts)
     first = [w.request(i) for i in range(10)]
     assert [w.request(i) for i in range(10)] == first  # seeded per request
     for r in first:
         assert r.input_tokens == prompts.count(r.prompt)
         assert 10 <= r.input_tokens <= 60
     assert w.length_unit.startswith("tokens (")
-    words = Workload(isl=parse_length("10"), osl=parse_length("8"))
+    words = RequestPlan(isl=parse_length("10"), osl=parse_length("8"))
     assert words.length_unit == "words" and words.request(0).input_tokens == 10
 
 
 def test_dataset_prompts_are_counted_with_the_tokenizer(prompts):
     text = "The quick brown fox jumps over the lazy dog"
-    w = Workload(isl=parse_length("1"), osl=parse_length("4"), tokenizer=prompts,
-                 dataset=(TraceEntry(prompt=text),))
+    w = RequestPlan(isl=parse_length("1"), osl=parse_length("4"), tokenizer=prompts,
+                    dataset=(TraceEntry(prompt=text),))
     assert w.request(0).input_tokens == len(prompts.tokenizer.encode(text)) != len(text.split())
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 from fake_transport import FakeHub, words_script
 
-from pdtrt.bench import SLO, LoopKind, RunPlan, Workload, parse_length, run_plan
+from pdtrt.bench import SLO, LoopKind, RequestPlan, RunPlan, parse_length, run_plan
 from pdtrt.bench.bench import BenchConfig, run_bench
 from pdtrt.client import LLMClient, StreamEvent
 from pdtrt.client.types import ErrorKind
 from pdtrt.errors import BenchError
 
-WORKLOAD = Workload(isl=parse_length("8"), osl=parse_length("uniform:1:6"), seed=1)
+WORKLOAD = RequestPlan(isl=parse_length("8"), osl=parse_length("uniform:1:6"), seed=1)
 
 
 def _client(hub):
@@ -103,7 +103,7 @@ def test_streams_are_opened_before_the_clock_starts():
         run_plan(client, plan, clock=hub.clock)
         assert client.num_open_streams == 5
         # open loop at 10/s, warm-up E2E 6 x 0.01 s: ceil(10 * 2 * 0.06) + 8 = 10 streams
-        fixed = Workload(isl=parse_length("8"), osl=parse_length("6"))
+        fixed = RequestPlan(isl=parse_length("8"), osl=parse_length("6"))
         plan = RunPlan(model="ensemble", workload=fixed, loop=LoopKind.OPEN, num_warmup=1,
                        arrivals_s=tuple(i / 10 for i in range(40)))
         run_plan(client, plan, clock=hub.clock, sleep=hub.clock.advance)

@@ -11,7 +11,7 @@ import time
 import pytest
 from fake_llm_server import needs_triton, start_fake_llm_server
 
-from pdtrt.bench import SLO, BenchConfig, LoopKind, Workload, parse_length, run_bench
+from pdtrt.bench import SLO, BenchConfig, LoopKind, RequestPlan, parse_length, run_bench
 from pdtrt.bench.outputs import write_report
 from pdtrt.bench.records import read_csv
 from pdtrt.client import GenerateRequest, LLMClient
@@ -19,7 +19,7 @@ from pdtrt.errors import ServerUnavailableError
 
 pytestmark = needs_triton
 
-WORKLOAD = Workload(isl=parse_length("uniform:4:32"), osl=parse_length("uniform:2:12"), seed=5)
+WORKLOAD = RequestPlan(isl=parse_length("uniform:4:32"), osl=parse_length("uniform:2:12"), seed=5)
 
 
 def _accounted(run, num_requests):
@@ -76,7 +76,7 @@ def test_server_dying_mid_run_ends_the_run_with_clean_errors(tmp_path):
     killer = threading.Timer(0.7, os.killpg, args=(server._proc.pid, signal.SIGKILL))
     killer.start()
     config = BenchConfig(loop=LoopKind.CLOSED, concurrency=4, num_requests=40, timeout_s=10,
-                         workload=Workload(isl=parse_length("4"), osl=parse_length("50")))
+                         workload=RequestPlan(isl=parse_length("4"), osl=parse_length("50")))
     start = time.monotonic()
     try:
         with LLMClient(url) as client:

@@ -3,23 +3,22 @@ records CSV. (Length syntax, trace files and arrivals: tests/workload.)"""
 
 from __future__ import annotations
 
-from pdtrt.bench import RequestRecord, Workload, parse_length, read_csv, read_trace, write_csv
+from pdtrt.bench import RequestPlan, RequestRecord, parse_length, read_csv, read_trace, write_csv
 from pdtrt.client.types import ErrorKind
-from pdtrt.sim.workload import Workload as SimWorkload
-from pdtrt.sim.workload import generate_requests
+from pdtrt.sim.workload import SimWorkload, generate_requests
 
 
 def test_request_i_is_seeded_per_index():
-    w = Workload(isl=parse_length("uniform:5:50"), osl=parse_length("uniform:1:9"), seed=3)
+    w = RequestPlan(isl=parse_length("uniform:5:50"), osl=parse_length("uniform:1:9"), seed=3)
     a = w.request(4)
     assert a == w.request(4) and a != w.request(5)
-    assert a != Workload(isl=w.isl, osl=w.osl, seed=4).request(4)
+    assert a != RequestPlan(isl=w.isl, osl=w.osl, seed=4).request(4)
     assert len(a.prompt.split()) == a.input_tokens and 5 <= a.input_tokens <= 50
 
 
 def test_bench_sends_the_lengths_the_simulator_simulates():
     isl, osl = parse_length("uniform:5:500"), parse_length("normal:40:10")
-    bench = Workload(isl=isl, osl=osl, seed=11)
+    bench = RequestPlan(isl=isl, osl=osl, seed=11)
     sim = generate_requests(SimWorkload(isl=isl, osl=osl, rate_per_s=1.0), 11, 20)
     assert [(r.input_tokens, r.max_tokens) for r in map(bench.request, range(20))] == [
         (s.isl, s.osl) for s in sim]
@@ -29,7 +28,7 @@ def test_dataset_cycles_and_keeps_its_max_tokens(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "a b c", "max_tokens": 5}\n\n{"prompt": "d"}\n'
                     '{"isl": 4, "osl": 2}\n')
-    w = Workload(isl=parse_length("1"), osl=parse_length("9"), dataset=read_trace(path))
+    w = RequestPlan(isl=parse_length("1"), osl=parse_length("9"), dataset=read_trace(path))
     got = [(w.request(i).prompt, w.request(i).max_tokens, w.request(i).input_tokens)
            for i in range(4)]
     assert got[:2] == [("a b c", 5, 3), ("d", 9, 1)] and got[3] == got[0]

@@ -1,4 +1,4 @@
-"""Pools of two endpoints per phase on the real server (DESIGN §3, router point 8).
+"""Pools of two endpoints per phase on the real server (docs/serve.md).
 
 One supervised deployment (``pdtrt serve --detach``) whose spec gives each phase two local
 endpoints -- ``prefill`` and ``prefill_b``, ``decode`` and ``decode_b``, each its own model with

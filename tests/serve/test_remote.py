@@ -1,4 +1,5 @@
-"""Pools in another Triton server (DESIGN §3, router point 7), on the real server.
+"""Pools in another Triton server, on the real server (docs/serve.md, "Pools in other Triton
+servers").
 
 The documented two-node workflow with one spec (``reference-remote.yaml``, both pools'
 ``endpoint`` rewritten to a free local port): the *pools* server runs ``--mode pools`` (only

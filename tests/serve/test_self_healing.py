@@ -1,5 +1,5 @@
 """A phase whose process dies, on the real server: no stream waits, readiness tells the truth,
-and the deployment heals itself without a server restart (DESIGN §3, router point 9).
+and the deployment heals itself without a server restart (docs/serve.md).
 
 The reference deployment is started the operator's way, ``pdtrt serve SPEC --detach``
 (supervised by its own process). Streams decode through the router when the decode model's

@@ -14,7 +14,7 @@ from pdtrt.perf.factors import EfficiencyFactors
 from pdtrt.perf.hardware import Instance
 from pdtrt.perf.link import kv_link
 from pdtrt.perf.step import prefill_chunk_work, step_time
-from pdtrt.sim import BatchPolicy, SimConfig, Workload, simulate
+from pdtrt.sim import BatchPolicy, SimConfig, SimWorkload, simulate
 from pdtrt.sim.events import EventOrder
 from pdtrt.sim.simulator import run_events
 from pdtrt.sim.state import SimState
@@ -53,7 +53,7 @@ def disagg(model, pgpu, dgpu, a, b, *, same_node=True, prefill_batch=8):
 
 
 def poisson(isl, osl, rate):
-    return Workload(rate_per_s=rate, isl=LengthDist.fixed(isl), osl=LengthDist.fixed(osl))
+    return SimWorkload(rate_per_s=rate, isl=LengthDist.fixed(isl), osl=LengthDist.fixed(osl))
 
 
 def run(serving, workload, n=400, seed=0, **kw):
@@ -62,8 +62,8 @@ def run(serving, workload, n=400, seed=0, **kw):
 
 
 def test_deterministic_for_a_seed_and_independent_runs(llama8b, h100):
-    w = Workload(rate_per_s=6.0, isl=parse_length("uniform:1000:3000"),
-                 osl=parse_length("normal:200:60"))
+    w = SimWorkload(rate_per_s=6.0, isl=parse_length("uniform:1000:3000"),
+                    osl=parse_length("normal:200:60"))
     cfg = disagg(llama8b, h100, h100, 1, 1)
     a, b, c = run(cfg, w, 200, seed=7), run(cfg, w, 200, seed=7), run(cfg, w, 200, seed=8)
     assert a.to_dict() == b.to_dict()
@@ -107,8 +107,8 @@ def test_events_at_one_time_run_by_type_then_creation(llama8b, h100):
 
 
 def test_simultaneous_arrivals_share_one_step(llama8b, h100):
-    w = Workload(loop=LoopKind.CLOSED, concurrency=4, isl=LengthDist.fixed(100),
-                 osl=LengthDist.fixed(3))
+    w = SimWorkload(loop=LoopKind.CLOSED, concurrency=4, isl=LengthDist.fixed(100),
+                    osl=LengthDist.fixed(3))
     res = run(agg(llama8b, h100, 1), w, n=4, warmup_share=0.0)
     assert np.allclose(res.ttft_s, res.ttft_s[0])  # all four prefilled in the first step
 
@@ -178,8 +178,8 @@ def test_metrics_slo_goodput_cost(llama8b, h100):
 
 
 def test_whole_prompt_policy_and_constant_arrivals(llama8b, h100):
-    w = Workload(process=ArrivalProcess.CONSTANT, rate_per_s=2.0, isl=LengthDist.fixed(1000),
-                 osl=LengthDist.fixed(50))
+    w = SimWorkload(process=ArrivalProcess.CONSTANT, rate_per_s=2.0, isl=LengthDist.fixed(1000),
+                    osl=LengthDist.fixed(50))
     res = run(agg(llama8b, h100, 1), w, n=50, batch_policy=BatchPolicy.WHOLE_PROMPT)
     assert res.num_unfinished == 0
     assert res.ttft_ms.p99 == pytest.approx(res.ttft_ms.p50, rel=0.2)  # no queueing
@@ -210,7 +210,7 @@ def test_more_instances_never_lower_goodput(llama8b, h100, rate):
 
 
 def test_one_token_answers_mixed_with_longer_ones(llama8b, h100):
-    w = Workload(rate_per_s=4.0, isl=LengthDist.fixed(500), osl=parse_length("uniform:1:3"))
+    w = SimWorkload(rate_per_s=4.0, isl=LengthDist.fixed(500), osl=parse_length("uniform:1:3"))
     res = run(agg(llama8b, h100, 1), w, n=200, slo=SLO(ttft_ms=5000, itl_ms=1000))
     assert 0 < res.tpot_s.size < res.ttft_s.size == len(res.outcomes)  # one-token: no TPOT
     assert res.attainment == 1.0 and res.slo_met

@@ -13,7 +13,7 @@ from pdtrt.perf.estimate import ServingConfig
 from pdtrt.perf.factors import EfficiencyFactors
 from pdtrt.perf.hardware import Instance
 from pdtrt.perf.link import kv_link
-from pdtrt.sim import SimConfig, Workload
+from pdtrt.sim import SimConfig, SimWorkload
 from pdtrt.sim.entities import ReplicaRole
 from pdtrt.sim.state import SimState
 from pdtrt.workload import LengthDist
@@ -34,8 +34,8 @@ def state_of(catalog):
 
     def make() -> SimState:
         return SimState(SimConfig(serving=serving, factors_prefill=F, factors_decode=F,
-                                  workload=Workload(rate_per_s=1.0, isl=LengthDist.fixed(100),
-                                                    osl=LengthDist.fixed(10))))
+                                  workload=SimWorkload(rate_per_s=1.0, isl=LengthDist.fixed(100),
+                                                       osl=LengthDist.fixed(10))))
 
     return make
 

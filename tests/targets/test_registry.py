@@ -119,7 +119,7 @@ def test_repository_answers(support: TargetSupport, deployments, tmp_path):
         support.engine_io.input_names)
     layout = EngineLayout(tmp_path, dep.spec.name)
     # a pool in another server is in another repository (trtllm-1.2: one server per host)
-    engines = [EngineUse(model=ModelName(str(p)), role=Role(str(p)), phase=p,
+    engines = [EngineUse(model=ModelName(str(p)), role=Role.serving(p), phase=p,
                          engine_dir=layout.phase_dir(p), limits=resolve_limits(
                              dep, p, None, defaults=support.engine_defaults)) for p in Phase
                if not (support.supports_remote_pools and dep.spec.pool(p).endpoint)]

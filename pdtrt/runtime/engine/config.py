@@ -30,9 +30,8 @@ from pdtrt.engine_dir import build_setting
 from pdtrt.engine_io import Param, Role
 from pdtrt.runtime.request_parsing import EngineLimits
 
-__all__ = ["PHASE_ROLES", "LLMEngineConfig", "engine_limits"]
+__all__ = ["LLMEngineConfig", "engine_limits"]
 
-PHASE_ROLES = (Role.PREFILL, Role.DECODE)
 # LlmArgs defaults the limits fall back on (tensorrt_llm/llmapi/llm_args.py)
 _DEFAULT_MAX_INPUT_LEN = 1024
 _DEFAULT_KV_TIMEOUT_MS = 30_000
@@ -62,7 +61,7 @@ class LLMEngineConfig:
             "max_beam_width": max_beam_width(engine_dir),
             "kv_cache_config": {"tokens_per_block": int(p[Param.TOKENS_PER_BLOCK])},
         }
-        if role in PHASE_ROLES:
+        if role.phase is not None:  # one phase alone: its KV crosses to or from the other
             options["cache_transceiver_config"] = {
                 "backend": "UCX",
                 "kv_transfer_timeout_ms": round(float(p[Param.KV_TRANSFER_TIMEOUT_S]) * 1000)}

@@ -1,7 +1,7 @@
 """The LLM-API engine model's Prometheus metrics, and the LLM API's stats turned into them.
 
-The names are today's (the deploy dashboards, the serve tests and ``benchmarks/soak.py`` read
-them). :class:`StatsPublisher` reads ``LLM.get_stats`` -- TensorRT-LLM's iteration stats
+The names are a contract: the deploy dashboards, the serve tests and ``benchmarks/soak.py``
+read them. :class:`StatsPublisher` reads ``LLM.get_stats`` -- TensorRT-LLM's iteration stats
 (``numQueuedRequests``, ``kvCacheStats``; upstream fills them with ``enable_iter_perf_stats``) --
 and, from the reference implementation, its UCX transceiver's counters (``pdtrt_kv_transfer``:
 KV held for a decode pull, expired, released, pulled with bytes and seconds; ``tensorrt_llm``

@@ -78,7 +78,7 @@ class Responder:
 
     def client_gone(self) -> bool:
         """The client cancelled. Triton is not asked once the final is out: its response
-        factory is gone then, and asking crashed the server (SIGSEGV in
+        factory is gone then, and asking crashes the server (SIGSEGV in
         ``TRITONBACKEND_ResponseFactoryIsCancelled``) -- hence the lock the final takes too."""
         with self._lock:
             return not self.done and self.triton.is_cancelled(self.incoming)

@@ -2,8 +2,9 @@
 
 ``pdtrt repo`` writes them from the spec (:mod:`pdtrt.repo.plan`); the router reads them at
 ``initialize``, and ``pdtrt serve``'s supervisor reads the same ones to know which endpoints
-each phase has. A hand-written repository may name each phase's one endpoint the older way
-(``prefill_model`` + ``prefill_url``); the ``*_endpoints`` parameters win when present.
+each phase has. A pool of one endpoint may be named by ``prefill_model`` + ``prefill_url``
+alone (as hand-written repositories and tools that know one endpoint per pool do); the
+``*_endpoints`` parameters win when present.
 Parameters left out take the spec's defaults.
 """
 
@@ -13,11 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pdtrt.endpoints import EndpointSpec, parse_endpoints
-from pdtrt.engine_io import Param, Role
+from pdtrt.engine_io import PHASE_ROLES, Param, Role
 
-__all__ = ["PHASE_ROLES", "RouterConfig"]
-
-PHASE_ROLES = (Role.PREFILL, Role.DECODE, Role.AGGREGATED)  # the router's pools, in order
+__all__ = ["RouterConfig"]
 
 # Defaults of parameters a hand-written repository may leave out (= the spec's defaults).
 DEFAULT_MAX_ATTEMPTS = 2
@@ -28,7 +27,7 @@ DEFAULT_PROBE_INTERVAL_S = 2.0
 
 @dataclass(frozen=True, kw_only=True)
 class RouterConfig:
-    pools: Mapping[Role, tuple[EndpointSpec, ...]]  # prefill, decode, aggregated (may be empty)
+    pools: Mapping[Role, tuple[EndpointSpec, ...]]  # each of PHASE_ROLES (aggregated may be ())
     aggregated_below: int  # prompts shorter than this take the aggregated path; 0: never
     early_first_token: bool
     error_output: str  # the engines' in-band error output; "" for none

@@ -1,5 +1,5 @@
 """Whether a phase endpoint is alive: health probes, ejection and re-admission, and the
-liveness deadline of every phase call (DESIGN §3, router point 9).
+liveness deadline of every phase call.
 
 A phase whose process died or hangs does not say so: Triton 2.51 never ends a BLS stream whose
 callee's stub was killed (its ``next()`` blocks for good), and a remote server's model can stop

@@ -1,4 +1,4 @@
-"""pdtrt's disaggregated router: a decoupled, asynchronous BLS model (DESIGN §3).
+"""pdtrt's disaggregated router: a decoupled, asynchronous BLS model (docs/serve.md).
 
 Per request, one of two paths. **Aggregated**: a prompt shorter than
 ``aggregated_below_tokens`` goes to the aggregated model, whose stream is relayed. **Prefill
@@ -54,10 +54,10 @@ from typing import Any
 
 import numpy as np
 
-from pdtrt.engine_io import REQUEST_TYPE_PARAMETER, ROUTER_IO, RequestType, Role
+from pdtrt.engine_io import PHASE_ROLES, REQUEST_TYPE_PARAMETER, ROUTER_IO, RequestType, Role
 from pdtrt.errors import InvalidRequestError, PhaseError
 from pdtrt.runtime.request_parsing import RouterRequest, parse_router_request
-from pdtrt.runtime.router.config import PHASE_ROLES, RouterConfig
+from pdtrt.runtime.router.config import RouterConfig
 from pdtrt.runtime.router.health import Prober, health_loop, watched
 from pdtrt.runtime.router.phase_client import (
     BlsPhaseClient,

@@ -2,7 +2,7 @@
 
 Both clients take the same thing -- model name, input arrays, request id, request parameters,
 output names -- and yield the same :class:`PhaseResponse` stream, so the router's logic does not
-depend on where a pool runs (DESIGN §3, router point 7).
+depend on where a pool runs (docs/serve.md, "Pools in other Triton servers").
 
 - :class:`BlsPhaseClient`: a decoupled BLS request through the model's Triton seam
   (:meth:`~pdtrt.runtime.triton_io.Triton.bls_exec`). Triton 2.51's BLS response iterator is
@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 PROBE_ID_PREFIX = "pdtrt-probe-"
 # Triton 2.51's answer to a request for a model whose Python-backend stub has died:
-# "Stub process '<instance>' is not healthy." (pinned by tests/serve/test_phase_failures.py).
+# "Stub process '<instance>' is not healthy." (pinned by tests/serve/test_self_healing.py).
 STUB_GONE = "is not healthy"
 
 
@@ -84,8 +84,8 @@ def _read_to_end(triton: Triton, responses: Any) -> None:
     """Read what is left of a BLS stream its caller stopped reading (it went away, or an error
     ended it), discarding it. The stub clears a stream once its caller has read the last
     response; a stream left half-read is cleared only when the stub finalizes, and there
-    Triton 2.51's stub deadlocks (``ResponseIterator::Clear`` at teardown, measured with gdb):
-    the router never unloaded and held the server's exit for the whole exit timeout."""
+    Triton 2.51's stub deadlocks (in ``ResponseIterator::Clear`` at teardown): the router
+    never unloads and holds the server's exit for the whole exit timeout."""
     while True:
         try:
             if triton.bls_next(responses, ()) is None:
@@ -204,8 +204,8 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 class _Workers:
     """Threads for blocking work, reused: a job goes to an idle thread, or to a new one when
     none is idle -- never queued behind a job that blocks (a BLS ``next()`` on a dead stub
-    blocks for good). A thread started per phase call was 13 % of the router's on-CPU Python
-    samples at 32 streams (``threading.Thread.start`` waits for the new thread to run;
+    blocks for good). Starting a thread per phase call costs 13 % of the router's on-CPU
+    Python samples at 32 streams (``threading.Thread.start`` waits for the new thread to run;
     benchmarks/router_bench.md). At most ``max_idle`` idle threads are kept."""
 
     def __init__(self, name: str, max_idle: int = 64) -> None:
@@ -243,12 +243,13 @@ class BlsPhaseClient:
 
     Each stream is read by a thread of its own (the BLS iterator blocks) into a
     :class:`ResponseStream`, one response each time the caller asks for the next. Not ahead,
-    and not relaying the tokens itself: a reader thread that called ``next()`` again as soon
-    as it had handed a response over (read-ahead, 2 runs of 2), or right after sending the
-    token to the client itself (2 runs of 2), segfaulted the router's stub inside libpython's
-    allocator within seconds at 32 concurrent streams (Triton 2.51, python_backend r24.10;
-    benchmarks/router_bench.md); reading on demand never did. Once the caller has gone, the
-    rest of the stream is read and discarded (:func:`_read_to_end` says why).
+    and not relaying the tokens itself: with a reader thread that calls ``next()`` again as
+    soon as it has handed a response over (read-ahead), or that sends the token to the client
+    itself, the router's stub segfaults inside libpython's allocator within seconds at 32
+    concurrent streams (Triton 2.51, python_backend r24.10; docs/serve.md, "Triton 2.51
+    facts"; benchmarks/variants/ keeps the relaying one); reading on demand does not. Once the
+    caller has gone, the rest of the stream is read and discarded (:func:`_read_to_end` says
+    why).
     """
 
     where = "this server"

@@ -1,5 +1,5 @@
 """The client's side of one routed request: each output token once, and exactly one final
-response (DESIGN §3, router points 1 and 5).
+response.
 
 Phases report their tokens by position -- a decode stream starts again with the prefill's
 first token -- and :class:`Reply` keeps each position once. When the router retries a phase
