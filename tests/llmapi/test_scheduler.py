@@ -73,11 +73,11 @@ def test_end_id_stops_without_emitting_it(scheduler, tiny_model):
 def test_seeded_sampling_is_reproducible(scheduler):
     from pdtrt.llmapi.reference.engine import Sampling
 
-    params = Sampling(temperature=0.9, top_k=50, top_p=0.9, seed=7)
+    params = Sampling(greedy=False, temperature=0.9, top_k=50, top_p=0.9, seed=7)
     a = _collect(_submit(scheduler, PROMPTS[1], 16, sampling=params))[0]
     b = _collect(_submit(scheduler, PROMPTS[1], 16, sampling=params))[0]
     c = _collect(_submit(scheduler, PROMPTS[1], 16, sampling=Sampling(
-        temperature=0.9, top_k=50, top_p=0.9, seed=8)))[0]
+        greedy=False, temperature=0.9, top_k=50, top_p=0.9, seed=8)))[0]
     assert a == b and len(a) == 16 and a != c
 
 

@@ -30,17 +30,16 @@ KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer (k, v): [1, H_kv
 
 @dataclass(frozen=True, kw_only=True)
 class Sampling:
-    """How one sequence picks its next token; TensorRT-LLM's semantics: top_k 0 and top_p 0
-    (the defaults) mean greedy."""
+    """How one sequence picks its next token: the arg-max (``greedy``), or a draw from a
+    generator seeded with ``seed`` after ``temperature``, top-k (0: off) and top-p (0 or 1: off).
+    Whether a request is greedy is the LLM API's rule, decided by its caller
+    (``SamplingParams._greedy_decoding``, :mod:`pdtrt.llmapi.reference.params`)."""
 
+    greedy: bool = True
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 0.0
     seed: int = 0
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0 or self.top_k == 1 or (self.top_k == 0 and self.top_p == 0)
 
 
 def sample(logits: torch.Tensor, params: Sampling, generator: torch.Generator) -> int:

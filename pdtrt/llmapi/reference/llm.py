@@ -125,6 +125,7 @@ class LLM:
                          end_id=None if params.end_id is None or params.end_id < 0
                          else params.end_id,
                          sampling=Sampling(
+                             greedy=params._greedy_decoding or params.temperature == 0,
                              temperature=1.0 if params.temperature is None else params.temperature,
                              top_k=params.top_k or 0, top_p=params.top_p or 0.0,
                              seed=params.seed or 0),
