@@ -224,7 +224,11 @@ class KVTransferSection(_Section):
         default=512 * 1024 * 1024, ge=1, description="Transfer buffer per instance, bytes "
         "(reduces KV capacity on the GPU).")
     timeout_s: float = Field(default=30.0, gt=0, description="Seconds the prefill side keeps "
-                             "a request's KV for the decode side to pull.")
+                             "a request's KV for the decode side to pull (TensorRT-LLM's "
+                             "kv_transfer_timeout_ms). Also how long KV that no decode pulls "
+                             "(a cancelled or failed request) stays in the prefill's cache: "
+                             "TensorRT-LLM 1.2 frees it no earlier. Long enough for a loaded "
+                             "decode to schedule the request, no longer.")
 
 
 class RouterHealthSection(_Section):

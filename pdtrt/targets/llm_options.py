@@ -153,6 +153,9 @@ def phase_options(dep: Deployment, phase: Phase, settings: EngineSettings
         _from(settings, "max_input_len"),
         _from(settings, "max_seq_len"),
         _from(settings, "max_beam_width"),
+        _computed("enable_iter_perf_stats", True,
+                  "without it TensorRT-LLM's get_stats returns nothing, so the engine model's "
+                  "queue and KV-usage metrics stay empty"),
         _kv_dtype(dep, phase),
         LlmOption(key="kv_cache_config.free_gpu_memory_fraction", value=fraction,
                   source=fraction_source,

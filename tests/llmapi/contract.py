@@ -65,9 +65,10 @@ class _Proxy:
 
     def __getattr__(self, name: str) -> Any:
         target, cls, rec = self._t, self._c, self._r
-        if not name.startswith(_REFERENCE_ONLY):
-            rec.names.add((cls, name))
         value = getattr(target, name)
+        if name.startswith(_REFERENCE_ONLY):
+            return value
+        rec.names.add((cls, name))
         if callable(value) and not isinstance(value, type):
             def method(*args: Any, **kwargs: Any) -> Any:
                 rec.call(cls, name, args, kwargs)

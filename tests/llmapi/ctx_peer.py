@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-OPTIONS = {"max_batch_size": 4, "max_num_tokens": 64, "max_seq_len": 64,
-           "kv_cache_config": {"tokens_per_block": 16},
+OPTIONS = {"enable_iter_perf_stats": True, "max_batch_size": 4, "max_num_tokens": 64,
+           "max_seq_len": 64, "kv_cache_config": {"tokens_per_block": 16},
            "cache_transceiver_config": {"backend": "UCX", "kv_transfer_timeout_ms": 10_000}}
 
 
@@ -32,7 +32,7 @@ def context_process(conn, model_dir: str) -> None:
                        "ctx_request_id": params.ctx_request_id,
                        "opaque_state": params.opaque_state, "draft_tokens": params.draft_tokens})
         elif cmd == "stats":
-            conn.send(llm.get_stats(0)[0]["pdtrt_kv_transfer"])
+            conn.send(llm._pdtrt_kv_transfer_stats())
         elif cmd == "stop":
             llm.shutdown()
             conn.send(None)

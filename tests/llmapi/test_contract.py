@@ -108,8 +108,7 @@ def test_the_run_touched_the_whole_engine_model_api(recorded):
             ("LLM", "generate_async", "disaggregated_params"),
             ("SamplingParams", "__init__", "max_tokens"),
             ("DisaggregatedParams", "__init__", "opaque_state")} <= recorded.keywords
-    assert {"numQueuedRequests", "kvCacheStats.maxNumBlocks",
-            "pdtrt_kv_transfer"} <= recorded.stats_keys
+    assert {"numQueuedRequests", "kvCacheStats.maxNumBlocks"} <= recorded.stats_keys
 
 
 def test_every_name_the_engine_model_touches_is_on_the_pinned_surface(recorded):
@@ -163,3 +162,100 @@ def test_a_renamed_keyword_fails_the_contract(recorded, tmp_path):
         unknown_names(recorded, surface)
 
 
+
+
+# -- the options: the reference accepts nothing TensorRT-LLM's LlmArgs refuses ------------------
+def _twin_fields(model=None, prefix=""):
+    """(dotted path, pydantic field) of every option the reference takes, nested ones too."""
+    from pydantic import BaseModel
+
+    from pdtrt.llmapi.reference.options import ReferenceLlmArgs
+
+    model = model or ReferenceLlmArgs
+    for name, field in model.model_fields.items():
+        nested = [a for a in getattr(field.annotation, "__args__", (field.annotation,))
+                  if isinstance(a, type) and issubclass(a, BaseModel)]
+        yield f"{prefix}{name}", field, (nested[0] if nested else None)
+        if nested:
+            yield from _twin_fields(nested[0], f"{prefix}{name}.")
+
+
+def _nest(path: str, value):
+    head, _, rest = path.partition(".")
+    return {head: _nest(rest, value) if rest else value}
+
+
+def _facts_field(facts, path: str):
+    model = facts.root
+    *parents, last = path.split(".")
+    for key in parents:
+        model = facts.fields(model)[key].model
+    return facts.fields(model).get(last)
+
+
+def _probes(field):
+    """Values that test a field's type, nullability and bounds at their edges."""
+    from pdtrt.targets.llm_args import ArgType
+
+    wrong = {ArgType.INT: ["1", 1.5, True], ArgType.FLOAT: ["0.5", True], ArgType.BOOL: [1, "yes"],
+             ArgType.STR: [1], ArgType.ENUM: ["nope", 1], ArgType.INT_LIST: [[1.5], 1],
+             ArgType.MODEL: [1, "x"]}
+    probes = [None, *wrong.get(field.type, [])]
+    for bound in (field.ge, field.gt, field.le):
+        if bound is not None:
+            edges = [bound - 1, bound, bound + 1]
+            probes += [int(e) for e in edges] if field.type is ArgType.INT else edges
+    probes += list(field.values)
+    if field.default is not None:
+        probes.append(field.default)
+    return probes
+
+
+def test_the_reference_accepts_no_option_the_pinned_llm_args_refuse():
+    """Every option key of the reference (nested too) is a field of TensorRT-LLM's LlmArgs, and
+    no value of a probe set (wrong types, null, each bound's edges, the enum values) is accepted
+    by the reference where the pinned facts refuse it; where both have a default it is the
+    same."""
+    from pdtrt.enums import Target
+    from pdtrt.llmapi.reference.options import ReferenceLlmArgs
+    from pdtrt.targets.llm_args import load_llm_args, option_problems
+
+    facts = load_llm_args(Target.TRTLLM_1_2)
+    problems, probed = [], 0
+    for path, field, nested in _twin_fields():
+        upstream = _facts_field(facts, path)
+        if upstream is None:
+            problems.append(f"{path}: the reference takes it, LlmArgs has no such field")
+            continue
+        if nested is None and upstream.default is not None and \
+                field.default != upstream.default:
+            problems.append(f"{path}: default {field.default!r}, upstream {upstream.default!r}")
+        for value in _probes(upstream):
+            options = _nest(path, value)
+            probed += 1
+            try:
+                ReferenceLlmArgs.from_kwargs(options)
+            except ValueError:
+                continue
+            if option_problems(facts, options):
+                problems.append(f"{path}={value!r}: the reference accepts it, LlmArgs refuses it")
+    assert probed > 100 and problems == []
+
+
+def test_every_stats_key_the_reference_returns_is_on_the_pinned_surface(tiny_model):
+    from pdtrt.llmapi.reference.engine import ReferenceEngine
+
+    llm = reference.LLM._from_engine(ReferenceEngine(tiny_model, tokens_per_block=16),
+                                     **{**AGGREGATED, "enable_iter_perf_stats": True})
+    try:
+        llm.generate_async([5, 6, 7], reference.SamplingParams(max_tokens=2, end_id=-1)
+                           ).result(timeout=30)
+        [stats] = llm.get_stats(0)
+    finally:
+        llm.shutdown()
+
+    def keys(d, prefix=""):
+        for k, v in d.items():
+            yield from keys(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
+
+    assert set(keys(stats)) <= set(load_surface().stats_keys)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
 import multiprocessing as mp
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -38,8 +40,12 @@ def run(coro):
 
 
 async def generate(llm, prompt, n, **kwargs):
-    result = llm.generate_async(prompt, SamplingParams(max_tokens=n, end_id=-1), **kwargs)
-    return await result.aresult()
+    return await submit(llm, prompt, SamplingParams(max_tokens=n, end_id=-1), **kwargs)
+
+
+async def submit(llm, prompt, params, **kwargs):
+    """generate_async inside the event loop the result then wakes."""
+    return await llm.generate_async(prompt, params, **kwargs).aresult()
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +173,7 @@ def test_context_then_generation_over_ucx_equals_aggregated(context_peer, tiny_m
         with pytest.raises(RuntimeError, match="KV transfer failed: the prefill instance no "
                                                "longer holds"):
             run(generate(gen, PROMPT, 10, disaggregated_params=params))
-        stats = gen.get_stats(0)[0]["pdtrt_kv_transfer"]
+        stats = gen._pdtrt_kv_transfer_stats()
     finally:
         gen.shutdown()
     assert result.outputs[0].token_ids == run(generate(llm, PROMPT, 10)).outputs[0].token_ids \
@@ -177,15 +183,64 @@ def test_context_then_generation_over_ucx_equals_aggregated(context_peer, tiny_m
 
 
 @needs_ucx
-def test_aborting_a_finished_context_request_frees_its_kv(tiny_model_dir):
-    llm = LLM(str(tiny_model_dir), skip_tokenizer_init=True, **OPTIONS)
+def test_a_finished_context_request_holds_its_kv_until_the_timeout_whatever_abort_says(
+        tiny_model_dir, tiny_model, caplog):
+    """TensorRT-LLM 1.2: context_only forces max_tokens 1; abort() of the finished request is
+    ignored (base_worker.abort_request), its KV goes at kv_transfer_timeout_ms; an end id as
+    the first token ends it "stop" with the caller's params and nothing held."""
+    caplog.set_level(logging.INFO, logger="pdtrt.llmapi.reference.llm")
+    timeout_ms = 1500
+    llm = LLM(str(tiny_model_dir), skip_tokenizer_init=True, **{
+        **OPTIONS, "cache_transceiver_config": {"backend": "UCX",
+                                                "kv_transfer_timeout_ms": timeout_ms}})
+    context = DisaggregatedParams(request_type="context_only")
     try:
-        result = run(generate(llm, PROMPT, 1, disaggregated_params=DisaggregatedParams(
-            request_type="context_only")))
-        assert result.outputs[0].disaggregated_params.opaque_state
-        assert llm.get_stats(0)[0]["pdtrt_kv_transfer"]["held"] == 1
+        params = SamplingParams(max_tokens=10, end_id=-1)
+        result = run(submit(llm, PROMPT, params, disaggregated_params=context))
+        out = result.outputs[0]
+        assert params.max_tokens == 1 and len(out.token_ids) == 1  # forced, on the caller's
+        assert out.finish_reason == "length" and out.disaggregated_params.opaque_state
         result.abort()
-        stats = llm.get_stats(0)[0]["pdtrt_kv_transfer"]
+        assert llm._pdtrt_kv_transfer_stats()["held"] == 1  # abort freed nothing
+        assert "is finished, cannot abort it" in caplog.text
+        deadline = time.monotonic() + timeout_ms / 1000 + 2
+        while llm._pdtrt_kv_transfer_stats()["held"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        stats = llm._pdtrt_kv_transfer_stats()
+        assert stats["held"] == 0 and stats["expired"] == 1
+
+        eos = hf_greedy(tiny_model, PROMPT, 1)[0]
+        ended = run(submit(llm, PROMPT, SamplingParams(max_tokens=1, end_id=eos),
+                           disaggregated_params=context)).outputs[0]
+        assert ended.finish_reason == "stop" and ended.token_ids == []
+        assert ended.disaggregated_params is context  # the caller's, no opaque_state
+        assert llm._pdtrt_kv_transfer_stats()["offered"] == 1  # nothing held for it
     finally:
         llm.shutdown()
-    assert stats["held"] == 0 and stats["released"] == 1
+
+
+def test_get_stats_is_empty_without_iteration_stats_and_before_the_first_request(tiny_model_dir):
+    quiet = LLM(str(tiny_model_dir), skip_tokenizer_init=True,
+                **{**AGGREGATED, "enable_iter_perf_stats": False})
+    counting = LLM(str(tiny_model_dir), skip_tokenizer_init=True, **AGGREGATED)
+    try:
+        assert counting.get_stats(0) == []  # nothing before the first request
+        run(generate(quiet, PROMPT, 2))
+        run(generate(counting, PROMPT, 2))
+        assert quiet.get_stats(0) == []
+        [stats] = counting.get_stats(0)
+        assert stats["kvCacheStats"]["maxNumBlocks"] > 0 and "numQueuedRequests" in stats
+    finally:
+        quiet.shutdown()
+        counting.shutdown()
+
+
+@pytest.mark.parametrize("params", [
+    DisaggregatedParams(request_type="context_only", draft_tokens=[1, 2]),
+    DisaggregatedParams(request_type="context_only", ctx_dp_rank=1),
+    DisaggregatedParams(request_type="context_only", schedule_style=1),
+], ids=["draft-tokens", "attention-dp", "generation-first"])
+def test_disaggregated_params_the_reference_cannot_honour_are_refused(llm, params):
+    with pytest.raises(ValueError, match="does not implement DisaggregatedParams"):
+        llm.generate_async(PROMPT, SamplingParams(max_tokens=1, end_id=-1),
+                           disaggregated_params=params)

@@ -17,6 +17,6 @@ def test_reference_llm_in_a_process_of_its_own():
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(MODULE)],
         cwd=root, env={**os.environ, "PDTRT_TEST_OWN_PROCESS": MODULE.name},
-        capture_output=True, text=True, timeout=900)
+        capture_output=True, text=True, timeout=420)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and " skipped" not in done.stdout, done.stdout[-2000:]

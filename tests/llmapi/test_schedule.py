@@ -93,7 +93,8 @@ def test_cancelled_sequences_are_dropped_reported_and_free_their_slots():
 def test_end_id_ends_a_sequence_without_emitting_it():
     seq = _running("a", end_id=5)
     state = _state(running=[seq, _running("b")])
-    assert postprocess(state, [(seq, [5])]) == [(seq, Emission(tokens=(), final=True))]
+    assert postprocess(state, [(seq, [5])]) == [
+        (seq, Emission(tokens=(), final=True, finish_reason="stop"))]
     assert seq.generated == [1] and seq.done and _names(state.running) == ["b"]
 
 
@@ -101,7 +102,7 @@ def test_end_id_among_imported_first_tokens_cuts_them_there():
     seq = _seq("g", mode=GEN_ONLY, first_tokens=(3, 5, 7), end_id=5)
     state = _state(waiting=[seq])
     plan = schedule(state)
-    assert plan.emissions == ((seq, Emission(tokens=(3,), final=True)),)
+    assert plan.emissions == ((seq, Emission(tokens=(3,), final=True, finish_reason="stop")),)
     assert plan.decode == () and not state.running
 
 
@@ -110,7 +111,8 @@ def test_max_new_tokens_ends_a_sequence():
     state = _state(running=[seq])
     assert postprocess(state, [(seq, [7])]) == [(seq, Emission(tokens=(7,), final=False))]
     assert state.running == [seq] and not seq.done
-    assert postprocess(state, [(seq, [8])]) == [(seq, Emission(tokens=(8,), final=True))]
+    assert postprocess(state, [(seq, [8])]) == [
+        (seq, Emission(tokens=(8,), final=True, finish_reason="length"))]
     assert seq.generated == [1, 7, 8] and seq.done and not state.running
 
 
@@ -123,16 +125,20 @@ def test_a_decode_step_applies_each_sequence_its_own_token():
     assert state.running == [a]
 
 
-def test_context_only_ends_after_its_first_token_and_hands_back_the_kv():
+def test_context_only_ends_at_its_one_token_and_hands_back_the_kv_unless_it_hit_the_end_id():
+    """The LLM forces max_tokens 1 on a context-only request (TensorRT-LLM's PyTorch flow): it
+    ends "length" and hands back the prompt's KV; an end id as that token ends it "stop" with
+    no KV to hand on (upstream's disaggregated server then skips the generation request)."""
     kv = object()  # the engine's, opaque to the policy
-    seq, stopped = _seq("c", mode=RequestType.CONTEXT_ONLY, kv=kv), \
-        _seq("s", mode=RequestType.CONTEXT_ONLY, kv=kv, end_id=6)
+    seq, stopped = _seq("c", mode=RequestType.CONTEXT_ONLY, kv=kv, max_new_tokens=1), \
+        _seq("s", mode=RequestType.CONTEXT_ONLY, kv=kv, end_id=6,
+             max_new_tokens=1)
     state = _state(waiting=[seq, stopped])
     plan = schedule(state)
     assert _names(plan.prefill) == ["c", "s"]
     assert postprocess(state, [(seq, [6]), (stopped, [6])]) == [
-        (seq, Emission(tokens=(6,), final=True, kv=kv)),
-        (stopped, Emission(tokens=(), final=True, kv=kv))]
+        (seq, Emission(tokens=(6,), final=True, kv=kv, finish_reason="length")),
+        (stopped, Emission(tokens=(), final=True, finish_reason="stop"))]
     assert not state.running
 
 
@@ -150,7 +156,8 @@ def test_generation_only_starts_decoding_from_its_imported_first_tokens_without_
 def test_generation_only_whose_first_tokens_reach_max_new_tokens_never_decodes():
     seq = _seq("g", mode=GEN_ONLY, first_tokens=(11, 12), max_new_tokens=2)
     plan = schedule(_state(waiting=[seq]))
-    assert plan.emissions == ((seq, Emission(tokens=(11, 12), final=True)),)
+    assert plan.emissions == ((seq, Emission(tokens=(11, 12), final=True,
+                                              finish_reason="length")),)
     assert plan.decode == () and seq.done
 
 

@@ -56,7 +56,7 @@ def test_prefill_then_decode_via_packed_kv(scheduler, tiny_model):
     from pdtrt.llmapi.reference.engine import pack_kv, unpack_kv
 
     for prompt in PROMPTS:
-        tokens, final = _collect(_submit(scheduler, prompt, 10, mode=RequestType.CONTEXT_ONLY))
+        tokens, final = _collect(_submit(scheduler, prompt, 1, mode=RequestType.CONTEXT_ONLY))
         assert len(tokens) == 1 and final.kv is not None
         kv = unpack_kv(pack_kv(final.kv), scheduler.engine.layout, len(prompt))
         rest, _ = _collect(_submit(scheduler, prompt, 10, mode=RequestType.GENERATION_ONLY,

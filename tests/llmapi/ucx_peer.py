@@ -10,15 +10,13 @@ import numpy as np
 def prefill_process(conn, timeout_s: float) -> None:
     from pdtrt.llmapi.reference.kv_transfer import UcxKVNode
 
-    node = UcxKVNode(timeout_s=timeout_s)
+    node = UcxKVNode(hold_s=timeout_s)
     node.start()
     conn.send(node.address)
     while True:
         cmd, arg = conn.recv()
         if cmd == "offer":
             conn.send(node.offer(np.frombuffer(arg, dtype=np.uint8).copy()))
-        elif cmd == "release":
-            conn.send(node.release(arg))
         elif cmd == "stats":
             s = node.stats
             conn.send({"served": s.served, "expired": s.expired, "held": len(s.held)})

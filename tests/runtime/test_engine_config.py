@@ -3,6 +3,8 @@ or an LLM-API options file (pdtrt/runtime/engine/config.py)."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,7 @@ def test_reference_parameters_become_llm_api_options(role, monkeypatch):
     phase = {"cache_transceiver_config": {"backend": "UCX", "kv_transfer_timeout_ms": 1500}}
     assert config.model == Path("/engines/prefill") and config.ucx_tls == ("sm", "tcp")
     assert config.options == {
+        "enable_iter_perf_stats": True,  # else TensorRT-LLM's get_stats returns nothing
         "max_batch_size": 8, "max_num_tokens": 256, "max_input_len": 128, "max_seq_len": 192,
         "max_beam_width": 1, "kv_cache_config": {"tokens_per_block": 16},
         **(phase if role is not Role.AGGREGATED else {})}
@@ -43,7 +46,9 @@ def test_an_options_file_is_read_as_is_and_the_limits_default_like_the_llm_api(t
                                           Param.LLM_OPTIONS: str(options)})
     assert config.options == {"max_batch_size": 64,
                               "cache_transceiver_config": {"backend": "UCX"}}
-    assert config.serves_phases and config.kv_transfer_timeout_s == 30.0 and config.ucx_tls == ()
+    # no kv_transfer_timeout_ms: TensorRT-LLM 1.2 holds the KV until pulled
+    assert config.serves_phases and config.kv_transfer_timeout_s == math.inf
+    assert config.ucx_tls == ()
     limits = engine_limits(config, MODEL)
     assert (limits.max_input_len, limits.max_seq_len, limits.max_beam_width) == (1024, 512, 1)
 
@@ -65,3 +70,29 @@ def test_unreadable_gpu_device_ids_say_the_format():
     with pytest.raises(ValueError, match=r"0,1;2,3"):
         LLMEngineConfig.from_params({Param.ROLE: Role.DECODE, Param.LLM_MODEL: "/m",
                                      Param.GPU_DEVICE_IDS: "0,a"})
+
+
+def test_a_hub_name_reads_the_config_where_the_llm_api_cached_it(tmp_path, monkeypatch):
+    """With model.path unset, llm_model is the Hub name: the limits come from the Hub cache the
+    LLM API downloaded into, not from '<name>/config.json' relative to the working directory."""
+    snapshot = tmp_path / "hub" / "models--acme--tiny" / "snapshots" / "0123abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(MODEL))
+    (tmp_path / "hub" / "models--acme--tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--acme--tiny" / "refs" / "main").write_text("0123abc")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    import huggingface_hub.constants as hub
+
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
+    config = LLMEngineConfig.from_params({Param.ROLE: Role.DECODE, Param.LLM_MODEL: "acme/tiny"})
+    assert engine_limits(config).vocab_size == 512
+
+
+@pytest.mark.parametrize("model", ["/models/missing", "not-a-hub-name", "a/b/c"])
+def test_a_model_that_is_neither_a_directory_nor_a_hub_name_says_so(model):
+    config = LLMEngineConfig.from_params({Param.ROLE: Role.DECODE, Param.LLM_MODEL: model})
+    with pytest.raises(ValueError, match="neither a checkpoint directory nor a Hugging Face"):
+        engine_limits(config)

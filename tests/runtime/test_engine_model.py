@@ -19,12 +19,14 @@ from pdtrt.llmapi import LLMApiImpl, load_llm_api
 from pdtrt.runtime.engine.config import LLMEngineConfig
 from pdtrt.runtime.engine.faults import FaultInjection
 from pdtrt.runtime.engine.model import TritonPythonModel
+from tests.runtime.fake_clock import FakeClock
 from tests.runtime.fake_transceiver import FakeTransceiver
 from tests.runtime.fake_triton import FakeRequest, FakeTriton
 
 PROMPT = [5, 6, 7, 8]
 OPTIONS = {"max_batch_size": 4, "max_num_tokens": 64, "max_input_len": 16, "max_seq_len": 64,
            "kv_cache_config": {"tokens_per_block": 16}}
+HOLD_S = 1.0
 PHASE_OPTIONS = {**OPTIONS, "cache_transceiver_config": {"backend": "UCX",
                                                          "kv_transfer_timeout_ms": 1000}}
 
@@ -51,18 +53,19 @@ def engine_model(tiny_model):
 
     made = []
     engine = ReferenceEngine(tiny_model, tokens_per_block=16)
-    shared = FakeTransceiver(engine.layout)
+    clock = FakeClock()
+    shared = FakeTransceiver(engine.layout, hold_s=HOLD_S, clock=clock)
 
     def make(role=Role.AGGREGATED, *, kv=False, faults=None):
         triton = FakeTriton()
-        model = TritonPythonModel(triton)
+        model = TritonPythonModel(triton, clock=clock)
         options = PHASE_OPTIONS if kv else OPTIONS
         config = LLMEngineConfig(role=role, model=Path("in-memory"), options=options)
         llm = LLM._from_engine(engine, transceiver=shared if kv else None,
                                **options)
         model.setup(config, load_llm_api(LLMApiImpl.REFERENCE), llm, model_name=str(role),
                     faults=faults, model_config=tiny_model.config.to_dict())
-        model.transceiver = shared
+        model.transceiver, model.fake_clock = shared, clock
         made.append(model)
         return model, triton
 
@@ -271,7 +274,9 @@ def test_a_stopped_request_ends_once_and_counts_as_cancelled(engine_model, how):
     assert triton.metrics["pdtrt_engine_active_sequences"] == 0
 
 
-def test_a_stop_frees_the_kv_a_prefill_holds(engine_model):
+def test_a_stop_frees_no_held_kv_it_goes_at_the_transfer_timeout(engine_model):
+    """TensorRT-LLM 1.2 ignores a stop (abort) of a finished context-only request: its KV stays
+    held until kv_transfer_timeout_ms; the gauge says so, then drops when the timeout runs out."""
     model, triton = engine_model(Role.PREFILL, kv=True)
     ctx = request(request_type=RequestType.CONTEXT_ONLY, request_id="held-1", streaming=False)
     model.execute([ctx])
@@ -280,9 +285,37 @@ def test_a_stop_frees_the_kv_a_prefill_holds(engine_model):
     assert list(ucx.held) == [1] and triton.metrics["pdtrt_kv_held_buffers"] == 1
     halt = stop("held-1")
     model.execute([halt])
-    assert ended_once(halt) and ucx.released == [1] and not ucx.held
-    assert triton.metrics["pdtrt_kv_released_total"] == 1
-    assert triton.metrics["pdtrt_kv_held_buffers"] == 0
+    assert ended_once(halt) and list(ucx.held) == [1]
+    assert triton.metrics["pdtrt_kv_held_buffers"] == 1
+    assert "pdtrt_kv_released_total" not in triton.metrics
+    model.fake_clock.advance(HOLD_S)
+    model.publish()
+    assert not ucx.held and triton.metrics["pdtrt_kv_held_buffers"] == 0
+    assert triton.metrics["pdtrt_kv_expired_total"] == 1
+
+
+def test_a_context_request_ended_by_its_end_id_hands_no_kv_to_a_decode(engine_model, tiny_model):
+    """An EOS as the first token ends the request at the prefill: finish reason "stop", no
+    context_phase_params (so the router skips the decode), no KV held."""
+    from tests.runtime.conftest import hf_greedy
+
+    model, triton = engine_model(Role.PREFILL, kv=True)
+    first = hf_greedy(tiny_model, PROMPT, 1)[0]
+    ctx = request(request_type=RequestType.CONTEXT_ONLY, streaming=False,
+                  end_id=np.array([first], dtype=np.int32))
+    model.execute([ctx])
+    assert ended_once(ctx) and ctx.tokens == []
+    assert "context_phase_params" not in ctx.responses[0].outputs
+    assert not model.transceiver.held and triton.metrics["pdtrt_kv_held_buffers"] == 0
+
+
+def test_a_context_request_asks_the_engine_for_one_token(engine_model):
+    """TensorRT-LLM forces max_tokens 1 on a context-only request; the engine model's request
+    output length (the client's) does not make the prefill generate more."""
+    model, _ = engine_model(Role.PREFILL, kv=True)
+    ctx = request(request_type=RequestType.CONTEXT_ONLY, streaming=False, max_new=20)
+    model.execute([ctx])
+    assert ended_once(ctx) and len(ctx.tokens) == 1
 
 
 def test_prefill_then_decode_gives_the_aggregated_tokens(engine_model):

@@ -12,24 +12,26 @@ from pdtrt.runtime.engine.inflight import InflightRequests
 def test_stop_marks_live_sequences_of_that_id_only():
     reg = InflightRequests()
     a, b, other = reg.register("r1"), reg.register("r1"), reg.register("r2")
-    result = reg.stop("r1")
-    assert result.sequences == 2 and result.transfers == ()
+    result = reg.stop("r1", now_s=0.0)
+    assert result.sequences == 2 and result.held == 0
     assert a.stopped and b.stopped and not other.stopped
     reg.finished(a)
     reg.finished(b)
-    assert reg.num_live == 1 and reg.stop("r1").sequences == 0
+    assert reg.num_live == 1 and reg.stop("r1", now_s=0.0).sequences == 0
 
 
-def test_stop_claims_offered_transfers_and_forgets_those_no_longer_held():
+def test_held_kv_is_counted_until_its_timeout_and_a_stop_frees_none():
+    """TensorRT-LLM 1.2 frees a finished context-only request's KV only when
+    kv_transfer_timeout_ms runs out: a stop reports the hand-off but it stays counted."""
     reg = InflightRequests()
-    held = {11, 22}
-    reg.offered("a", 11, held.__contains__)
-    reg.offered("b", 22, held.__contains__)
-    held.discard(11)  # pulled by a decode instance
-    reg.offered("c", 33, held.__contains__)  # pruning happens on each offer
-    assert reg.stop("a").transfers == ()
-    assert reg.stop("b").transfers == (22,)
-    assert reg.stop("b").transfers == ()  # claimed once
+    reg.offered("a", until_s=10.0)
+    reg.offered("b", until_s=12.0)
+    reg.offered("c", until_s=float("inf"))  # no timeout configured: held until pulled
+    assert reg.num_held(now_s=5.0) == 3
+    assert reg.stop("a", now_s=5.0).held == 1
+    assert reg.num_held(now_s=5.0) == 3  # the stop freed nothing
+    assert reg.num_held(now_s=10.0) == 2 and reg.stop("a", now_s=10.0).held == 0
+    assert reg.num_held(now_s=1e9) == 1
 
 
 def test_fault_rules_are_per_role_and_malformed_ones_are_refused():

@@ -81,8 +81,9 @@ def test_a_decode_that_fails_before_its_first_token_is_retried_on_another_endpoi
     [failed] = work(triton, "decode_b")
     [served] = work(triton, "decode")
     assert failed.request_id == first.request_id and served.request_id == second.request_id
-    [stop] = [c for c in triton.calls if c.is_stop and c.model.startswith("prefill")]
-    assert stop.request_id == first.request_id  # the failed attempt's KV is freed
+    # TensorRT-LLM 1.2 cannot free a finished prefill's KV early: no stop is sent for it (its
+    # kv_transfer_timeout_ms frees it)
+    assert not [c for c in triton.calls if c.is_stop]
     assert triton.metrics["pdtrt_router_retries_total{phase=decode}"] == 1
     assert metric(triton, "pdtrt_router_endpoint_ejections_total", phase="decode",
                   endpoint="decode_b") == 1
@@ -169,8 +170,8 @@ def test_a_phase_that_stops_answering_ends_the_stream_within_its_liveness_deadli
     assert ended_once(req, error=f"decode failed: endpoint decode stopped answering: {DEAD}")
     assert metric(triton, "pdtrt_router_stalled_calls_total", phase="decode",
                   endpoint="decode") == 1
-    [stop] = [c for c in triton.calls if c.is_stop and c.model == "prefill"]
-    assert stop.request_id == work(triton, "prefill")[0].request_id  # the KV is freed
+    assert not [c for c in triton.calls if c.is_stop and c.model == "prefill"]  # nothing frees
+    # the KV of a finished prefill early on TensorRT-LLM 1.2: its kv_transfer_timeout_ms does
 
 
 def test_a_call_lost_while_its_endpoint_was_down_ends_though_the_endpoint_is_back(router, hang):

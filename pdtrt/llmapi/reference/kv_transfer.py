@@ -8,7 +8,9 @@ on one host, TCP across hosts, as ``UCX_TLS`` allows), posts receives on two fre
 sends a pull request carrying its own address and the tags. The prefill side answers with a
 status word then the buffer, and frees the buffer once the send has completed -- a rendezvous
 send completes only after the receiver has the data, so completion is the acknowledgement.
-Buffers nobody pulls are freed after ``timeout_s``; :meth:`UcxKVNode.release` frees one early.
+Buffers nobody pulls are freed ``hold_s`` after the offer -- and only then: like TensorRT-LLM's
+cache transceiver there is no early release (an abort of the finished context request does not
+free it; :mod:`pdtrt.llmapi.reference.llm`). A pull waits at most ``pull_timeout_s``.
 
 Wire format of a pull request (tag ``PULL_TAG``): ``transfer_id u64 | reply_tag u64 |
 address_len u32 | address``. Reply: status ``u64`` on ``reply_tag`` (0 ok, 1 unknown or
@@ -49,7 +51,6 @@ class TransferStats:
     offered: int = 0
     served: int = 0
     expired: int = 0
-    released: int = 0
     held: dict[int, tuple[np.ndarray, float]] = field(default_factory=dict)
 
 
@@ -76,9 +77,11 @@ class UcxKVNode:
     """One process's UCX endpoint for KV transfer; call :meth:`start` before use."""
 
     def __init__(self, *, transports: tuple[str, ...] = ("sm", "tcp"),
-                 timeout_s: float = 30.0, on_change: Callable[[], None] | None = None) -> None:
+                 hold_s: float = 30.0, pull_timeout_s: float = 30.0,
+                 on_change: Callable[[], None] | None = None) -> None:
         self.transports = transports
-        self.timeout_s = timeout_s
+        self.hold_s = hold_s  # math.inf: held until pulled (no kv_transfer_timeout_ms)
+        self.pull_timeout_s = pull_timeout_s
         # called on the UCX thread after held buffers were served or expired (for gauges)
         self.on_change = on_change
         self.stats = TransferStats()
@@ -146,20 +149,13 @@ class UcxKVNode:
         """Hold ``buffer`` (uint8) for a decode instance to pull; returns its transfer id."""
         transfer_id = secrets.randbits(62)
         with self._lock:
-            self.stats.held[transfer_id] = (buffer, time.monotonic() + self.timeout_s)
+            self.stats.held[transfer_id] = (buffer, time.monotonic() + self.hold_s)
             self.stats.offered += 1
         return transfer_id
 
     def is_held(self, transfer_id: int) -> bool:
         with self._lock:
             return transfer_id in self.stats.held
-
-    def release(self, transfer_id: int) -> bool:
-        """Free a held buffer early (e.g. its request was cancelled); True if it was held."""
-        with self._lock:
-            found = self.stats.held.pop(transfer_id, None) is not None
-            self.stats.released += found
-        return found
 
     async def _serve(self) -> None:
         import ucxx
@@ -212,11 +208,11 @@ class UcxKVNode:
         future = asyncio.run_coroutine_threadsafe(self._pull(address, transfer_id, nbytes),
                                                   self._loop)
         try:
-            buffer = future.result(timeout=self.timeout_s)
+            buffer = future.result(timeout=self.pull_timeout_s)
         except TimeoutError:
             future.cancel()
             raise KVTransferError(f"KV transfer {transfer_id:x} timed out after "
-                                  f"{self.timeout_s:g} s") from None
+                                  f"{self.pull_timeout_s:g} s") from None
         return buffer
 
     async def _pull(self, address: bytes, transfer_id: int, nbytes: int) -> np.ndarray:
@@ -234,8 +230,8 @@ class UcxKVNode:
         await got_status
         if int(status[0]) != _STATUS_OK:
             raise KVTransferError(f"the prefill instance no longer holds KV transfer "
-                                  f"{transfer_id:x} (expired after {self.timeout_s:g} s, "
-                                  "released, or pulled already)")
+                                  f"{transfer_id:x} (its kv_transfer_timeout ran out, or it "
+                                  "was pulled already)")
         await ucxx.recv(buffer, tag=reply_tag + 1)
         return buffer
 

@@ -1,28 +1,36 @@
 """The reference ``LLM``: TensorRT-LLM's LLM-API engine class over pdtrt's CPU reference engine.
 
 Exactly the pinned surface (``pdtrt/data/targets/trtllm-1.2-llmapi.yaml``): the constructor of
-``tensorrt_llm/llmapi/llm.py`` (commit 00966934ce32e0603a33f8c922525cf3678afab4) with the
+``tensorrt_llm/llmapi/llm.py`` (commit 4c05a74891e4df8066f08ed4ce14b0972abe4e25) with the
 LLM-API options as keyword arguments (checked like ``LlmArgs``: :mod:`.options`),
 ``generate_async``, ``get_stats`` and ``shutdown``. Inside, the in-flight
 :class:`~pdtrt.llmapi.reference.scheduler.Scheduler` runs the
 :class:`~pdtrt.llmapi.reference.engine.ReferenceEngine` and each scheduler emission becomes one
 response step of the request's :class:`~.outputs.RequestOutput`.
 
-Disaggregation as upstream: with ``cache_transceiver_config`` set, a ``context_only`` request
-runs the prompt, returns one token and ``outputs[0].disaggregated_params`` (request_type
-context_only, ``first_gen_tokens``, ``ctx_request_id``, ``opaque_state``) while the
-:class:`~.transceiver.KVCacheTransceiver` holds its KV; a ``generation_only`` request with those
-params pulls the KV over UCX, then continues from the first token (its output repeats it, as
-TensorRT-LLM's generation-only output covers the whole generation). Without the config,
-disaggregated request types are refused, like the PyTorch flow's disabled transceiver.
+Disaggregation as upstream (same file and commit, ``generate_async``; ``executor/result.py``
+at a678b91a; ``executor/base_worker.py`` ``abort_request``): with ``cache_transceiver_config``
+set, a ``context_only`` request has its ``max_tokens`` forced to 1 (the PyTorch flow's rule),
+runs the prompt and returns one token with finish reason "length" and
+``outputs[0].disaggregated_params`` (request_type context_only, ``first_gen_tokens``,
+``ctx_request_id``, ``opaque_state``) while the :class:`~.transceiver.KVCacheTransceiver` holds
+its KV -- until a generation worker pulls it or ``kv_transfer_timeout_ms`` runs out, and only
+then: ``abort()`` of the finished request frees nothing. If that first token is the end id, the
+request ends "stop", hands back the caller's params and holds no KV (upstream's disaggregated
+server then skips the generation request). A ``generation_only`` request with those params pulls
+the KV over UCX, then continues from the first token (its output repeats it, as TensorRT-LLM's
+generation-only output covers the whole generation). Without the config, disaggregated request
+types are refused, like the PyTorch flow's disabled transceiver. ``get_stats`` follows upstream
+too: empty without ``enable_iter_perf_stats`` and before the first request.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import os
-import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,7 +46,12 @@ from pdtrt.llmapi.reference.transceiver import KVCacheTransceiver
 
 __all__ = ["LLM"]
 
-_DEFAULT_KV_TIMEOUT_MS = 30_000
+log = logging.getLogger(__name__)
+
+# How long a generation worker waits for a pull. TensorRT-LLM bounds its receive side with
+# kv_transfer_timeout_ms too; with the option unset (held forever) the reference still bounds
+# a pull, so a dead context worker fails the request instead of hanging it.
+_DEFAULT_PULL_TIMEOUT_MS = 30_000
 _NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
             "length_penalty": 0.0}
 
@@ -74,8 +87,7 @@ class LLM:
         self._scheduler = Scheduler(engine, max_batch_size=self.args.max_batch_size,
                                     max_num_tokens=self.args.max_num_tokens)
         self._ids = itertools.count(1)  # this LLM's request ids
-        self._lock = threading.Lock()
-        self._offers: dict[int, bytes] = {}  # finished context-only request -> opaque_state
+        self._served = 0  # requests submitted (upstream has no stats before the first)
         self._transceiver: Any = None  # KVCacheTransceiver
         self._pulls: ThreadPoolExecutor | None = None
         self._closed = False
@@ -86,10 +98,11 @@ class LLM:
         if transceiver is not None and transceiver_standin is not None:
             self._transceiver = transceiver_standin
         elif transceiver is not None:
-            timeout_ms = transceiver.kv_transfer_timeout_ms or _DEFAULT_KV_TIMEOUT_MS
+            timeout_ms = transceiver.kv_transfer_timeout_ms
             tls = tuple(os.environ.get("UCX_TLS", "sm,tcp").split(","))
-            self._transceiver = KVCacheTransceiver(engine.layout, timeout_s=timeout_ms / 1000,
-                                                   transports=tls)
+            self._transceiver = KVCacheTransceiver(
+                engine.layout, hold_s=math.inf if timeout_ms is None else timeout_ms / 1000,
+                pull_timeout_s=(timeout_ms or _DEFAULT_PULL_TIMEOUT_MS) / 1000, transports=tls)
             self._transceiver.start()
         if self._transceiver is not None:
             self._pulls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pdtrt-kv-pull")
@@ -98,28 +111,39 @@ class LLM:
     # -- requests ----------------------------------------------------------------------------
     def generate_async(self, inputs: Any, sampling_params: SamplingParams | None = None,
                        lora_request: Any = None, prompt_adapter_request: Any = None,
-                       streaming: bool = False, queries: Any = None,
-                       kv_cache_retention_config: Any = None,
+                       streaming: bool = False, kv_cache_retention_config: Any = None,
                        disaggregated_params: DisaggregatedParams | None = None,
-                       _postproc_params: Any = None) -> RequestOutput:
+                       _postproc_params: Any = None, scheduling_params: Any = None,
+                       cache_salt: str | None = None) -> RequestOutput:
         """Submit one prompt (token ids, or ``{"prompt_token_ids": [...]}``); returns at once.
         Raises ``ValueError`` / ``TypeError`` for what the engine cannot serve."""
         unused = {"lora_request": lora_request, "prompt_adapter_request": prompt_adapter_request,
-                  "queries": queries, "kv_cache_retention_config": kv_cache_retention_config,
-                  "_postproc_params": _postproc_params}
+                  "kv_cache_retention_config": kv_cache_retention_config,
+                  "_postproc_params": _postproc_params, "scheduling_params": scheduling_params,
+                  "cache_salt": cache_salt}
         if named := [k for k, v in unused.items() if v is not None]:
             raise ValueError(f"the reference LLM does not implement {', '.join(named)}")
         if self._closed:
             raise RuntimeError("the LLM has been shut down")
         prompt = _prompt(inputs)
-        params = self._check(sampling_params, len(prompt))
         mode = RequestType(disaggregated_params.request_type or RequestType.CONTEXT_AND_GENERATION
                            ) if disaggregated_params is not None else \
             RequestType.CONTEXT_AND_GENERATION
+        if disaggregated_params is not None and \
+                (named := disaggregated_params._unsupported()):
+            raise ValueError(f"the reference LLM does not implement DisaggregatedParams."
+                             f"{', DisaggregatedParams.'.join(named)}")
+        if mode is RequestType.CONTEXT_ONLY and sampling_params is not None:
+            sampling_params.max_tokens = 1  # upstream's PyTorch flow forces it, on the caller's
+        params = self._check(sampling_params, len(prompt))
         if mode is not RequestType.CONTEXT_AND_GENERATION and self._transceiver is None:
             raise ValueError(f"{mode} requests need cache_transceiver_config: the KV cache "
                              "transceiver is disabled")
-        result = RequestOutput(next(self._ids), prompt, on_abort=self._abort)
+        self._served += 1
+        disagg_id = None if disaggregated_params is None else \
+            disaggregated_params.disagg_request_id
+        result = RequestOutput(next(self._ids) if disagg_id is None else disagg_id, prompt,
+                               on_abort=self._abort)
         seq = SeqRequest(request_id=str(result.request_id), prompt=prompt,
                          max_new_tokens=params.max_tokens,
                          end_id=None if params.end_id is None or params.end_id < 0
@@ -130,7 +154,8 @@ class LLM:
                              top_k=params.top_k or 0, top_p=params.top_p or 0.0,
                              seed=params.seed or 0),
                          mode=mode, emit=self._emitter(result, seq_mode=mode, streaming=streaming,
-                                                       params=params, prompt_len=len(prompt)),
+                                                       caller=disaggregated_params,
+                                                       prompt_len=len(prompt)),
                          is_cancelled=lambda: result.aborted() or self._closed)
         if mode is RequestType.GENERATION_ONLY:
             assert self._pulls is not None and disaggregated_params is not None
@@ -153,12 +178,11 @@ class LLM:
         return params
 
     def _emitter(self, result: RequestOutput, *, seq_mode: RequestType, streaming: bool,
-                 params: SamplingParams, prompt_len: int) -> Callable[[Emission], None]:
+                 caller: DisaggregatedParams | None, prompt_len: int
+                 ) -> Callable[[Emission], None]:
         pending: list[int] = []  # a non-streaming request's tokens until its end
-        total = [0]
 
         def emit(em: Emission) -> None:
-            total[0] += len(em.tokens)
             if em.error is not None:
                 result._push(Step(tokens=(), final=True, error=em.error))
                 return
@@ -170,18 +194,14 @@ class LLM:
             if not em.final:
                 result._push(Step(tokens=tokens, final=False))
                 return
-            disagg = None
-            if seq_mode is RequestType.CONTEXT_ONLY and em.kv is not None and em.tokens \
+            disagg = caller if seq_mode is RequestType.CONTEXT_ONLY else None
+            if seq_mode is RequestType.CONTEXT_ONLY and em.kv is not None \
                     and self._transceiver is not None and not result.aborted():
                 state = self._transceiver.offer(em.kv, prompt_len)
-                with self._lock:
-                    self._offers[result.request_id] = state
                 disagg = DisaggregatedParams(request_type="context_only",
                                              first_gen_tokens=list(em.tokens),
                                              ctx_request_id=result.request_id, opaque_state=state)
-            reason = "cancelled" if em.cancelled else \
-                "length" if total[0] >= params.max_tokens or seq_mode is RequestType.CONTEXT_ONLY \
-                else "stop"
+            reason = "cancelled" if em.cancelled else em.finish_reason
             result._push(Step(tokens=tokens, final=True, finish_reason=reason,
                               disaggregated_params=disagg))
 
@@ -203,25 +223,38 @@ class LLM:
         self._scheduler.submit(seq)
 
     def _abort(self, result: RequestOutput) -> None:
-        with self._lock:
-            state = self._offers.pop(result.request_id, None)
-        if state is not None and self._transceiver is not None:
-            self._transceiver.release(state)
+        """A running request is cancelled by the scheduler (``is_cancelled``); a finished one
+        is left as it is, its held KV included (upstream's ``abort_request``)."""
+        if result._done_in_executor():
+            log.info("Request of client_id %s is finished, cannot abort it.", result.request_id)
 
     # -- stats and the end -------------------------------------------------------------------
     def get_stats(self, timeout: float | None = 2) -> list[dict[str, Any]]:
-        """One iteration-stats snapshot (TensorRT-LLM's IterationStats keys)."""
+        """Iteration stats as upstream returns them: nothing unless ``enable_iter_perf_stats``
+        is set (after waiting ``timeout`` for stats that never come) and nothing before the
+        first request (with upstream's warning); else one snapshot of the current iteration with
+        a subset of TensorRT-LLM's IterationStats keys (upstream returns every iteration since
+        the last call)."""
+        if not self.args.enable_iter_perf_stats:
+            if timeout:
+                time.sleep(timeout)
+            return []
+        if not self._served:
+            log.warning("No stats available; submit requests first")
+            return []
         tpb = self._engine.layout.tokens_per_block
         max_blocks = self.args.max_batch_size * math.ceil(self._max_seq_len / tpb)
         used = math.ceil(self._scheduler.num_kv_tokens / tpb)
-        stats: dict[str, Any] = {
+        return [{
             "iter": self._scheduler.steps, "numActiveRequests": self._scheduler.num_running,
             "numQueuedRequests": self._scheduler.num_queued,
             "kvCacheStats": {"maxNumBlocks": max_blocks, "usedNumBlocks": used,
-                             "freeNumBlocks": max_blocks - used, "tokensPerBlock": tpb}}
-        if self._transceiver is not None:
-            stats["pdtrt_kv_transfer"] = self._transceiver.stats()
-        return [stats]
+                             "freeNumBlocks": max_blocks - used, "tokensPerBlock": tpb}}]
+
+    def _pdtrt_kv_transfer_stats(self) -> dict[str, float]:
+        """The UCX transceiver's counters (held, offered, served, expired, pulled, bytes,
+        seconds); empty without one. pdtrt's extension: tensorrt_llm has no such call."""
+        return {} if self._transceiver is None else self._transceiver.stats()
 
     def _pdtrt_set_fault_hook(self, hook: Any) -> None:
         """pdtrt's failure-path tests: ``hook.before_decode(request_ids)`` runs before every

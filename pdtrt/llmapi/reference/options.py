@@ -6,37 +6,53 @@ pydantic model that forbids unknown keys; its nested configs (``KvCacheConfig``,
 understands, with upstream's names, so the options file the ``trtllm-1.2`` target writes for a
 GPU is the same kind of file the reference target hands to the CPU: an unknown key is a
 ``ValueError`` naming it (with "did you mean"), not a silently ignored setting. Options that only
-tune GPU execution (CUDA graphs, the overlap scheduler, chunked prefill, iteration stats) are
-accepted and have no effect here: the fields below "accepted for the GPU".
+tune GPU execution (CUDA graphs, the overlap scheduler, chunked prefill) are accepted and have no
+effect here: the fields below "accepted for the GPU". Every field, nested ones included, is one
+of upstream's with its type and default (``pdtrt/data/targets/trtllm-1.2-llm-args.yaml``;
+tests/llmapi/test_contract.py fails when the reference accepts a key or value that does not).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pdtrt.suggest import did_you_mean
 
-__all__ = ["CacheTransceiverConfig", "KvCacheConfig", "ReferenceLlmArgs"]
+__all__ = ["CacheTransceiverConfig", "CudaGraphConfig", "KvCacheConfig", "ReferenceLlmArgs",
+           "SchedulerConfig"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class KvCacheConfig(_Strict):
     tokens_per_block: int = 32
     enable_block_reuse: bool = True
-    free_gpu_memory_fraction: float | None = None
+    free_gpu_memory_fraction: float | None = Field(default=0.9, ge=0, le=1)
     max_tokens: int | None = None
     dtype: str = "auto"
 
 
 class CacheTransceiverConfig(_Strict):
-    backend: Literal["DEFAULT", "UCX", "NIXL", "MPI", "MOONCAKE"] | None = None
+    backend: Literal["DEFAULT", "UCX", "NIXL", "MOONCAKE", "MPI"] | None = None
     max_tokens_in_buffer: int | None = None
-    kv_transfer_timeout_ms: int | None = None
+    kv_transfer_timeout_ms: int | None = Field(default=None, gt=0)
+    kv_transfer_sender_future_timeout_ms: int | None = Field(default=1000, gt=0)
+
+
+class CudaGraphConfig(_Strict):
+    batch_sizes: list[int] | None = None
+    max_batch_size: int = Field(default=0, ge=0)
+    enable_padding: bool = False
+
+
+class SchedulerConfig(_Strict):
+    capacity_scheduler_policy: Literal["MAX_UTILIZATION", "GUARANTEED_NO_EVICT",
+                                       "STATIC_BATCH"] = "GUARANTEED_NO_EVICT"
+    context_chunking_policy: Literal["FIRST_COME_FIRST_SERVED", "EQUAL_PROGRESS"] | None = None
 
 
 class ReferenceLlmArgs(_Strict):
@@ -48,16 +64,16 @@ class ReferenceLlmArgs(_Strict):
     kv_cache_config: KvCacheConfig = KvCacheConfig()
     cache_transceiver_config: CacheTransceiverConfig | None = None
     # accepted for the GPU; no effect on the CPU reference
-    backend: str | None = None
-    cuda_graph_config: dict[str, Any] | None = None
-    scheduler_config: dict[str, Any] | None = None
+    backend: Literal["pytorch"] = "pytorch"
+    cuda_graph_config: CudaGraphConfig | None = CudaGraphConfig()
+    scheduler_config: SchedulerConfig = SchedulerConfig()
     disable_overlap_scheduler: bool = False
     enable_chunked_prefill: bool = False
     enable_iter_perf_stats: bool = False
     enable_attention_dp: bool = False
     print_iter_log: bool = False
     pipeline_parallel_size: int = 1
-    stream_interval: int = 1
+    stream_interval: int = Field(default=1, gt=0)
     enable_autotuner: bool = True
 
     @classmethod

@@ -65,6 +65,7 @@ class RequestOutput:
         self.finished = False
         self._aborted = False
         self._on_abort = on_abort
+        self._executor_done = False  # the executor has pushed the final step
         self._steps: deque[Step] = deque()
         self._cond = threading.Condition()
         try:
@@ -77,21 +78,28 @@ class RequestOutput:
     def _push(self, step: Step) -> None:
         with self._cond:
             self._steps.append(step)
+            self._executor_done = self._executor_done or step.final or step.error is not None
             self._cond.notify_all()
-        if self._loop is not None:
+            loop = self._loop
+        if loop is not None:
             try:
-                self._loop.call_soon_threadsafe(self._wakeup.set)
+                loop.call_soon_threadsafe(self._wakeup.set)
             except RuntimeError:  # the loop has closed: nobody waits any more
                 pass
 
     # -- the caller side ---------------------------------------------------------------------
     def abort(self) -> None:
-        """Stop the request (a finished context-only request: free the KV it holds)."""
+        """Ask the executor to stop the request; a finished one is not touched (upstream's
+        ``abort_request`` ignores it, so a context-only request's held KV stays held)."""
         self._aborted = True
         self._on_abort(self)
 
     def aborted(self) -> bool:
         return self._aborted
+
+    def _done_in_executor(self) -> bool:
+        with self._cond:
+            return self._executor_done
 
     def _apply(self, step: Step) -> None:
         out = self.outputs[0]
@@ -116,6 +124,9 @@ class RequestOutput:
     async def __anext__(self) -> RequestOutput:
         if self.finished:
             raise StopAsyncIteration
+        if self._loop is None:  # made outside a loop: steps from now on wake this one
+            with self._cond:
+                self._loop = asyncio.get_running_loop()
         while (step := self._take()) is None:
             self._wakeup.clear()
             if (step := self._take()) is not None:

@@ -2,21 +2,24 @@
 
 Both are keyword-only dataclasses like TensorRT-LLM's (``tensorrt_llm/sampling_params.py`` at
 000a01de66f0eab4ab05640711f0253f50f5209c, ``tensorrt_llm/disaggregated_params.py`` at
-01009a33a704c61e2c183c40514d7fb59159ab09) but carry only the fields pdtrt's engine model sets
-(``pdtrt/data/targets/trtllm-1.2-llmapi.yaml``; the contract test keeps the two equal). What
-decides behaviour is upstream's: ``pad_id`` defaults to ``end_id``; greedy decoding is top_k
-None/1 with top_p None/0 (``_greedy_decoding``); None means the runtime's default (top_k 0,
-top_p 0, seed 0, temperature 1.0, min_tokens 1); ``request_type`` is lower-cased and must be one
-of the three values, else ``ValueError``.
+01009a33a704c61e2c183c40514d7fb59159ab09); ``SamplingParams`` carries the fields pdtrt's engine
+model sets, ``DisaggregatedParams`` all of upstream's
+(``pdtrt/data/targets/trtllm-1.2-llmapi.yaml``; the contract test keeps each equal to it). What
+decides behaviour is upstream's: ``pad_id`` defaults to ``end_id``; greedy decoding is top_k None/1
+with top_p None/0 (``_greedy_decoding``); None means the runtime's default (top_k 0, top_p 0, seed
+0, temperature 1.0, min_tokens 1); ``request_type`` is lower-cased and must be one of the three
+values, else ``ValueError``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
 
 from pdtrt.engine_io import RequestType
 
-__all__ = ["DisaggregatedParams", "SamplingParams"]
+__all__ = ["DisaggScheduleStyle", "DisaggregatedParams", "SamplingParams"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -43,13 +46,43 @@ class SamplingParams:
         return self.top_k in (None, 1) and self.top_p in (None, 0.0)  # no beam search here
 
 
+class DisaggScheduleStyle(IntEnum):
+    CONTEXT_FIRST = 0
+    GENERATION_FIRST = 1
+
+
 @dataclass(slots=True, kw_only=True)
 class DisaggregatedParams:
+    """Every field of upstream's; the reference reads ``request_type``, ``first_gen_tokens``,
+    ``ctx_request_id`` and ``opaque_state``, and refuses what it cannot honour
+    (:meth:`_unsupported`) instead of ignoring it."""
+
     request_type: str | None = None
     first_gen_tokens: list[int] | None = None
+    first_gen_log_probs: list[Any] | None = None
+    first_gen_logits: list[Any] | None = None
     ctx_request_id: int | None = None
     opaque_state: bytes | None = None
     draft_tokens: list[int] | None = None
+    disagg_request_id: int | None = None
+    ctx_dp_rank: int | None = None
+    ctx_info_endpoint: str | None = None
+    schedule_style: DisaggScheduleStyle | None = None
+    multimodal_embedding_handles: list[dict[str, Any]] | None = None
+    multimodal_hashes: list[list[int]] | None = None
+    mrope_position_ids_handle: dict[str, Any] | None = None
+    mrope_position_deltas_handle: dict[str, Any] | None = None
+
+    def _unsupported(self) -> list[str]:
+        """The fields set that the reference does not implement (no draft model, no attention
+        DP, no multimodal input, context first only)."""
+        unsupported = ("first_gen_logits", "draft_tokens", "ctx_dp_rank", "ctx_info_endpoint",
+                       "multimodal_embedding_handles", "multimodal_hashes",
+                       "mrope_position_ids_handle", "mrope_position_deltas_handle")
+        named = [n for n in unsupported if getattr(self, n) is not None]
+        if self.schedule_style not in (None, DisaggScheduleStyle.CONTEXT_FIRST):
+            named.append("schedule_style")
+        return named
 
     def __post_init__(self) -> None:
         if self.request_type is not None:

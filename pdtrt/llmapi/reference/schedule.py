@@ -6,16 +6,16 @@ iteration's work and :func:`postprocess` applies a step's new tokens; both retur
 every rule is testable with lists of ints; :class:`~.scheduler.Scheduler` is the loop that owns
 the thread, runs the engine and delivers the emissions.
 
-Each iteration drops the cancelled sequences, then admits waiting ones in arrival order while
-fewer than ``max_batch_size`` run and their prompts fit in ``max_num_tokens`` of prefill (the
-first admitted always fits, so a long prompt cannot starve; a generation-only sequence costs
-nothing, as its KV is imported). Admitted sequences join the running ones: context sequences
-are prefilled one by one, generation-only ones start from their imported first token(s) (emitted
-again: TensorRT-LLM's generation-only output covers the whole generation), and then every
-sequence still running decodes one token in one batched step. A sequence ends at its end id
-(not emitted), at ``max_new_tokens``, or -- context-only -- after its first token, whose final
-emission hands back the prompt's KV. A failed step fails the running sequences; the waiting
-ones never touched the engine and stay queued.
+Each iteration drops the cancelled sequences, then admits waiting ones in arrival order while fewer
+than ``max_batch_size`` run and their prompts fit in ``max_num_tokens`` of prefill (the first
+admitted always fits, so a long prompt cannot starve; a generation-only sequence costs nothing, as
+its KV is imported). Admitted sequences join the running ones: context sequences are prefilled one
+by one, generation-only ones start from their imported first token(s) (emitted again:
+TensorRT-LLM's generation-only output covers the whole generation), and then every sequence still
+running decodes one token in one batched step. A sequence ends at its end id (not emitted; finish
+reason "stop") or at ``max_new_tokens`` ("length"; a context-only request asks for one token, as
+TensorRT-LLM forces, and its final emission hands back the prompt's KV). A failed step fails the
+running sequences; the waiting ones never touched the engine and stay queued.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class Emission:
     kv: KV | None = None  # context-only: the prompt's KV, on the final emission
     error: str | None = None
     cancelled: bool = False
+    finish_reason: str | None = None  # final, not failed nor cancelled: "stop" or "length"
 
 
 @dataclass(kw_only=True, eq=False)
@@ -140,24 +141,28 @@ def _admit(state: State[S]) -> list[S]:
 
 def _accept(state: State[S], seq: S, tokens: Sequence[int]) -> Emission:
     new: list[int] = []
-    ended = seq.mode is RequestType.CONTEXT_ONLY  # after its first token, whatever it is
+    reason: str | None = None
     for token in tokens:
         if seq.end_id is not None and token == seq.end_id:
-            ended = True
+            reason = "stop"
             break
         seq.generated.append(token)
         new.append(token)
         if len(seq.generated) >= seq.max_new_tokens:
-            ended = True
+            reason = "length"
             break
-    if not ended:
+    if reason is None:
         return Emission(tokens=tuple(new), final=False)
     state.running.remove(seq)
-    kv = seq.kv if seq.mode is RequestType.CONTEXT_ONLY else None
-    return _finish(seq, tokens=tuple(new), kv=kv)
+    # context-only: the prompt's KV stays for a decode to pull, unless the first token ended
+    # the request (TensorRT-LLM then hands nothing on: the decode is skipped)
+    kv = seq.kv if seq.mode is RequestType.CONTEXT_ONLY and reason == "length" else None
+    return _finish(seq, tokens=tuple(new), kv=kv, reason=reason)
 
 
 def _finish(seq: Seq, *, tokens: tuple[int, ...] = (), kv: KV | None = None,
-            error: str | None = None, cancelled: bool = False) -> Emission:
+            error: str | None = None, cancelled: bool = False,
+            reason: str | None = None) -> Emission:
     seq.done = True
-    return Emission(tokens=tokens, final=True, kv=kv, error=error, cancelled=cancelled)
+    return Emission(tokens=tokens, final=True, kv=kv, error=error, cancelled=cancelled,
+                    finish_reason=reason)

@@ -1,14 +1,16 @@
 """The reference KV cache transceiver: a prompt's KV from a context-only request to a
 generation-only one, over UCX (ucxx, :class:`pdtrt.llmapi.reference.kv_transfer.UcxKVNode`).
 
-Upstream, ``cache_transceiver_config`` (backend UCX) makes the executor hold a finished
-context-only request's KV and return, in ``DisaggregatedParams.opaque_state``, the serialized
-communication and cache state the generation side needs to pull it; the generation-only request
-pulls it before it runs (``kv_transfer_timeout_ms`` bounds the wait). The reference does the
-same: :meth:`KVCacheTransceiver.offer` holds the packed KV and returns the opaque state -- this
-worker's UCX address, the transfer id, the byte count, the prompt length and the KV layout --
-and :meth:`KVCacheTransceiver.pull` checks the layout and fetches it. TensorRT-LLM's opaque state
-is not this; only the same pdtrt reference reads it back.
+Upstream, ``cache_transceiver_config`` (backend UCX) makes the executor hold a finished context-
+only request's KV and return, in ``DisaggregatedParams.opaque_state``, the serialized communication
+and cache state the generation side needs to pull it; the generation-only request pulls it before
+it runs. ``kv_transfer_timeout_ms`` is how long upstream holds a KV nobody pulls; unset (1.2's
+default), it is held until pulled -- an abort of the finished context request does not free it
+(``_handle_canceled_requests`` skips finished requests). The reference does the same, and has no
+early release either: :meth:`KVCacheTransceiver.offer` holds the packed KV and returns the opaque
+state -- this worker's UCX address, the transfer id, the byte count, the prompt length and the KV
+layout -- and :meth:`KVCacheTransceiver.pull` checks the layout and fetches it. TensorRT-LLM's
+opaque state is not this; only the same pdtrt reference reads it back.
 """
 
 from __future__ import annotations
@@ -62,10 +64,11 @@ class HeldKV:
 class KVCacheTransceiver:
     """One worker's side of the KV hand-off; :meth:`start` before use, :meth:`stop` after."""
 
-    def __init__(self, layout: KVLayout, *, timeout_s: float,
+    def __init__(self, layout: KVLayout, *, hold_s: float, pull_timeout_s: float,
                  transports: tuple[str, ...]) -> None:
         self.layout = layout
-        self.node = UcxKVNode(transports=transports, timeout_s=timeout_s)
+        self.node = UcxKVNode(transports=transports, hold_s=hold_s,
+                              pull_timeout_s=pull_timeout_s)
         self.pulled = 0
         self.pulled_bytes = 0
         self.pull_s = 0.0
@@ -83,10 +86,6 @@ class KVCacheTransceiver:
         return HeldKV(address=self.node.address, transfer_id=transfer_id,
                       kv_nbytes=int(buffer.nbytes), prompt_len=prompt_len,
                       layout=self.layout).encode()
-
-    def release(self, opaque_state: bytes) -> bool:
-        """Free held KV early (its request was aborted); True if it was still held."""
-        return self.node.release(HeldKV.decode(opaque_state).transfer_id)
 
     def pull(self, opaque_state: bytes, prompt_len: int) -> KV:
         """Fetch the KV ``opaque_state`` names (blocking). Raises :class:`KVTransferError`."""
@@ -107,5 +106,5 @@ class KVCacheTransceiver:
     def stats(self) -> dict[str, float]:
         s = self.node.stats
         return {"held": len(s.held), "offered": s.offered, "served": s.served,
-                "expired": s.expired, "released": s.released, "pulled": self.pulled,
+                "expired": s.expired, "pulled": self.pulled,
                 "pulled_bytes": self.pulled_bytes, "pull_s": self.pull_s}

@@ -14,13 +14,17 @@ Two ways to say it in ``config.pbtxt`` (:class:`pdtrt.engine_io.Param`):
   comes from the engine's manifest, and the UCX transports become ``UCX_TLS`` (what UCX reads).
 
 :func:`engine_limits` derives what a request may ask (prompt and sequence lengths, vocabulary,
-beam width) from the options and the checkpoint's ``config.json``, with the LLM API's defaults
-where the options are silent.
+beam width) from the options and the checkpoint's ``config.json`` -- read from where the LLM API
+read the checkpoint: a local directory, or for a Hugging Face Hub name the Hub cache the LLM API
+downloaded it into (``HF_HOME``, ``HF_TOKEN``) -- with the LLM API's defaults where the options
+are silent. Every phase asks for iteration stats (``enable_iter_perf_stats``): without them
+TensorRT-LLM's ``get_stats`` returns nothing and the queue and KV-usage gauges stay empty.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +38,6 @@ __all__ = ["LLMEngineConfig", "engine_limits"]
 
 # LlmArgs defaults the limits fall back on (tensorrt_llm/llmapi/llm_args.py)
 _DEFAULT_MAX_INPUT_LEN = 1024
-_DEFAULT_KV_TIMEOUT_MS = 30_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +57,7 @@ class LLMEngineConfig:
                        gpu_devices=_device_groups(p.get(Param.GPU_DEVICE_IDS, "")))
         engine_dir = Path(p[Param.ENGINE_DIR])
         options: dict[str, Any] = {
+            "enable_iter_perf_stats": True,
             "max_batch_size": int(p[Param.MAX_BATCH_SIZE]),
             "max_num_tokens": int(p[Param.MAX_NUM_TOKENS]),
             "max_input_len": int(p[Param.MAX_INPUT_LEN]),
@@ -87,8 +91,11 @@ class LLMEngineConfig:
 
     @property
     def kv_transfer_timeout_s(self) -> float:
+        """How long a finished context-only request holds its KV for a decode: the option's
+        ``kv_transfer_timeout_ms``; unset, TensorRT-LLM 1.2 holds it until pulled (inf)."""
         transceiver = self.options.get("cache_transceiver_config") or {}
-        return float(transceiver.get("kv_transfer_timeout_ms") or _DEFAULT_KV_TIMEOUT_MS) / 1000
+        timeout_ms = transceiver.get("kv_transfer_timeout_ms")
+        return math.inf if timeout_ms is None else float(timeout_ms) / 1000
 
 
 def _read_options(path: str) -> dict[str, Any]:
@@ -119,12 +126,38 @@ def max_beam_width(engine_dir: Path) -> int:
 def engine_limits(config: LLMEngineConfig, model_config: Mapping[str, Any] | None = None
                   ) -> EngineLimits:
     """What a request may ask of this engine; ``model_config`` is the checkpoint's
-    ``config.json`` (read from ``config.model`` when not given)."""
+    ``config.json`` (read from where the LLM API read ``config.model`` when not given)."""
     if model_config is None:
-        model_config = json.loads((config.model / "config.json").read_text())
+        model_config = checkpoint_config(config.model, config.options.get("revision"))
     o = config.options
     return EngineLimits(
         role=config.role, max_input_len=int(o.get("max_input_len") or _DEFAULT_MAX_INPUT_LEN),
         max_seq_len=int(o.get("max_seq_len") or model_config["max_position_embeddings"]),
         vocab_size=int(model_config["vocab_size"]), serves_phases=config.serves_phases,
         max_beam_width=int(o.get("max_beam_width") or 1))
+
+
+def checkpoint_config(model: Path, revision: str | None = None) -> dict[str, Any]:
+    """The ``config.json`` of ``model``: a local checkpoint directory, else a Hugging Face Hub
+    name, read from the Hub cache the LLM API has just downloaded the model into (or from the
+    Hub, with ``HF_TOKEN``, if it is not cached). Raises ``ValueError`` saying which."""
+    if model.is_dir():
+        return json.loads((model / "config.json").read_text())
+    name = str(model)
+    if model.is_absolute() or name.startswith(".") or name.count("/") != 1:
+        raise ValueError(f"model {name!r} is neither a checkpoint directory nor a Hugging Face "
+                         "Hub name (org/model): check model.path in the spec, or the mount "
+                         "that should hold it")
+    from huggingface_hub import hf_hub_download  # the LLM API's own dependency
+
+    try:
+        try:
+            path = hf_hub_download(name, "config.json", revision=revision,
+                                   local_files_only=True)
+        except Exception:  # not in the cache (yet): the Hub itself
+            path = hf_hub_download(name, "config.json", revision=revision)
+    except Exception as exc:
+        raise ValueError(f"cannot read config.json of Hugging Face model {name!r}: {exc}; "
+                         "a gated model needs HF_TOKEN, and the cache HF_HOME must be "
+                         "mounted") from None
+    return json.loads(Path(path).read_text())

@@ -2,17 +2,22 @@
 
 The names are a contract: the deploy dashboards, the serve tests and ``benchmarks/soak.py``
 read them. :class:`StatsPublisher` reads ``LLM.get_stats`` -- TensorRT-LLM's iteration stats
-(``numQueuedRequests``, ``kvCacheStats``; upstream fills them with ``enable_iter_perf_stats``) --
-and, from the reference implementation, its UCX transceiver's counters (``pdtrt_kv_transfer``:
-KV held for a decode pull, expired, released, pulled with bytes and seconds; ``tensorrt_llm``
-has no such key, so those metrics stay 0 on a GPU). Counters grow by the difference since the
-last read.
+(``numQueuedRequests``, ``kvCacheStats``), which upstream returns only with the option
+``enable_iter_perf_stats`` (pdtrt writes it for every phase) and only after the first request --
+and, from the reference implementation, its UCX transceiver's counters
+(``_pdtrt_kv_transfer_stats``: KV held for a decode pull, expired, pulled with bytes and seconds;
+``tensorrt_llm`` has no such call, so the transfer counters stay 0 on a GPU). Held KV is
+counted either way: the transceiver's own count on the reference, else the engine model's count
+of hand-offs whose ``kv_transfer_timeout_ms`` has not run out (an upper bound: upstream does not
+tell the prefill side when a decode has pulled). Counters grow by the difference since the last
+read.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from pdtrt.runtime.triton_io import MetricKind, Metrics, MetricSpec
@@ -29,11 +34,10 @@ METRICS = {
                            _COUNTER),
     "kv_bytes": MetricSpec("pdtrt_kv_transfer_bytes_total", "KV bytes pulled over UCX",
                            _COUNTER),
-    "kv_held": MetricSpec("pdtrt_kv_held_buffers", "KV caches held for a decode pull", _GAUGE),
-    "kv_expired": MetricSpec("pdtrt_kv_expired_total", "Held KV caches freed by timeout",
-                             _GAUGE),
-    "kv_released": MetricSpec("pdtrt_kv_released_total", "Held KV caches freed early by a stop",
-                              _GAUGE),
+    "kv_held": MetricSpec("pdtrt_kv_held_buffers", "KV caches held for a decode pull (on a "
+                          "GPU: hand-offs within their kv_transfer_timeout_ms)", _GAUGE),
+    "kv_expired": MetricSpec("pdtrt_kv_expired_total",
+                             "Held KV caches freed by kv_transfer_timeout_ms (reference)", _GAUGE),
     "cancelled": MetricSpec("pdtrt_engine_cancelled_total",
                             "Sequences stopped before their end (client cancel or stop request)",
                             _COUNTER),
@@ -50,33 +54,41 @@ METRICS = {
     "kv_usage": MetricSpec("pdtrt_engine_kv_cache_usage_ratio",
                            "Used / total KV cache blocks of the LLM API's KV cache", _GAUGE),
 }
-_GAUGES = {"held": "kv_held", "expired": "kv_expired", "released": "kv_released"}
+_GAUGES = {"held": "kv_held", "expired": "kv_expired"}
 _COUNTERS = {"pulled": "kv_count", "pulled_bytes": "kv_bytes", "pull_s": "kv_seconds"}
 
 
 class StatsPublisher:
-    def __init__(self, metrics: Metrics, llm: Any) -> None:
+    def __init__(self, metrics: Metrics, llm: Any, *,
+                 transfer_stats: Callable[[], dict[str, float]] | None = None) -> None:
         self.metrics = metrics
         self._llm: Any = llm
+        self._transfer_stats = transfer_stats  # the reference LLM's; None on tensorrt_llm
         self._lock = threading.Lock()
         self._last: dict[str, float] = {}
 
     def detach(self) -> None:
         """The LLM is shut down: publish only what the engine model itself counts."""
         self._llm = None
+        self._transfer_stats = None
 
-    def publish(self, *, num_live: int) -> None:
+    def publish(self, *, num_live: int, num_held: int) -> None:
+        """``num_held``: the engine model's count of KV hand-offs within their timeout, used
+        when the LLM cannot say how many it holds."""
         with self._lock:
             self.metrics.set("active", num_live)
+            self.metrics.set("kv_held", num_held)
             if self._llm is None:
                 return
             try:
                 snapshots = self._llm.get_stats(0)
+                transfer = self._transfer_stats() if self._transfer_stats else {}
             except Exception:  # stats must never fail a request
                 log.debug("get_stats failed", exc_info=True)
                 return
             if snapshots:
                 self._apply(snapshots[-1])
+            self._apply_transfer(transfer)
 
     def _apply(self, stats: dict[str, Any]) -> None:
         if "numQueuedRequests" in stats:
@@ -84,7 +96,8 @@ class StatsPublisher:
         kv = stats.get("kvCacheStats") or {}
         if kv.get("maxNumBlocks"):
             self.metrics.set("kv_usage", kv.get("usedNumBlocks", 0) / kv["maxNumBlocks"])
-        transfer = stats.get("pdtrt_kv_transfer") or {}
+
+    def _apply_transfer(self, transfer: dict[str, float]) -> None:
         for key, metric in _GAUGES.items():
             if key in transfer:
                 self.metrics.set(metric, transfer[key])

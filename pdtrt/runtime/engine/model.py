@@ -13,7 +13,11 @@ carries the context result's disaggregated params between them in pdtrt's versio
 instance: ``execute`` hands each one to the instance's asyncio loop thread, where a task drives
 its result (:class:`~pdtrt.runtime.engine.responder.Responder`: exactly one final response). A
 ``stop`` request (same request id, ``stop`` = true) and a client's cancellation abort the result
-(``abort()``); a stop for a context-only request that has finished frees the KV it still holds.
+(``abort()``). A context-only request that has finished holds its KV for a decode until the
+phase's ``kv_transfer_timeout_ms`` runs out; as in TensorRT-LLM 1.2 nothing frees it earlier
+(a stop or abort of a finished request is ignored upstream), so the engine model counts those
+hand-offs until their timeout (``pdtrt_kv_held_buffers``). A context result that ended at its
+end id hands nothing on (:class:`~pdtrt.runtime.engine.responder.Responder`).
 Per-instance stats (in flight, queued, KV usage, KV transfers) become Prometheus metrics. On
 SIGTERM every request in flight ends with "the server is shutting down" and new ones are refused
 (:meth:`TritonPythonModel.drain`); ``finalize`` shuts the LLM down and releases the seam.
@@ -27,7 +31,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from pdtrt.engine_io import REFERENCE_ENGINE_IO, RequestType
@@ -51,8 +55,9 @@ _STATS_EVERY = 10  # polls between two stats refreshes (held KV expires without 
 
 
 class TritonPythonModel:
-    def __init__(self, triton: Triton) -> None:
+    def __init__(self, triton: Triton, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.triton = triton
+        self.clock = clock  # when held KV's timeouts run out
 
     def initialize(self, args: dict[str, Any]) -> None:
         config = LLMEngineConfig.from_params(model_params(args))
@@ -72,7 +77,9 @@ class TritonPythonModel:
         self.config, self.api, self.llm = config, api, llm
         self.limits = engine_limits(config, model_config)
         self.metrics = Metrics(self.triton, METRICS, {"model": model_name})
-        self.stats = StatsPublisher(self.metrics, llm)
+        self.stats = StatsPublisher(
+            self.metrics, llm,
+            transfer_stats=llm._pdtrt_kv_transfer_stats if api.is_reference else None)
         self.inflight = InflightRequests()
         self.draining = False  # the server is stopping: nothing new is admitted
         self._live: set[Responder] = set()  # requests without their final response yet
@@ -92,7 +99,8 @@ class TritonPythonModel:
         self.loop.run_forever()
 
     def publish(self) -> None:
-        self.stats.publish(num_live=self.inflight.num_live)
+        self.stats.publish(num_live=self.inflight.num_live,
+                           num_held=self.inflight.num_held(self.clock()))
 
     # -- requests ----------------------------------------------------------------------------
     def execute(self, requests: list[Any]) -> None:
@@ -178,23 +186,21 @@ class TritonPythonModel:
             self._by_engine_id.pop(result.request_id, None)
 
     def _stop(self, incoming: Incoming, stop: StopRequest) -> None:
-        """The ``tensorrt_llm`` stop request: abort ``request_id``'s results, free held KV."""
-        result = self.inflight.stop(stop.request_id)
+        """The ``tensorrt_llm`` stop request: abort ``request_id``'s running results. KV a
+        finished context-only result holds stays until its timeout (nothing upstream frees it)."""
+        result = self.inflight.stop(stop.request_id, self.clock())
         with self._lock:
             live = [o for o in self._live if o.request.request_id == stop.request_id]
         for out in live:
             out.abort()
-        for offer in result.transfers:
-            offer.result.abort()  # a finished context-only result: frees the KV it holds
-        log.info("stop %s: %d sequence(s), %d held KV", stop.request_id, result.sequences,
-                 len(result.transfers))
+        log.info("stop %s: %d sequence(s) stopped; %d held KV left to its timeout",
+                 stop.request_id, result.sequences, result.held)
         self.publish()
         self.triton.send(incoming, {}, final=True)
 
-    def offered(self, request_id: str, result: Any) -> None:
-        """A context-only ``result`` finished and its KV is held for a decode to pull."""
-        offer = _Offer(result, time.monotonic() + self.config.kv_transfer_timeout_s)
-        self.inflight.offered(request_id, offer, lambda o: o.deadline > time.monotonic())
+    def offered(self, request_id: str) -> None:
+        """A context-only request finished and its KV is held for a decode to pull."""
+        self.inflight.offered(request_id, self.clock() + self.config.kv_transfer_timeout_s)
 
     def ended(self, out: Responder) -> None:
         """``out``'s final response is going out."""
@@ -251,14 +257,6 @@ class TritonPythonModel:
         self.llm.shutdown()
         self.stats.detach()
         self.triton.release()
-
-
-@dataclass(frozen=True)
-class _Offer:
-    """A finished context-only result whose KV the engine holds until ``deadline``."""
-
-    result: Any
-    deadline: float  # time.monotonic() when the engine frees it anyway
 
 
 async def _cancel_tasks() -> None:

@@ -25,7 +25,14 @@ from pdtrt.runtime.phase_params import ContextPhaseParams
 from pdtrt.runtime.request_parsing import EngineRequest
 from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, token_outputs
 
-__all__ = ["Responder", "ResponderOwner"]
+__all__ = ["DECODE_FOLLOWS", "Responder", "ResponderOwner"]
+
+# The finish reasons of a context-only result after which the generation request follows.
+# TensorRT-LLM's disaggregated server sends the generation request only when the context
+# response's finish_reason is "length" or "not_finished" (tensorrt_llm/serve/
+# openai_disagg_server.py, _send_context_request, at 4c05a74891e4df8066f08ed4ce14b0972abe4e25);
+# "stop" (the first token was the end id) ends the request at the prefill.
+DECODE_FOLLOWS = ("length", "not_finished")
 
 
 class ResponderOwner(Protocol):
@@ -37,7 +44,7 @@ class ResponderOwner(Protocol):
 
     def publish(self) -> None: ...
 
-    def offered(self, request_id: str, result: Any) -> None: ...
+    def offered(self, request_id: str) -> None: ...
 
     def ended(self, out: Responder) -> None: ...
 
@@ -118,11 +125,11 @@ class Responder:
             if self.submitted_ns:
                 self.model.metrics.add("queue_s", (self.submitted_ns - self.arrival_ns) / 1e9)
             if self.request.mode is RequestType.CONTEXT_ONLY and \
-                    out.disaggregated_params is not None:
-                if self.tokens and not self.handle.stopped:
+                    out.disaggregated_params is not None and \
+                    out.finish_reason in DECODE_FOLLOWS and self.tokens:
+                self.model.offered(self.request.request_id)  # held until its timeout
+                if not self.handle.stopped:  # stopped as it finished: nobody will pull it
                     extra = self._offer(out.disaggregated_params)
-                else:  # stopped as it finished: nobody will pull the KV the engine holds
-                    self.result.abort()
             self.model.publish()  # before the final response: a client may look
         if self.request.streaming:
             if new or extra:
@@ -137,8 +144,7 @@ class Responder:
                                              **self._timing(), **extra}, final=True)
 
     def _offer(self, params: Any) -> dict[str, np.ndarray]:
-        """The ``context_phase_params`` output; remember the result so a stop frees its KV."""
-        self.model.offered(self.request.request_id, self.result)
+        """The ``context_phase_params`` output: what a decode needs to pull the KV."""
         encoded = ContextPhaseParams.from_disaggregated(params, len(self.request.prompt))
         return {"context_phase_params": encoded.to_array().reshape(1, -1)}
 

@@ -16,7 +16,8 @@ least outstanding work (:mod:`pdtrt.runtime.router.pool`). No call waits on a de
 the endpoint; background probes re-admit it (:mod:`pdtrt.runtime.router.health`). A phase that fails
 is retried on *another* endpoint of its pool (up to ``max_attempts`` endpoints) while nothing
 of that attempt reached the client: a prefill always (nothing was sent yet), a decode before
-its first own token (after a fresh prefill; the KV of the failed one is freed), the aggregated
+its first own token (after a fresh prefill; the KV of the failed one is left to the prefill's
+``kv_transfer_timeout_ms``), the aggregated
 path likewise; with ``fallback_to_aggregated`` a disaggregated path that cannot be completed
 goes to the aggregated pool instead. Once tokens of an attempt reached the client, its failure
 is a request error that says so -- never a repeated, changed or missing token. That decision is
@@ -27,11 +28,13 @@ Every retry and fallback is counted (``pdtrt_router_retries_total{phase}``,
 Request ids and cancellation: each phase attempt sees the client's request id with a unique
 suffix (``<id>~<hex>``). When the client cancels (seen by ``is_cancelled``), the router sends
 the phase in flight TensorRT-LLM's stop request -- same id, input ``stop`` = true -- which stops
-the sequence and, on the prefill side, frees the KV it holds. Triton 2.51 has no way to cancel
-a BLS request and does not pass an ensemble request's cancellation on to the composing model,
-so the stop request is the mechanism; a client cancels by streaming to the ``router`` model
-itself (see docs/serve.md). The router also frees the prefill's KV whenever no decode phase
-will pull it (decode failure, a one-token request, a client gone between the phases).
+the sequence. Triton 2.51 has no way to cancel a BLS request and does not pass an ensemble
+request's cancellation on to the composing model, so the stop request is the mechanism; a client
+cancels by streaming to the ``router`` model itself (see docs/serve.md). A prefill's KV that no
+decode will pull (decode failure, a one-token request, a client gone between the phases, an EOS
+as the first token) cannot be freed early: TensorRT-LLM 1.2 ignores an abort of a finished
+context-only request and frees its KV only when ``kv_transfer_timeout_ms`` runs out, so pdtrt
+writes a short one per phase (docs/serve.md, "Held KV").
 
 All of Triton goes through the injected seam (:class:`~pdtrt.runtime.triton_io.Triton`) and
 the time it reads through an injected clock (the liveness deadline and the probe interval are
@@ -356,13 +359,11 @@ class TritonPythonModel:
             reply.extend(0, prefill.first_tokens)
             if request.streaming and self.config.early_first_token:
                 reply.stream()  # before the cancel check: that is a round trip to the server
-            if reply.cancelled(now=True):  # the client has gone: no decode; free the KV now
+            if reply.cancelled(now=True):  # the client has gone: no decode
                 self.metrics.add("cancelled")
-                await self._free_kv(request, prefill)
                 reply.close()
                 return
             if not prefill.needs_decode(request.max_new_tokens):
-                await self._free_kv(request, prefill)
                 reply.finish(request)
                 return
             sent = reply.num_streamed
@@ -371,8 +372,6 @@ class TritonPythonModel:
                 endpoint = await self._choose(Role.DECODE, tried)
                 await self._decode(request, reply, prefill, endpoint)
             except PhaseError as exc:
-                # The decode may have failed before pulling: free the KV the prefill holds.
-                await self._free_kv(request, prefill)
                 await self._after_failure(Role.DECODE, request, reply, exc, endpoint=endpoint,
                                           tried=tried, num_sent=reply.num_streamed - sent)
                 reply.rollback()
@@ -491,12 +490,6 @@ class TritonPythonModel:
                                         what=f"endpoint {endpoint.label}")) as responses:
                 async for r in responses:
                     yield r
-
-    async def _free_kv(self, request: RouterRequest, prefill: _Prefill) -> None:
-        """No decode will pull the prefill's KV: stop the prefill request so it frees it now,
-        not after ``kv_transfer.timeout_s``."""
-        if prefill.context_phase_params is not None:
-            await self._stop(prefill.endpoint, request, prefill.phase_id)
 
     async def _stop(self, endpoint: Endpoint, request: RouterRequest, phase_id: str) -> None:
         """Stop ``phase_id`` at ``endpoint`` (TensorRT-LLM's stop request); never raises. An

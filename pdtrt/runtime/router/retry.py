@@ -11,7 +11,8 @@ The rules, in order:
 - **Retry** on another endpoint of the same pool when nothing of the failed attempt reached the
   client, the client has not cancelled, fewer than ``max_attempts`` endpoints of the pool were
   tried, and one not tried yet is healthy. A prefill is retried even when the client has
-  cancelled: the router looks for the cancel once a prefill has answered (and then frees its KV).
+  cancelled: the router looks for the cancel once a prefill has answered (and then sends no
+  decode).
 - Else **fall back** to the aggregated path when the failure is on the prefill-then-decode path,
   ``fallback_to_aggregated`` is set, nothing of the failed attempt reached the client, the client
   has not cancelled, and the aggregated pool has a healthy endpoint.
