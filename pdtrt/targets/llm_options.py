@@ -173,8 +173,16 @@ def phase_options(dep: Deployment, phase: Phase, settings: EngineSettings
         _transfer_buffer(dep, phase, settings),
         LlmOption(key="cache_transceiver_config.kv_transfer_timeout_ms", value=timeout_ms,
                   source=SettingSource.SPEC,
-                  why=f"kv_transfer.timeout_s {param_number(spec.kv_transfer.timeout_s)} x 1000"),
+                  why=f"kv_transfer.timeout_s {param_number(spec.kv_transfer.timeout_s)} x 1000: "
+                  + _TIMEOUT_WHY[phase]),
     )
+
+
+# Why each phase gets kv_transfer_timeout_ms (unset, TensorRT-LLM 1.2 waits forever).
+_TIMEOUT_WHY = {
+    Phase.PREFILL: "a KV no decode pulls (cancel, decode failure) is freed then and no earlier",
+    Phase.DECODE: "a transfer from a prefill that died fails then instead of hanging",
+}
 
 
 def options_mapping(options: tuple[LlmOption, ...]) -> dict[str, object]:

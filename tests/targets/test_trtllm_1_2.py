@@ -83,7 +83,11 @@ def test_every_option_shows_in_the_plan_with_its_reason(plan):
     assert buffer.why == ("kv_transfer.buffer_size_bytes 536870912 B / 65536 B of KV per token "
                           "per rank, rounded down to tokens_per_block 32")
     assert settings["cache_transceiver_config.kv_transfer_timeout_ms"].why == (
-        "kv_transfer.timeout_s 30 x 1000")
+        "kv_transfer.timeout_s 30 x 1000: a transfer from a prefill that died fails then "
+        "instead of hanging")
+    prefill = plan.phase(Phase.PREFILL).settings.values
+    assert "no earlier" in prefill["cache_transceiver_config.kv_transfer_timeout_ms"].why
+    assert prefill["enable_iter_perf_stats"].value == "true"  # else get_stats returns nothing
 
 
 def test_a_buffer_smaller_than_the_longest_prompt_is_refused(tmp_path):
