@@ -5,16 +5,20 @@ API instead (:func:`pdtrt.llmapi.load_llm_api`: the only seam swapped). The repo
 the ones ``pdtrt repo`` writes for ``docs/examples/llama3-8b-h100-l40s-trtllm-1.2.yaml`` --
 ``--mode pools`` (the L40S host's decode server) and ``--mode both`` (the H100 host's ensembles,
 router, prefill, aggregated) -- with the options files ``pdtrt build`` writes for it (no GPU
-needed). Only values that name this machine change: ``llm_model`` points at the reference
-checkpoint (the example's is Llama-3.1-8B), the tokenizer at the reference tokenizer, and the
-router's decode address at the pools server. Their UCX variables name RDMA/GPU transports and
-are replaced by ``tcp`` on this CPU machine.
+needed), and they are served as written: the model is the example's Hugging Face Hub name,
+found by the engine models (the LLM, the engine limits) and the tokenizer models in a Hub cache
+(``HF_HUB_CACHE``, offline) that holds the reference checkpoint under that name -- as a GPU host
+finds it in the cache mounted into the container. Only the router's decode address changes (it
+names the pools server), and the UCX transports (RDMA/GPU ones in the example) become ``tcp``
+on this CPU machine.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -45,23 +49,27 @@ def _set(config: Path, key: str, value: str) -> None:
     config.write_text(new)
 
 
-def _pointed(repo: Path, reference: Path) -> Path:
-    """The values that name this machine: the checkpoint, the tokenizer."""
-    for model in ("prefill", "decode", "aggregated"):
-        if (repo / model).is_dir():
-            phase = "decode" if model == "decode" else "prefill"
-            _set(repo / model / "config.pbtxt", Param.LLM_MODEL, str(reference / phase))
-    for model in ("preprocessing", "postprocessing"):
-        if (repo / model).is_dir():
-            _set(repo / model / "config.pbtxt", Param.TOKENIZER_DIR, str(reference / "tokenizer"))
-    return repo
+def hub_cache(root: Path, name: str, checkpoint: Path, tokenizer: Path) -> Path:
+    """A Hugging Face Hub cache (``HF_HUB_CACHE`` layout) holding ``checkpoint`` and
+    ``tokenizer``'s files as revision main of model ``name``."""
+    repo = root / f"models--{name.replace('/', '--')}"
+    snapshot = repo / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for source in (checkpoint, tokenizer):
+        for f in source.iterdir():
+            if f.is_file():
+                shutil.copy2(f, snapshot / f.name)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0" * 40)
+    return root
 
 
-def _started(repo: Path, workdir: Path) -> TritonServer:
+def _started(repo: Path, workdir: Path, cache: Path) -> TritonServer:
     """A started server for ``repo`` (retried like every test server: tests/conftest.py)."""
     workdir.mkdir(exist_ok=True)
+    env = {"UCX_TLS": "tcp", "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
     return start_server(ServerConfig(repository=repo, log_path=workdir / "server.log",
-                                     env={"UCX_TLS": "tcp"}, backend_dir=workdir / "backends"),
+                                     env=env, backend_dir=workdir / "backends"),
                         timeout_s=600)
 
 
@@ -74,19 +82,23 @@ def served(reference_engines, tmp_path_factory):
     reference = root / "reference-cpu"
     work = tmp_path_factory.mktemp("trtllm12")
     dep = load_deployment(SPEC)
+    assert dep.spec.model.path is None  # loaded by its Hub name
+    cache = hub_cache(work / "hub", dep.spec.model.name, reference / "prefill",
+                      reference / "tokenizer")
     engines = work / "engines"
     run_build(plan_build(dep, engines_root=engines), dep)  # the options files: no GPU needed
-    pools = _pointed(generate_repo(dep, work / "pools", mode=RepoMode.POOLS,
-                                   engines_root=engines).out, reference)
-    front = _pointed(generate_repo(dep, work / "front", mode=RepoMode.BOTH,
-                                   engines_root=engines).out, reference)
+    pools = generate_repo(dep, work / "pools", mode=RepoMode.POOLS, engines_root=engines).out
+    front = generate_repo(dep, work / "front", mode=RepoMode.BOTH, engines_root=engines).out
     assert validate_repo(pools).problems == () and validate_repo(front).problems == ()
-    pools_server = _started(pools, work / "pools-run")
+    for model in ("prefill", "decode", "aggregated", "preprocessing"):
+        config = (pools if model == "decode" else front) / model / "config.pbtxt"
+        assert f'string_value: "{dep.spec.model.name}"' in config.read_text()
+    pools_server = _started(pools, work / "pools-run", cache)
     try:
         assert pools_server.endpoints is not None
         _set(front / "router" / "config.pbtxt", Param.DECODE_URL,
              pools_server.endpoints.grpc_url)
-        front_server = _started(front, work / "front-run")
+        front_server = _started(front, work / "front-run", cache)
         try:
             assert front_server.endpoints is not None
             yield front_server.endpoints.grpc_url
@@ -110,18 +122,21 @@ def test_the_generated_repositories_load_and_stream_across_two_servers(served):
     assert _generate(served, "ensemble_aggregated") == disaggregated
 
 
-def test_only_machine_values_differ(tmp_path, reference_engines):
+def test_the_checkpoint_of_a_hub_name_is_the_one_in_the_cache(tmp_path, reference_engines):
+    """What the servers above read for the example's Hub name: the cache's config, not a path
+    relative to the working directory (the 1.2 example crashed at load that way)."""
+    import huggingface_hub.constants as hub_constants
+
+    from pdtrt.runtime.engine.config import checkpoint_config
+
     root, _ = reference_engines
-    dep = load_deployment(SPEC)
-    plain = generate_repo(dep, tmp_path / "plain", mode=RepoMode.BOTH,
-                          engines_root=tmp_path / "e").out
-    pointed = _pointed(generate_repo(dep, tmp_path / "pointed", mode=RepoMode.BOTH,
-                                     engines_root=tmp_path / "e").out, root / "reference-cpu")
-    changed = {}
-    for config in plain.glob("*/config.pbtxt"):
-        after = (pointed / config.parent.name / "config.pbtxt").read_text().splitlines()
-        diff = [a for a, b in zip(config.read_text().splitlines(), after, strict=True) if a != b]
-        if diff:
-            changed[config.parent.name] = len(diff)
-    assert changed == {"prefill": 1, "aggregated": 1, "preprocessing": 1, "postprocessing": 1}
-    assert DECODE_URL in (plain / "router" / "config.pbtxt").read_text()
+    name = load_deployment(SPEC).spec.model.name
+    cache = hub_cache(tmp_path / "hub", name, root / "reference-cpu" / "prefill",
+                      root / "reference-cpu" / "tokenizer")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
+        mp.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+        mp.chdir(tmp_path)
+        got = checkpoint_config(Path(name))
+    assert got["vocab_size"] == json.loads(
+        (root / "reference-cpu" / "prefill" / "config.json").read_text())["vocab_size"]
