@@ -6,8 +6,9 @@ pdtrt reads:
   TensorRT-LLM's ``examples/`` tree (trtllm-0.21: ``convert_checkpoint.py``, ``quantize.py``)
   or ModelOpt's (trtllm-1.2: ``llm_ptq/hf_ptq.py``); default: the target's ``examples_dir``.
 - ``CUDA_VERSION`` -- set by NGC containers; recorded in engine manifests by ``pdtrt build``.
-- ``PDTRT_FAULT_INJECTION`` -- read by the engine models inside Triton: makes a role's decode
-  step fail for chosen request ids, to test failure paths (:mod:`pdtrt.runtime.engine.faults`).
+- ``PDTRT_FAULT_INJECTION`` -- read by the engine models and the router inside Triton: makes a
+  role's decode step fail, or the router's event loop block, for chosen request ids, to test
+  failure paths (:mod:`pdtrt.runtime.faults`).
   Unset in production.
 
 Later stages will *write* UCX / TensorRT-LLM variables for the processes they start

@@ -40,7 +40,7 @@ and exits with status 2; anything else is a bug and keeps its traceback.
 :class:`InvalidRequestError` and :class:`PhaseError` are raised inside Triton's Python backend
 (:mod:`pdtrt.runtime`): each becomes the error response of the one request it concerns, and the
 server keeps serving; a client sees that response as a :class:`RequestError`. Outside the tree on
-purpose: :class:`pdtrt.runtime.engine.faults.InjectedFault` stands in for an *unexpected* engine
+purpose: :class:`pdtrt.runtime.faults.InjectedFault` stands in for an *unexpected* engine
 failure (an XID, an out-of-memory), so it must not look like an expected pdtrt error to any handler;
 :class:`pdtrt.repo.render.GeneratedConfigBug` is a ``config.pbtxt`` pdtrt itself rendered wrong,
 a bug that must keep its traceback.

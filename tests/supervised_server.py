@@ -24,7 +24,7 @@ PDTRT = str(Path(sys.executable).with_name("pdtrt"))  # the console script of th
 
 
 def serve_detached(spec: Path, engines_root: Path, workdir: Path, *,
-                   timeout_s: float = 300) -> dict:
+                   timeout_s: float = 300, env: dict[str, str] | None = None) -> dict:
     """``pdtrt serve SPEC --detach --json``: the command's JSON (endpoints, readiness, state),
     plus the state file's content under ``"state_file"``. Skips without the embedded Triton
     server or ucxx."""
@@ -32,7 +32,8 @@ def serve_detached(spec: Path, engines_root: Path, workdir: Path, *,
         pytest.skip("needs the embedded Triton server (nvidia-pytriton) and ucxx")
     out = subprocess.run([PDTRT, "serve", str(spec), "--engines-dir", str(engines_root),
                           "--workdir", str(workdir), "--detach", "--json"],
-                         capture_output=True, text=True, timeout=timeout_s)
+                         capture_output=True, text=True, timeout=timeout_s,
+                         env={**os.environ, **(env or {})})
     assert out.returncode == 0, f"pdtrt serve: {out.stderr}{out.stdout}"
     info = json.loads(out.stdout)
     info["state_file"] = json.loads((workdir / STATE_FILE).read_text())

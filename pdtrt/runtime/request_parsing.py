@@ -158,11 +158,14 @@ class RouterRequest:
                 "stop": np.array([[True]])}
 
 
-def parse_router_request(request: Incoming) -> RouterRequest:
-    """Raises :class:`InvalidRequestError` for an empty prompt, more than one prompt,
-    ``input_lengths`` that disagree with ``input_ids``, and sampling inputs the engines refuse
-    (:func:`check_sampling`, the engines' beam width being
+def parse_router_request(request: Incoming) -> RouterRequest | StopRequest:
+    """A request to route, or TensorRT-LLM's stop request (``stop`` = true: stop the request
+    with this id). Raises :class:`InvalidRequestError` for a stop without a request id, an
+    empty prompt, more than one prompt, ``input_lengths`` that disagree with ``input_ids``, and
+    sampling inputs the engines refuse (:func:`check_sampling`, the engines' beam width being
     :data:`DISAGGREGATED_MAX_BEAM_WIDTH`)."""
+    if stop := _stop_request(request):
+        return stop
     prompt = _prompt(request, _EMPTY_PROMPT)
     check_sampling(request, max_beam_width=DISAGGREGATED_MAX_BEAM_WIDTH)
     return RouterRequest(
@@ -218,20 +221,26 @@ class EngineRequest:
 
 @dataclass(frozen=True)
 class StopRequest:
-    """TensorRT-LLM's stop request: stop the request with this id (and free its held KV)."""
+    """TensorRT-LLM's stop request: stop the request with this id (a finished one is left as
+    it is; so is the KV it holds, until its transfer timeout)."""
 
     request_id: str
+
+
+def _stop_request(request: Incoming) -> StopRequest | None:
+    if not request.scalar("stop", False):
+        return None
+    if not request.request_id:
+        raise InvalidRequestError("a stop request needs the request id of the request to stop")
+    return StopRequest(request.request_id)
 
 
 def parse_engine_request(request: Incoming, limits: EngineLimits
                          ) -> EngineRequest | StopRequest:
     """Raises :class:`InvalidRequestError` for input the engine cannot serve, and
     :class:`~pdtrt.errors.KVTransferError` for malformed ``context_phase_params``."""
-    if request.scalar("stop", False):
-        if not request.request_id:
-            raise InvalidRequestError("a stop request needs the request id of the request to "
-                                      "stop")
-        return StopRequest(request.request_id)
+    if stop := _stop_request(request):
+        return stop
     prompt = _prompt(request, "input 'input_ids' is required and must not be empty")
     n = len(prompt)
     max_new = int(request.scalar("request_output_len", required=True))

@@ -13,7 +13,8 @@ request to that model fails. Once a second the supervisor:
    id, :func:`~pdtrt.runtime.router.phase_client.probe`); a repository without a router (``--mode
    pools``, ``aggregated``) needs each of its engine roles;
 3. publishes readiness: the ``health`` model is loaded while a full path exists (every pool
-   of a path has an endpoint that answers, and the router and tokenizer models are alive)
+   of a path has an endpoint that answers, the router and tokenizer models are alive, and the
+   router's event loop answers the same probe -- a wedged loop serves nothing)
    and unloaded while none does, so ``/v2/models/health/ready``
    (:data:`~pdtrt.engine_io.READINESS_PATH`) is the honest readiness -- before the reload;
 4. reloads (model-control ``load``) each model whose stub was missing in two rounds running,
@@ -188,6 +189,7 @@ class Supervisor:
         problems = [f"{m}: its Python-backend stub is not running" for m in self.topology.alive
                     if m in dead]
         problems += self._path_problems(set(dead))
+        problems += self._router_problems(set(dead))
         ready = not problems
         self._publish(ready, states)
         reloaded = self._reload([m for m in dead if m in self._suspects])
@@ -216,6 +218,19 @@ class Supervisor:
             return []
         return [f"{role}: no healthy endpoint ({reasons})" for role, reasons in why.items()
                 if reasons is not None]
+
+    def _router_problems(self, dead: set[str]) -> list[str]:
+        """A router whose stub lives but whose event loop does not answer its probe (a stop
+        for an unused id, answered from that loop) serves nothing: not ready; silent for
+        :data:`HUNG_ROUNDS` rounds, it is killed and reloaded like any hung model."""
+        routers = [EndpointSpec(model=r) for r in self.topology.routers if r not in dead]
+        answers = self._loop_run(self._probe_all(routers))
+        self._count_silence(dead, zip(routers, answers, strict=True))
+        return [f"{e.model}: its event loop does not answer ({problem})"
+                for e, problem in zip(routers, answers, strict=True) if problem is not None]
+
+    async def _probe_all(self, endpoints: list[EndpointSpec]) -> list[str | None]:
+        return list(await asyncio.gather(*(self.probe(e) for e in endpoints)))
 
     async def _probe_pools(self, dead: set[str]) -> dict[Role, str | None]:
         """Per pool: None when an endpoint answers, else each endpoint's problem."""
@@ -252,8 +267,10 @@ class Supervisor:
     async def _grpc_probe(self, endpoint: EndpointSpec) -> str | None:
         url = endpoint.url or self.grpc_url
         client = self._clients.setdefault(url, GrpcPhaseClient(url))
+        # a router has no in-band error output (only the phases do): not asked of it
+        router = endpoint.is_local and endpoint.model in self.topology.routers
         return await probe(client, endpoint.model, timeout_s=self.topology.probe_timeout_s,
-                           error_output=self.topology.error_output)
+                           error_output="" if router else self.topology.error_output)
 
     def _publish(self, ready: bool, states: Mapping[str, ModelState]) -> None:
         if not self.topology.has_marker:

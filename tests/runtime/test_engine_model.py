@@ -17,14 +17,15 @@ import pytest
 from pdtrt.engine_io import ERROR_OUTPUT, Param, RequestType, Role
 from pdtrt.llmapi import LLMApiImpl, load_llm_api
 from pdtrt.runtime.engine.config import LLMEngineConfig
-from pdtrt.runtime.engine.faults import FaultInjection
 from pdtrt.runtime.engine.model import TritonPythonModel
+from pdtrt.runtime.faults import FaultInjection
 from tests.runtime.fake_clock import FakeClock
 from tests.runtime.fake_transceiver import FakeTransceiver
 from tests.runtime.fake_triton import FakeRequest, FakeTriton
 
 PROMPT = [5, 6, 7, 8]
-OPTIONS = {"max_batch_size": 4, "max_num_tokens": 64, "max_input_len": 16, "max_seq_len": 64,
+OPTIONS = {"enable_iter_perf_stats": True, "max_batch_size": 4, "max_num_tokens": 64,
+           "max_input_len": 16, "max_seq_len": 64,
            "kv_cache_config": {"tokens_per_block": 16}}
 HOLD_S = 1.0
 PHASE_OPTIONS = {**OPTIONS, "cache_transceiver_config": {"backend": "UCX",
@@ -454,3 +455,20 @@ def test_an_instance_pins_its_gpus_before_the_llm_api_loads(monkeypatch):
     with pytest.raises(RuntimeError, match="stop here"):
         TritonPythonModel(FakeTriton()).initialize(args)
     assert seen == ["2,3"]
+
+
+def test_stats_are_not_asked_for_before_the_first_request(engine_model, caplog):
+    """TensorRT-LLM's get_stats warns "No stats available" when called before any request:
+    the engine model's half-second poll must not fill the server log with it."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="pdtrt.llmapi.reference.llm")
+    model, _triton = engine_model()
+    model.publish()
+    model.publish()
+    assert "No stats available" not in caplog.text
+    req = request()
+    model.execute([req])
+    assert ended_once(req)
+    model.publish()
+    assert "No stats available" not in caplog.text

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pdtrt.runtime.engine.faults import FaultInjection, InjectedFault
 from pdtrt.runtime.engine.inflight import InflightRequests
+from pdtrt.runtime.faults import FaultInjection, InjectedFault
 
 
 def test_stop_marks_live_sequences_of_that_id_only():
@@ -43,6 +43,10 @@ def test_fault_rules_are_per_role_and_malformed_ones_are_refused():
     decode.before_decode(["ok-1", "healthy"])
     with pytest.raises(InjectedFault, match="fault-7"):
         decode.before_decode(["ok-1", "fault-7~ab"])
+    both = {"PDTRT_FAULT_INJECTION": "decode_step:router:x-,event_loop:router:wedge-"}
+    loop = FaultInjection.from_env("router", both, point="event_loop")
+    assert loop is not None and loop.hits("wedge-1") and not loop.hits("x-1")
+    assert FaultInjection.from_env("decode", both, point="event_loop") is None
     with pytest.raises(ValueError, match="decode_step:<role>:<request-id prefix>"):
         FaultInjection.from_env("decode", {"PDTRT_FAULT_INJECTION": "explode:decode:x"})
 

@@ -196,6 +196,42 @@ def test_a_client_cancel_between_the_phases_sends_no_decode(router):
     assert triton.metrics["pdtrt_router_cancelled_total"] == 1
 
 
+def stop_request(request_id):
+    """TensorRT-LLM's stop request to the router: ``stop`` = true, the id of what to stop."""
+    one = np.array([[1]], dtype=np.int32)
+    return FakeRequest(request_id, {"input_ids": one, "input_lengths": np.array([1], np.int32),
+                                    "request_output_len": np.array([1], np.int32),
+                                    "stop": np.array([True])})
+
+
+def test_a_stop_request_stops_the_request_with_its_id(router):
+    """TensorRT-LLM's stop contract on the router too (a client that cannot cancel its stream,
+    e.g. over HTTP, stops it this way): the request stops as if cancelled, the stop gets an
+    empty final response."""
+    model, triton = router(engines())
+    req, halt = request(max_new=8, request_id="chat-1"), stop_request("chat-1")
+    route(model, req, halt)  # the stop arrives while the prefill runs
+    assert triton.calls_to("decode") == []
+    assert req.tokens == [7] and ended_once(req)
+    assert ended_once(halt) and all(not r.outputs for r in halt.responses)
+    assert triton.metrics["pdtrt_router_cancelled_total"] == 1
+
+
+def test_a_health_probe_is_answered_by_the_event_loop_and_counts_as_no_request(router):
+    """The supervisor's probe: a stop for an id nobody uses, answered at once from the router's
+    event loop -- so a wedged loop leaves it unanswered."""
+    from pdtrt.runtime.router.phase_client import PROBE_ID_PREFIX
+
+    model, triton = router(engines())
+    probe = stop_request(PROBE_ID_PREFIX + "abc")
+    route(model, probe)
+    assert ended_once(probe) and triton.calls == []
+    assert triton.metrics.get("pdtrt_router_requests_total", 0) == 0
+    anonymous = stop_request("")
+    route(model, anonymous)
+    assert ended_once(anonymous, error="a stop request needs the request id")
+
+
 # -- which path --------------------------------------------------------------------------------
 @pytest.mark.parametrize(("prompt_len", "models"),
                          [(1, ["aggregated"]), (3, ["aggregated"]), (4, ["prefill", "decode"]),

@@ -3,7 +3,7 @@ decode engine that fails mid-stream. Both must become request errors -- never ha
 KV, and leave the server serving.
 
 The server here is the reference deployment with a 1 s KV-transfer timeout, started with
-``PDTRT_FAULT_INJECTION=decode_step:decode:fault-`` (pdtrt.runtime.engine.faults): the decode
+``PDTRT_FAULT_INJECTION=decode_step:decode:fault-`` (pdtrt.runtime.faults): the decode
 engine's batched step raises whenever it holds a request whose id starts with ``fault-``.
 """
 

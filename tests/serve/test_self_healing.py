@@ -32,13 +32,16 @@ PROMPT = "The keeper lit the lamp on the rock"
 # shared-memory critical sections (the python backend locks a mutex the dead stub held)
 TRITON_ABORT = "boost::interprocess::lock_exception"
 NUM_STREAMS = 6
+WEDGE = "wedge-"
 
 
 @pytest.fixture(scope="module")
 def served(reference_engines, tmp_path_factory):
     root, _dep = reference_engines
     work = tmp_path_factory.mktemp("self-healing")
-    info = serve_detached(EXAMPLES / "reference-cpu.yaml", root, work)
+    # a request whose id starts with "wedge-" blocks the router's event loop for good
+    info = serve_detached(EXAMPLES / "reference-cpu.yaml", root, work,
+                          env={"PDTRT_FAULT_INJECTION": f"event_loop:router:{WEDGE}"})
     yield info, work
     stop(work)
 
@@ -169,6 +172,38 @@ def test_bench_exits_with_its_report_when_the_router_dies_under_it(served, tmp_p
     # the requests that died with it are counted, by the reloaded router
     assert wait_for(lambda: metric(metrics_url, "pdtrt_router_lost_to_reload_total") >= 1,
                     timeout_s=10)
+
+
+def test_a_router_whose_event_loop_is_wedged_is_not_ready_then_reloaded(served):
+    """The router's stub lives, but its event loop is blocked (an injected blocking call): its
+    health probe, answered from that loop, goes unanswered, so readiness drops within one
+    probe timeout and a supervisor round; the supervisor kills the hung stub, reloads the
+    router, and the deployment serves again -- without a server restart."""
+    from pdtrt.runtime.router.config import DEFAULT_PROBE_TIMEOUT_S
+    from pdtrt.serve.supervisor import HUNG_ROUNDS, INTERVAL_S
+
+    info, work = served
+    url, http = info["endpoints"]["grpc"], info["endpoints"]["http"]
+    assert wait_for(lambda: readiness(http) == 200, timeout_s=60)
+    client = grpcclient.InferenceServerClient(url)
+    client.start_stream(callback=lambda result, error: None)
+    client.async_stream_infer("router", engine_inputs([1, 5, 6], 4), request_id=f"{WEDGE}1",
+                              enable_empty_final_response=True)
+    wedged_at = time.monotonic()
+    try:
+        deadline_s = DEFAULT_PROBE_TIMEOUT_S + 2 * INTERVAL_S + 1
+        assert wait_for(lambda: readiness(http) != 200, timeout_s=deadline_s)
+        assert time.monotonic() - wedged_at < deadline_s
+        assert wait_for(lambda: readiness(http) == 200,
+                        timeout_s=(HUNG_ROUNDS + 3) * (DEFAULT_PROBE_TIMEOUT_S + INTERVAL_S) + 30)
+    finally:
+        client.stop_stream(cancel_requests=True)
+        client.close()
+    log = (work / "supervisor.log").read_text()
+    assert "router: alive but it has not answered its health probe" in log
+    assert "router: reloaded" in log
+    got = generate(url, "ensemble", ensemble_inputs(PROMPT, 4))
+    assert got.error is None and got.final_seen
 
 
 def test_stop_ends_the_supervisor_with_the_server(served):

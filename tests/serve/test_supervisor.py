@@ -251,3 +251,27 @@ def test_a_model_that_answers_now_and_then_is_not_hung(tmp_path):
     sup.kill = lambda model: pytest.fail(f"{model} killed")
     for _ in range(9):
         assert sup.tick().killed == ()
+
+
+def test_a_router_whose_event_loop_does_not_answer_is_not_ready_then_killed_and_reloaded(
+        tmp_path):
+    """Its stub lives, but its loop is wedged (a blocking call on it): the router's probe --
+    answered from that loop -- goes unanswered, readiness says so in the first round, and
+    after HUNG_ROUNDS rounds the stub is killed so that the next rounds reload it."""
+    from pdtrt.serve.supervisor import HUNG_ROUNDS
+
+    sup, control = supervisor(_repo(tmp_path),
+                              probe_errors={"router": "no answer to a health probe within 4 s"})
+    stubs = sup.stubs()
+    sup.stubs = lambda: stubs
+    sup.kill = lambda model: stubs.__setitem__(model, 0) or 1
+    first = sup.tick()
+    assert not first.ready and first.problems == (
+        "router: its event loop does not answer (no answer to a health probe within 4 s)",)
+    assert control.calls == [("unload", "health")]
+    rounds = [first] + [sup.tick() for _ in range(HUNG_ROUNDS - 1)]
+    assert rounds[-1].killed == ("router",)
+    sup.probe = lambda endpoint: asyncio.sleep(0, result=None)  # the reloaded router answers
+    assert sup.tick().dead == ("router",)
+    assert sup.tick().reloaded == ("router",) and ("load", "router") in control.calls
+    assert sup.tick().ready and control.calls[-1] == ("load", "health")

@@ -258,7 +258,7 @@ class LLM:
 
     def _pdtrt_set_fault_hook(self, hook: Any) -> None:
         """pdtrt's failure-path tests: ``hook.before_decode(request_ids)`` runs before every
-        batched decode step (:mod:`pdtrt.runtime.engine.faults`). Not part of the LLM API."""
+        batched decode step (:mod:`pdtrt.runtime.faults`). Not part of the LLM API."""
         self._scheduler.faults = hook
 
     def shutdown(self) -> None:

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 class DecodeHook(Protocol):
     """Called before each batched decode step with the batch's request ids; raising fails the
-    step (the engine model's fault injection, :mod:`pdtrt.runtime.engine.faults`)."""
+    step (the engine model's fault injection, :mod:`pdtrt.runtime.faults`)."""
 
     def before_decode(self, request_ids: Sequence[str]) -> None: ...
 

@@ -64,6 +64,9 @@ class StatsPublisher:
         self.metrics = metrics
         self._llm: Any = llm
         self._transfer_stats = transfer_stats  # the reference LLM's; None on tensorrt_llm
+        # get_stats before the first request returns nothing and logs a warning upstream (every
+        # poll, every instance): not asked until the engine model has submitted one
+        self.submitted = False
         self._lock = threading.Lock()
         self._last: dict[str, float] = {}
 
@@ -81,7 +84,7 @@ class StatsPublisher:
             if self._llm is None:
                 return
             try:
-                snapshots = self._llm.get_stats(0)
+                snapshots = self._llm.get_stats(0) if self.submitted else []
                 transfer = self._transfer_stats() if self._transfer_stats else {}
             except Exception:  # stats must never fail a request
                 log.debug("get_stats failed", exc_info=True)

@@ -38,10 +38,10 @@ from pdtrt.engine_io import REFERENCE_ENGINE_IO, RequestType
 from pdtrt.errors import InvalidRequestError, KVTransferError
 from pdtrt.llmapi import LLMApi, load_llm_api
 from pdtrt.runtime.engine.config import LLMEngineConfig, engine_limits
-from pdtrt.runtime.engine.faults import FaultInjection
 from pdtrt.runtime.engine.inflight import InflightRequests
 from pdtrt.runtime.engine.metrics import METRICS, StatsPublisher
 from pdtrt.runtime.engine.responder import Responder
+from pdtrt.runtime.faults import FaultInjection
 from pdtrt.runtime.request_parsing import EngineRequest, StopRequest, parse_engine_request
 from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
 from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, model_params
@@ -162,6 +162,7 @@ class TritonPythonModel:
             except Exception as exc:
                 out.fail(str(getattr(exc, "message", exc)))
                 continue
+            self.stats.submitted = True
             self._by_engine_id[result.request_id] = out.request.request_id
             out.attach(result)
             asyncio.get_running_loop().create_task(self._serve(out, result))
@@ -268,7 +269,7 @@ async def _cancel_tasks() -> None:
 
 class _FaultHook:
     """The reference LLM's decode-step hook, by Triton request id
-    (:mod:`pdtrt.runtime.engine.faults`)."""
+    (:mod:`pdtrt.runtime.faults`)."""
 
     def __init__(self, faults: FaultInjection, by_engine_id: dict[int, str]) -> None:
         self.faults, self.by_engine_id = faults, by_engine_id

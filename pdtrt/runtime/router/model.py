@@ -59,7 +59,8 @@ import numpy as np
 
 from pdtrt.engine_io import PHASE_ROLES, REQUEST_TYPE_PARAMETER, ROUTER_IO, RequestType, Role
 from pdtrt.errors import InvalidRequestError, PhaseError
-from pdtrt.runtime.request_parsing import RouterRequest, parse_router_request
+from pdtrt.runtime.faults import FaultInjection
+from pdtrt.runtime.request_parsing import RouterRequest, StopRequest, parse_router_request
 from pdtrt.runtime.router.config import RouterConfig
 from pdtrt.runtime.router.health import Prober, health_loop, watched
 from pdtrt.runtime.router.phase_client import (
@@ -120,6 +121,7 @@ _METRICS = {
 # sent together, not one round trip to the server per increment (six per request).
 METRICS_FLUSH_S = 0.1
 log = logging.getLogger(__name__)
+WEDGE_S = 3600.0  # how long an injected fault blocks the event loop: until the stub is killed
 _PHASE_OUTPUTS = ["output_ids", "arrival_time_ns", "first_scheduled_time_ns"]  # what it reads
 
 
@@ -183,6 +185,9 @@ class TritonPythonModel:
                              clock=self.clock)
         self._health_task: asyncio.Task[None] | None = None
         self._routes: set[asyncio.Task[Any]] = set()  # the requests in flight
+        self._replies: dict[str, list[Reply]] = {}  # their replies, by the client's request id
+        # tests of a wedged router (PDTRT_FAULT_INJECTION=event_loop:router:<prefix>)
+        self.faults = FaultInjection.from_env("router", point="event_loop")
         self.draining = False
         self.triton.on_server_stop(self.drain)
 
@@ -283,15 +288,24 @@ class TritonPythonModel:
     # -- one request -------------------------------------------------------------------------
     async def _route(self, incoming: Incoming) -> None:
         reply = Reply(self.triton, incoming, self.metrics, self.clock(), clock=self.clock)
+        if self.faults is not None and self.faults.hits(incoming.request_id):
+            log.error("request %r: wedging the router's event loop on purpose (%s)",
+                      incoming.request_id, "PDTRT_FAULT_INJECTION")
+            time.sleep(WEDGE_S)  # blocks the loop: nothing else of this router runs
+        if incoming.scalar("stop", False):
+            self._stop_route(incoming, reply)
+            return
         self.metrics.add("requests")
         task = asyncio.current_task()
         if task is not None:
             self._routes.add(task)
             self.metrics.set("in_flight", len(self._routes))
+        self._replies.setdefault(incoming.request_id, []).append(reply)
         try:
             if self.draining:
                 raise PhaseError(SHUTTING_DOWN)
             request = parse_router_request(incoming)
+            assert isinstance(request, RouterRequest)
             if self._is_short(request):
                 self.metrics.add("aggregated")
                 await self._aggregated(request, reply)
@@ -310,6 +324,26 @@ class TritonPythonModel:
         finally:
             self._routes.discard(task)
             self.metrics.set("in_flight", len(self._routes))
+            replies = self._replies.get(incoming.request_id, [])
+            if reply in replies:
+                replies.remove(reply)
+            if not replies:
+                self._replies.pop(incoming.request_id, None)
+
+    def _stop_route(self, incoming: Incoming, reply: Reply) -> None:
+        """TensorRT-LLM's stop request (``stop`` = true, the id of the request to stop): the
+        requests in flight with that id stop as if their client had cancelled; the stop itself
+        gets an empty final response at once. The supervisor's health probe is such a stop for
+        an id nobody uses: its answer comes from this event loop, so a wedged loop is seen."""
+        try:
+            stop = parse_router_request(incoming)
+        except InvalidRequestError as exc:
+            reply.fail(exc.message)
+            return
+        assert isinstance(stop, StopRequest)
+        for target in self._replies.get(stop.request_id, ()):
+            target.stop()
+        reply.close()
 
     def _is_short(self, request: RouterRequest) -> bool:
         return (bool(self.pools[Role.AGGREGATED].endpoints)

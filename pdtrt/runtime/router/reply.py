@@ -62,6 +62,10 @@ class Reply:
             self._cancelled = self.triton.is_cancelled(self.incoming)
         return self._cancelled
 
+    def stop(self) -> None:
+        """A stop request for this request came: from now on it counts as cancelled."""
+        self._cancelled = True
+
     def extend(self, position: int, tokens: Sequence[int]) -> None:
         """Tokens of the output from ``position`` on; positions already known are dropped.
 
