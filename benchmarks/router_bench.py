@@ -231,7 +231,7 @@ class User:
     def _collect(self, rec: Record) -> Record:
         """``rec`` filled with the responses of the request just sent, to its final one."""
         while True:
-            now, result, error = self.results.get(timeout=300)
+            now, result, error = self.results.get(timeout=float(os.environ.get("BENCH_WAIT_S", "300")))
             if error is not None:
                 rec.error = str(error)
                 break
