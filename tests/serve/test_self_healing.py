@@ -28,8 +28,8 @@ from supervised_server import kill_model, readiness, serve_detached, stop
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 PROMPT = "The keeper lit the lamp on the rock"
-# Triton 2.51's server aborts now and then when a busy stub is SIGKILLed inside one of its
-# shared-memory critical sections (the python backend locks a mutex the dead stub held)
+# Triton 2.51's server aborts now and then on a decoupled response's shared-memory mutex that
+# a dead thread or process held (EOWNERDEAD; docs/serve.md, "owner-dead mutex")
 TRITON_ABORT = "boost::interprocess::lock_exception"
 NUM_STREAMS = 6
 WEDGE = "wedge-"
@@ -38,10 +38,21 @@ WEDGE = "wedge-"
 @pytest.fixture(scope="module")
 def served(reference_engines, tmp_path_factory):
     root, _dep = reference_engines
-    work = tmp_path_factory.mktemp("self-healing")
-    # a request whose id starts with "wedge-" blocks the router's event loop for good
-    info = serve_detached(EXAMPLES / "reference-cpu.yaml", root, work,
-                          env={"PDTRT_FAULT_INJECTION": f"event_loop:router:{WEDGE}"})
+    for attempt in (1, 2):
+        work = tmp_path_factory.mktemp("self-healing")
+        # a request whose id starts with "wedge-" blocks the router's event loop for good
+        info = serve_detached(EXAMPLES / "reference-cpu.yaml", root, work,
+                              env={"PDTRT_FAULT_INJECTION": f"event_loop:router:{WEDGE}"})
+        try:  # a first request: the server must be up before phases are killed under it
+            generate(info["endpoints"]["grpc"], "ensemble", ensemble_inputs(PROMPT, 4))
+            break
+        except Exception:
+            log = (work / "server.log").read_text(errors="replace")
+            stop(work)
+            # Triton 2.51's own race on a decoupled response's shared-memory mutex aborted the
+            # server (docs/serve.md, "owner-dead mutex"): not what this module tests; once more
+            if attempt == 2 or TRITON_ABORT not in log:
+                raise
     yield info, work
     stop(work)
 
