@@ -267,6 +267,13 @@ loaded."""
 
 
 # --- NVIDIA's ensemble (text in, text out): the subset pdtrt serves ---------------------------
+# The log-probabilities of the generated tokens: every engine model, the router and the
+# ensemble return them to a request that sets return_log_probs (NVIDIA's names and shapes).
+_LOG_PROB_OUTPUTS = (
+    _t("cum_log_probs", F32, -1),
+    _t("output_log_probs", F32, -1, -1),
+)
+
 ENSEMBLE_IO = ModelIO(
     inputs=(
         _t("text_input", STR, 1),
@@ -289,7 +296,7 @@ ENSEMBLE_IO = ModelIO(
         _t("beam_width", I32, 1, opt=True),
         _t("stream", B, 1, opt=True),
     ),
-    outputs=(_t("text_output", STR, -1),),
+    outputs=(_t("text_output", STR, -1), *_LOG_PROB_OUTPUTS),
 )
 
 # --- preprocessing / postprocessing (NVIDIA's names; a subset) --------------------------------
@@ -354,6 +361,7 @@ _CORE_OUTPUTS = (
     _t("sequence_length", I32, -1),
     _t("context_phase_params", U8, -1),
     *_TIMING_OUTPUTS,
+    *_LOG_PROB_OUTPUTS,
 )
 
 CORE_ENGINE_IO = ModelIO(inputs=_CORE_INPUTS, outputs=_CORE_OUTPUTS)
@@ -409,8 +417,6 @@ _V021_EXTRA_INPUTS = (
     _t("lookahead_verification_set_size", I32, 1, opt=True, ragged=True),
 )
 _V021_EXTRA_OUTPUTS = (
-    _t("cum_log_probs", F32, -1),
-    _t("output_log_probs", F32, -1, -1),
     _t("context_logits", F32, -1, -1),
     _t("generation_logits", F32, -1, -1, -1),
     _t("batch_index", I32, 1),
@@ -490,7 +496,8 @@ ENGINE_STEP_MAP = StepMap(
             ("presence_penalty", "presence_penalty"), ("frequency_penalty", "frequency_penalty"),
             ("random_seed", "random_seed"), ("return_log_probs", "return_log_probs"),
             ("exclude_input_in_output", "exclude_input_in_output"), ("streaming", "stream")),
-    outputs=(("output_ids", "_TOKENS_BATCH"), ("sequence_length", "_SEQUENCE_LENGTH")),
+    outputs=(("output_ids", "_TOKENS_BATCH"), ("sequence_length", "_SEQUENCE_LENGTH"),
+             ("cum_log_probs", "cum_log_probs"), ("output_log_probs", "output_log_probs")),
 )
 """The middle step: the router (disaggregated) or the aggregated engine model."""
 

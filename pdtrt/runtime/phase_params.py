@@ -45,30 +45,43 @@ class ContextPhaseParams:
     opaque_state: bytes
     draft_tokens: tuple[int, ...] | None
     prompt_len: int  # tokens whose KV is held (the whole prompt)
+    # the first token(s)' log-probabilities, when the request asked for them: the decode
+    # side reports them for those tokens (TensorRT-LLM's context result does not carry them)
+    first_gen_log_probs: tuple[float, ...] | None = None
 
     @classmethod
-    def from_disaggregated(cls, params: Any, prompt_len: int) -> ContextPhaseParams:
-        """From a context-only result's ``outputs[0].disaggregated_params``."""
+    def from_disaggregated(cls, params: Any, prompt_len: int,
+                           first_gen_log_probs: tuple[float, ...] | None = None
+                           ) -> ContextPhaseParams:
+        """From a context-only result's ``outputs[0].disaggregated_params`` (and the
+        log-probabilities of its tokens, when asked)."""
         return cls(ctx_request_id=params.ctx_request_id,
                    first_gen_tokens=tuple(int(t) for t in params.first_gen_tokens or ()),
                    opaque_state=bytes(params.opaque_state or b""),
                    draft_tokens=None if params.draft_tokens is None
                    else tuple(int(t) for t in params.draft_tokens),
-                   prompt_len=prompt_len)
+                   prompt_len=prompt_len, first_gen_log_probs=first_gen_log_probs)
 
     def to_disaggregated(self, disaggregated_params_cls: Any) -> Any:
-        """The generation-only ``DisaggregatedParams`` (of the LLM API in use)."""
+        """The generation-only ``DisaggregatedParams`` (of the LLM API in use);
+        ``first_gen_log_probs`` as one ``{token: log-probability}`` per first token."""
+        logprobs = None if self.first_gen_log_probs is None else \
+            [{t: lp} for t, lp in zip(self.first_gen_tokens, self.first_gen_log_probs,
+                                      strict=True)]
         return disaggregated_params_cls(
             request_type=str(RequestType.GENERATION_ONLY), ctx_request_id=self.ctx_request_id,
             first_gen_tokens=list(self.first_gen_tokens), opaque_state=self.opaque_state,
-            draft_tokens=None if self.draft_tokens is None else list(self.draft_tokens))
+            draft_tokens=None if self.draft_tokens is None else list(self.draft_tokens),
+            first_gen_log_probs=logprobs)
 
     def to_array(self) -> np.ndarray:
         meta = json.dumps({"ctx_request_id": self.ctx_request_id,
                            "first_gen_tokens": list(self.first_gen_tokens),
                            "draft_tokens": None if self.draft_tokens is None
                            else list(self.draft_tokens),
-                           "prompt_len": self.prompt_len}, sort_keys=True).encode()
+                           "prompt_len": self.prompt_len,
+                           "first_gen_log_probs": None if self.first_gen_log_probs is None
+                           else list(self.first_gen_log_probs)}, sort_keys=True).encode()
         raw = _HEADER.pack(_MAGIC, ENCODING_VERSION, len(meta), len(self.opaque_state)) + \
             meta + self.opaque_state
         return np.frombuffer(raw, dtype=np.uint8).copy()
@@ -93,10 +106,18 @@ class ContextPhaseParams:
             meta = json.loads(raw[_HEADER.size:_HEADER.size + meta_len].decode())
             draft = meta["draft_tokens"]
             rid = meta["ctx_request_id"]
-            return cls(ctx_request_id=None if rid is None else int(rid),
-                       first_gen_tokens=tuple(int(t) for t in meta["first_gen_tokens"]),
-                       opaque_state=raw[_HEADER.size + meta_len:],
-                       draft_tokens=None if draft is None else tuple(int(t) for t in draft),
-                       prompt_len=int(meta["prompt_len"]))
+            logprobs = meta.get("first_gen_log_probs")  # absent: written by pdtrt before it
+            params = cls(ctx_request_id=None if rid is None else int(rid),
+                         first_gen_tokens=tuple(int(t) for t in meta["first_gen_tokens"]),
+                         opaque_state=raw[_HEADER.size + meta_len:],
+                         draft_tokens=None if draft is None else tuple(int(t) for t in draft),
+                         prompt_len=int(meta["prompt_len"]),
+                         first_gen_log_probs=None if logprobs is None
+                         else tuple(float(v) for v in logprobs))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise _malformed(str(exc)) from None
+        if params.first_gen_log_probs is not None and \
+                len(params.first_gen_log_probs) != len(params.first_gen_tokens):
+            raise _malformed(f"{len(params.first_gen_log_probs)} first-token log-probabilities "
+                             f"for {len(params.first_gen_tokens)} first tokens")
+        return params

@@ -37,7 +37,7 @@ from pdtrt.runtime.triton_io import Incoming
 
 __all__ = ["DISAGGREGATED_MAX_BEAM_WIDTH", "EngineLimits", "EngineRequest", "RequestSampling",
            "RouterRequest", "StopRequest", "check_sampling", "one_prompt", "parse_engine_request",
-           "parse_router_request"]
+           "parse_router_request", "word_list"]
 
 # Router inputs that arrive reshaped to [batch] and go to a phase in the config shape [batch, 1].
 _ROUTER_SCALARS = frozenset(t.name for t in ROUTER_IO.inputs if t.reshape_scalar)
@@ -144,6 +144,7 @@ class RouterRequest:
     max_new_tokens: int
     streaming: bool  # what the client asked; the phases are asked their own way
     exclude_input: bool
+    return_log_probs: bool = False
     inputs: Mapping[str, np.ndarray]  # the client's inputs, in the phase models' config shapes
 
     def phase_inputs(self, *, streaming: bool, **extra: np.ndarray) -> dict[str, np.ndarray]:
@@ -173,6 +174,7 @@ def parse_router_request(request: Incoming) -> RouterRequest | StopRequest:
         max_new_tokens=int(request.scalar("request_output_len", required=True)),
         streaming=bool(request.scalar("streaming", False)),
         exclude_input=bool(request.scalar("exclude_input_in_output", False)),
+        return_log_probs=bool(request.scalar("return_log_probs", False)),
         inputs={name: value.reshape(-1, 1) if name in _ROUTER_SCALARS else value
                 for name, value in request.inputs.items()})
 
@@ -181,12 +183,20 @@ def parse_router_request(request: Incoming) -> RouterRequest | StopRequest:
 @dataclass(frozen=True, kw_only=True)
 class RequestSampling:
     """What a request asks of the sampler; TensorRT-LLM's semantics: top_k 0 and top_p 0 (the
-    defaults) mean greedy."""
+    defaults) mean greedy. Penalties, ``min_tokens``, the word lists and log-probs act on
+    greedy and sampled requests alike."""
 
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 0.0
     seed: int = 0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    min_tokens: int = 0  # the ensemble's min_length: the end id is banned before that many
+    stop_words: tuple[tuple[int, ...], ...] = ()
+    bad_words: tuple[tuple[int, ...], ...] = ()
+    return_log_probs: bool = False
 
     @property
     def greedy(self) -> bool:
@@ -253,46 +263,55 @@ def parse_engine_request(request: Incoming, limits: EngineLimits
     if min(prompt) < 0 or max(prompt) >= limits.vocab_size:
         raise InvalidRequestError(f"input_ids outside the vocabulary [0, {limits.vocab_size})")
     check_sampling(request, max_beam_width=limits.max_beam_width)
-    _check_implemented(request)
     mode = _mode(request, limits)
     end_id = request.scalar("end_id")
     return EngineRequest(
         request_id=request.request_id, mode=mode, prompt=prompt, max_new_tokens=max_new,
         end_id=None if end_id is None or int(end_id) < 0 else int(end_id),
-        sampling=RequestSampling(temperature=float(request.scalar("temperature", 1.0)),
-                                top_k=int(request.scalar("runtime_top_k", 0)),
-                                top_p=float(request.scalar("runtime_top_p", 0.0)),
-                                seed=int(request.scalar("random_seed", 0))),
+        sampling=RequestSampling(
+            temperature=float(request.scalar("temperature", 1.0)),
+            top_k=int(request.scalar("runtime_top_k", 0)),
+            top_p=float(request.scalar("runtime_top_p", 0.0)),
+            seed=int(request.scalar("random_seed", 0)),
+            repetition_penalty=float(request.scalar("repetition_penalty", 1.0)),
+            presence_penalty=float(request.scalar("presence_penalty", 0.0)),
+            frequency_penalty=float(request.scalar("frequency_penalty", 0.0)),
+            min_tokens=int(request.scalar("min_length", 0)),
+            stop_words=word_list(request, "stop_words_list", limits.vocab_size),
+            bad_words=word_list(request, "bad_words_list", limits.vocab_size),
+            return_log_probs=bool(request.scalar("return_log_probs", False))),
         streaming=bool(request.scalar("streaming", False)),
         exclude_input=bool(request.scalar("exclude_input_in_output", False)),
         context_phase_params=(_context_phase_params(request, limits, n)
                               if mode is RequestType.GENERATION_ONLY else None))
 
 
-# What the reference engine does not implement, with the values that ask for nothing: a request
-# asking for more is refused instead of being answered as if it had not asked.
-_NEUTRAL = (
-    ("repetition_penalty", "1.0", lambda v: v == 1),
-    ("presence_penalty", "0.0", lambda v: v == 0),
-    ("frequency_penalty", "0.0", lambda v: v == 0),
-    ("min_length", "0 or 1", lambda v: v <= 1),
-    ("return_log_probs", "false", lambda v: not v),
-)
-_WORD_LISTS = ("stop_words_list", "bad_words_list")
-
-
-def _check_implemented(request: Incoming) -> None:
-    for name, neutral, ok in _NEUTRAL:
-        value = request.scalar(name)
-        if value is not None and not ok(value):
-            raise _refuse(name, value, f"{neutral} (the reference engine does not implement "
-                          f"{name})")
-    for name in _WORD_LISTS:  # [1, 2, n]: token ids, then end offsets padded with -1
-        words = request.tensor(name)
-        if words is not None and words.size and (words.reshape(-1, 2, words.shape[-1])[:, 1]
-                                                 >= 0).any():
-            raise _refuse(name, "a non-empty word list",
-                          f"no words (the reference engine does not implement {name})")
+def word_list(request: Incoming, name: str, vocab_size: int) -> tuple[tuple[int, ...], ...]:
+    """The words of a ``stop_words_list`` / ``bad_words_list`` input, in TensorRT-LLM's layout
+    ``[1, 2, n]``: row 0 the words' token ids one after another, row 1 the end offset of each
+    word, padded with -1 (NVIDIA's preprocessing builds it from ``stop_words`` /
+    ``bad_words``). Refused: another shape, offsets that do not rise within row 0, token ids
+    outside the vocabulary."""
+    raw = request.tensor(name)
+    if raw is None or raw.size == 0:
+        return ()
+    lists = raw.reshape(-1, *raw.shape[-2:]) if raw.ndim >= 2 else raw.reshape(1, 1, -1)
+    if lists.shape[0] != 1 or lists.shape[1] != 2:
+        raise InvalidRequestError(f"input '{name}' has shape {list(raw.shape)}; allowed: "
+                                  "[1, 2, n] (token ids, then each word's end offset, -1 padded)")
+    ids, offsets = lists[0, 0].tolist(), [int(o) for o in lists[0, 1].tolist() if o >= 0]
+    words, start = [], 0
+    for end in offsets:
+        if not start < end <= len(ids):
+            raise InvalidRequestError(f"input '{name}': word end offset {end} after {start} "
+                                      f"does not fit its {len(ids)} token ids")
+        word = tuple(int(t) for t in ids[start:end])
+        if min(word) < 0 or max(word) >= vocab_size:
+            raise InvalidRequestError(f"input '{name}': token ids {list(word)} outside the "
+                                      f"vocabulary [0, {vocab_size})")
+        words.append(word)
+        start = end
+    return tuple(words)
 
 
 def _mode(request: Incoming, limits: EngineLimits) -> RequestType:

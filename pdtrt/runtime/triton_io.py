@@ -37,7 +37,7 @@ import numpy as np
 from pdtrt.errors import InvalidRequestError, PhaseError
 
 __all__ = ["BackendTriton", "Incoming", "MetricKind", "MetricSpec", "Metrics", "Triton",
-           "model_params", "token_outputs"]
+           "log_prob_outputs", "model_params", "token_outputs"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -495,3 +495,10 @@ def token_outputs(tokens: Sequence[int]) -> dict[str, np.ndarray]:
     """``output_ids`` ``[1, 1, n]`` and ``sequence_length`` ``[1, 1]`` of one response."""
     return {"output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, -1),
             "sequence_length": np.array([[len(tokens)]], dtype=np.int32)}
+
+
+def log_prob_outputs(logprobs: Sequence[float], cumulative: float) -> dict[str, np.ndarray]:
+    """``output_log_probs`` ``[1, 1, n]`` (the response's tokens) and ``cum_log_probs``
+    ``[1, 1]`` (every token so far) of one response."""
+    return {"output_log_probs": np.array(logprobs, dtype=np.float32).reshape(1, 1, -1),
+            "cum_log_probs": np.array([[cumulative]], dtype=np.float32)}

@@ -16,18 +16,24 @@ def context_process(conn, model_dir: str) -> None:
     llm = LLM(model_dir, skip_tokenizer_init=True, **OPTIONS)
     conn.send("ready")
 
-    async def context(prompt: list[int]):
-        result = llm.generate_async(prompt, SamplingParams(max_tokens=1, end_id=-1),
-                                    disaggregated_params=DisaggregatedParams(
-                                        request_type="context_only"))
+    async def context(prompt: list[int], sampling: dict):
+        ids = {n: sampling.pop(n) for n in ("_stop_word_ids", "_bad_word_ids") if n in sampling}
+        params = SamplingParams(**{"max_tokens": 1, "end_id": -1, **sampling})
+        for name, value in ids.items():  # init=False fields: set after construction
+            setattr(params, name, value)
+        result = llm.generate_async(prompt, params, disaggregated_params=DisaggregatedParams(
+            request_type="context_only"))
         return await result.aresult()
 
     while True:
         cmd, arg = conn.recv()
-        if cmd == "context":
-            result = asyncio.run(context(arg))
-            params = result.outputs[0].disaggregated_params
-            conn.send({"token_ids": result.outputs[0].token_ids,
+        if cmd == "context":  # arg: the prompt, or (prompt, SamplingParams keyword arguments)
+            prompt, sampling = arg if isinstance(arg, tuple) else (arg, {})
+            result = asyncio.run(context(prompt, dict(sampling)))
+            out = result.outputs[0]
+            params = out.disaggregated_params
+            conn.send({"token_ids": out.token_ids, "finish_reason": out.finish_reason,
+                       "logprobs": out.logprobs,
                        "first_gen_tokens": params.first_gen_tokens,
                        "ctx_request_id": params.ctx_request_id,
                        "opaque_state": params.opaque_state, "draft_tokens": params.draft_tokens})

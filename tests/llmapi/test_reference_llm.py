@@ -118,13 +118,15 @@ def test_unknown_options_are_refused_like_llmargs(tiny_model_dir, options, error
 
 @pytest.mark.parametrize(("kwargs", "error"), [
     ({"sampling_params": None}, "a tokenizer is required to set end_id"),
-    ({"sampling_params": SamplingParams(max_tokens=4, end_id=2, repetition_penalty=1.3)},
-     "the reference LLM does not implement repetition_penalty"),
+    ({"sampling_params": SamplingParams(max_tokens=4, end_id=2, length_penalty=1.3)},
+     "the reference LLM does not implement length_penalty"),
+    ({"sampling_params": SamplingParams(max_tokens=4, end_id=2, logprobs=3)},
+     "the sampled token's log-probability only: logprobs 3 > 1"),
     ({"sampling_params": SamplingParams(max_tokens=64, end_id=2)}, "exceeds max_seq_len (64)"),
     ({"sampling_params": SamplingParams(max_tokens=4, end_id=2),
       "disaggregated_params": DisaggregatedParams(request_type="context_only")},
      "context_only requests need cache_transceiver_config"),
-], ids=["no-end-id", "unimplemented-penalty", "too-long", "no-transceiver"])
+], ids=["no-end-id", "beam-search-penalty", "top-logprobs", "too-long", "no-transceiver"])
 def test_what_the_engine_cannot_serve_is_refused_at_once(llm, kwargs, error):
     with pytest.raises(ValueError, match=error.replace("(", r"\(").replace(")", r"\)")):
         llm.generate_async(PROMPT, **kwargs)
@@ -156,30 +158,96 @@ def context_peer(tiny_model_dir):
     proc.join(10)
 
 
+@pytest.fixture(scope="module")
+def generation_llm(tiny_model_dir):
+    """The generation-only LLM of this process: one for the module, as the UCX context of a
+    process works on the first node's event loop only (a second LLM's pulls time out)."""
+    made = LLM(str(tiny_model_dir), skip_tokenizer_init=True, **OPTIONS)
+    yield made
+    made.shutdown()
+
+
 @needs_ucx
-def test_context_then_generation_over_ucx_equals_aggregated(context_peer, tiny_model_dir, llm,
+def test_context_then_generation_over_ucx_equals_aggregated(context_peer, generation_llm, llm,
                                                            tiny_model):
     ctx = context_peer("context", PROMPT)
     assert ctx["token_ids"] == ctx["first_gen_tokens"] and len(ctx["first_gen_tokens"]) == 1
     assert context_peer("stats")["held"] == 1
-    gen = LLM(str(tiny_model_dir), skip_tokenizer_init=True, **OPTIONS)
+    gen = generation_llm
+    before = gen._pdtrt_kv_transfer_stats()["pulled"]
     params = DisaggregatedParams(request_type="generation_only",
                                  first_gen_tokens=ctx["first_gen_tokens"],
                                  ctx_request_id=ctx["ctx_request_id"],
                                  opaque_state=ctx["opaque_state"])
-    try:
-        result = run(generate(gen, PROMPT, 10, disaggregated_params=params))
-        # the KV has been pulled: a second pull finds nothing
-        with pytest.raises(RuntimeError, match="KV transfer failed: the prefill instance no "
-                                               "longer holds"):
-            run(generate(gen, PROMPT, 10, disaggregated_params=params))
-        stats = gen._pdtrt_kv_transfer_stats()
-    finally:
-        gen.shutdown()
+    result = run(generate(gen, PROMPT, 10, disaggregated_params=params))
+    # the KV has been pulled: a second pull finds nothing
+    with pytest.raises(RuntimeError, match="KV transfer failed: the prefill instance no "
+                                           "longer holds"):
+        run(generate(gen, PROMPT, 10, disaggregated_params=params))
+    stats = gen._pdtrt_kv_transfer_stats()
     assert result.outputs[0].token_ids == run(generate(llm, PROMPT, 10)).outputs[0].token_ids \
         == hf_greedy(tiny_model, PROMPT, 10)
-    assert stats["pulled"] == 1 and stats["pulled_bytes"] > 0
+    assert stats["pulled"] == before + 1 and stats["pulled_bytes"] > 0
     assert context_peer("stats")["held"] == 0
+
+
+# The tests that pull over UCX into generation_llm come before any test that makes another UCX
+# node in this process: after one is made and shut down, generation_llm's pulls time out
+# (ucxx's one context per process).
+FEATURES = {
+    "stop-word-across-the-phases": {"stop": ["w"], "include_stop_str_in_output": True},
+    "penalties-min-tokens-bad-words-log-probs": {
+        "repetition_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.4,
+        "min_tokens": 5, "logprobs": 1},
+    "seeded-sampling-with-log-probs": {"temperature": 0.9, "top_k": 50, "seed": 7,
+                                       "logprobs": 1},
+}
+
+
+@needs_ucx
+@pytest.mark.parametrize("feature", list(FEATURES))
+def test_each_sampling_feature_gives_the_same_output_split_across_two_engines(
+        feature, context_peer, generation_llm, llm):
+    base = run(generate(llm, PROMPT, 10)).outputs[0].token_ids
+    sampling = dict(FEATURES[feature])
+    if feature.startswith("stop-word"):  # the first token (context) and the next (decode)
+        sampling["_stop_word_ids"] = [base[:2]]
+    if feature.startswith("penalties"):
+        sampling["end_id"] = base[1]  # held off by min_tokens
+        sampling.update(bad_token_ids=[base[3]], bad=["b"], _bad_word_ids=[[base[0], base[5]]])
+    aggregated = run(submit(llm, PROMPT, _params(max_tokens=10, **{"end_id": -1, **sampling})))
+    ctx = context_peer("context", (PROMPT, {**{"end_id": -1}, **sampling}))
+    assert ctx["finish_reason"] == "length"
+    params = DisaggregatedParams(request_type="generation_only",
+                                 first_gen_tokens=ctx["first_gen_tokens"],
+                                 ctx_request_id=ctx["ctx_request_id"],
+                                 opaque_state=ctx["opaque_state"],
+                                 first_gen_log_probs=ctx["logprobs"] or None)
+    split = run(submit(generation_llm, PROMPT,
+                       _params(max_tokens=10, **{"end_id": -1, **sampling}),
+                       disaggregated_params=params))
+    want, got = aggregated.outputs[0], split.outputs[0]
+    assert got.token_ids == want.token_ids and got.finish_reason == want.finish_reason
+    assert got.token_ids != base or feature.startswith("stop-word")  # the feature acted
+    if sampling.get("logprobs"):
+        assert [d[t].logprob for t, d in zip(got.token_ids, got.logprobs, strict=True)] == \
+            pytest.approx([d[t].logprob for t, d in zip(want.token_ids, want.logprobs,
+                                                        strict=True)], abs=1e-5)
+    if feature.startswith("stop-word"):
+        assert got.token_ids == base[:2] and got.finish_reason == "stop"
+
+
+@needs_ucx
+def test_a_generation_request_asking_log_probs_needs_the_first_tokens_ones(
+        context_peer, generation_llm):
+    ctx = context_peer("context", (PROMPT, {"logprobs": 1}))
+    params = DisaggregatedParams(request_type="generation_only",
+                                 first_gen_tokens=ctx["first_gen_tokens"],
+                                 ctx_request_id=ctx["ctx_request_id"],
+                                 opaque_state=ctx["opaque_state"])
+    with pytest.raises(RuntimeError, match="needs DisaggregatedParams.first_gen_log_probs"):
+        run(submit(generation_llm, PROMPT, _params(max_tokens=4, end_id=-1, logprobs=1),
+                   disaggregated_params=params))
 
 
 @needs_ucx
@@ -244,3 +312,62 @@ def test_disaggregated_params_the_reference_cannot_honour_are_refused(llm, param
     with pytest.raises(ValueError, match="does not implement DisaggregatedParams"):
         llm.generate_async(PROMPT, SamplingParams(max_tokens=1, end_id=-1),
                            disaggregated_params=params)
+
+
+# -- sampling features: TensorRT-LLM's rules, checked against transformers ---------------------
+def _params(**kwargs) -> SamplingParams:
+    """SamplingParams with the init=False word-id fields set the way a caller without a
+    tokenizer sets them (after construction)."""
+    ids = {n: kwargs.pop(n) for n in ("_stop_word_ids", "_bad_word_ids") if n in kwargs}
+    params = SamplingParams(**kwargs)
+    for name, value in ids.items():
+        setattr(params, name, value)
+    return params
+
+
+def test_penalties_min_tokens_bad_words_and_log_probs_equal_transformers(llm, tiny_model):
+    import torch
+
+    plain = run(submit(llm, PROMPT, _params(max_tokens=12, end_id=-1, repetition_penalty=1.5)))
+    base = plain.outputs[0].token_ids
+    eos = base[2]  # ends the output at its third token, unless min_tokens holds it off
+    bad = [[base[4]], [base[0], base[1]]]  # one token, and base[1] right after base[0]
+    twin = run(submit(llm, PROMPT, _params(
+        max_tokens=12, end_id=eos, repetition_penalty=1.5, min_tokens=6, logprobs=True,
+        bad_token_ids=[base[4]], bad=["ids"], _bad_word_ids=[bad[1]]))).outputs[0]
+    hf = tiny_model.generate(torch.tensor([PROMPT]), max_new_tokens=12, do_sample=False,
+                             repetition_penalty=1.5, min_new_tokens=6, bad_words_ids=bad,
+                             eos_token_id=eos, pad_token_id=0, output_scores=True,
+                             return_dict_in_generate=True)
+    hf_tokens = hf.sequences[0, len(PROMPT):].tolist()
+    if eos in hf_tokens:  # the end id ends the output and is not part of it
+        hf_tokens = hf_tokens[:hf_tokens.index(eos)]
+    assert twin.token_ids == hf_tokens and len(twin.token_ids) >= 6
+    assert base[4] not in twin.token_ids and twin.token_ids != base  # the rules changed it
+    hf_logprobs = [float(torch.log_softmax(hf.scores[i][0], -1)[t])
+                   for i, t in enumerate(twin.token_ids)]
+    got = [d[t].logprob for t, d in zip(twin.token_ids, twin.logprobs, strict=True)]
+    assert got == pytest.approx(hf_logprobs, abs=1e-4)
+    assert twin.cumulative_logprob == pytest.approx(sum(hf_logprobs), abs=1e-3)
+
+
+def test_a_stop_word_ends_the_output_and_is_cut_unless_asked_to_keep_it(llm):
+    base = run(generate(llm, PROMPT, 10)).outputs[0].token_ids
+    word = base[3:5]
+    cut = run(submit(llm, PROMPT, _params(max_tokens=10, end_id=-1, stop=["w"],
+                                          _stop_word_ids=[word]))).outputs[0]
+    kept = run(submit(llm, PROMPT, _params(max_tokens=10, end_id=-1, stop=["w"],
+                                           _stop_word_ids=[word],
+                                           include_stop_str_in_output=True))).outputs[0]
+    one = run(submit(llm, PROMPT, _params(max_tokens=10, end_id=-1,
+                                          stop_token_ids=[base[2]]))).outputs[0]
+    assert (cut.finish_reason, cut.stop_reason, cut.token_ids) == ("stop", "w", base[:3])
+    assert (kept.finish_reason, kept.token_ids) == ("stop", base[:5])
+    assert (one.finish_reason, one.stop_reason, one.token_ids) == ("stop", base[2], base[:2])
+    # a word that began in the prompt stops the output too, but is not the output's to cut
+    spanning = run(submit(llm, PROMPT, _params(max_tokens=10, end_id=-1, stop=["p"],
+                                               _stop_word_ids=[[PROMPT[-1], base[0]]])))
+    out = spanning.outputs[0]
+    assert (out.finish_reason, out.stop_reason, out.token_ids) == ("stop", None, base[:1])
+    with pytest.raises(RuntimeError, match="not processed by tokenizer"):
+        llm.generate_async(PROMPT, SamplingParams(max_tokens=2, end_id=-1, stop="x"))

@@ -171,3 +171,25 @@ def test_a_failed_step_fails_the_batch_and_the_waiting_still_get_scheduled():
     assert a.done and not state.running and list(state.waiting) == [waiting]
     plan = schedule(state)
     assert plan.prefill == (waiting,) and state.running == [waiting]
+
+
+def test_a_stop_word_ends_a_sequence_with_the_word_in_its_output():
+    seq = _running("s", stop_words=((9, 9, 9), (1, 4)))  # prompt 1 2 3, generated [1]
+    state = _state(running=[seq])
+    assert postprocess(state, [(seq, [4], [-0.5])]) == [
+        (seq, Emission(tokens=(4,), logprobs=(-0.5,), final=True, finish_reason="stop",
+                       stop_word=(1, 4)))]
+    assert seq.generated == [1, 4] and state.running == []
+
+
+def test_a_stop_word_may_begin_in_the_prompt_or_in_the_first_tokens_a_decode_imports():
+    tail = _seq("t", stop_words=((3, 7),))  # prompt 1 2 3: the word starts in the prompt
+    state = _state(running=[tail])
+    assert postprocess(state, [(tail, [7])])[0][1].stop_word == (3, 7)
+    # a decode whose imported first token begins the word stops at its own first token
+    gen = _seq("g", mode=GEN_ONLY, first_tokens=(5,), stop_words=((5, 6),))
+    state = _state(waiting=[gen])
+    plan = schedule(state)
+    assert plan.emissions == ((gen, Emission(tokens=(5,), final=False)),)
+    assert postprocess(state, [(gen, [6])]) == [
+        (gen, Emission(tokens=(6,), final=True, finish_reason="stop", stop_word=(5, 6)))]

@@ -177,14 +177,15 @@ STRICT_CASES = [
     ("two-prompts", {"input_ids": np.array([[5, 6], [7, 8]], dtype=np.int32),
                      "input_lengths": _i32([2, 2]).reshape(-1)},
      "input 'input_ids' holds 2 prompts; pdtrt serves one prompt per request"),
-    ("repetition-penalty-not-implemented", {"repetition_penalty": _f32(1.3)},
-     "input 'repetition_penalty' is 1.3; allowed: 1.0 (the reference engine does not "
-     "implement repetition_penalty)"),
-    ("log-probs-not-implemented", {"return_log_probs": np.array([True])},
-     "input 'return_log_probs' is True; allowed: false"),
-    ("stop-words-not-implemented",
-     {"stop_words_list": np.array([[[7, 8], [2, -1]]], dtype=np.int32)},
-     "input 'stop_words_list' is a non-empty word list; allowed: no words"),
+    ("stop-words-wrong-shape-engine-only",
+     {"stop_words_list": np.array([[[7, 8], [2, -1], [0, 0]]], dtype=np.int32)},
+     "input 'stop_words_list' has shape [1, 3, 2]; allowed: [1, 2, n]"),
+    ("bad-words-offset-past-the-ids-engine-only",
+     {"bad_words_list": np.array([[[7, 8], [3, -1]]], dtype=np.int32)},
+     "input 'bad_words_list': word end offset 3 after 0 does not fit its 2 token ids"),
+    ("stop-words-outside-the-vocabulary-engine-only",
+     {"stop_words_list": np.array([[[7, 99999], [2, -1]]], dtype=np.int32)},
+     "input 'stop_words_list': token ids [7, 99999] outside the vocabulary"),
 ]
 
 
@@ -340,6 +341,68 @@ def test_prefill_then_decode_gives_the_aggregated_tokens(engine_model):
                     context_phase_params=params, request_id="again")
     decode.execute([again])  # the KV has been pulled: gone
     assert ended_once(again, error="KV transfer failed: the prefill instance no longer holds")
+
+
+def _words(*words: list[int]) -> np.ndarray:
+    """A [1, 2, n] word list, as NVIDIA's preprocessing builds it."""
+    ids = [t for w in words for t in w]
+    ends = list(np.cumsum([len(w) for w in words]))
+    width = max(len(ids), 1)
+    return np.array([[ids + [0] * (width - len(ids)), ends + [-1] * (width - len(ends))]],
+                    dtype=np.int32)
+
+
+def test_every_sampling_input_reaches_the_llm_api_under_its_name(engine_model):
+    model, _ = engine_model()
+    req = request(stop_words_list=_words([9], [10, 11]), bad_words_list=_words([12, 13], [14]),
+                  repetition_penalty=_f32(1.2), presence_penalty=_f32(0.5),
+                  frequency_penalty=_f32(0.25), min_length=_i32(3),
+                  return_log_probs=np.array([True]), random_seed=np.array([5], dtype=np.uint64),
+                  temperature=_f32(0.7), runtime_top_k=_i32(40))
+    from pdtrt.runtime.request_parsing import parse_engine_request
+    from pdtrt.runtime.triton_io import Incoming
+
+    incoming = Incoming(request_id="r", parameters={}, inputs=dict(req.inputs))
+    params = model._sampling_params(parse_engine_request(incoming, model.limits))
+    assert (params.repetition_penalty, params.presence_penalty, params.frequency_penalty,
+            params.min_tokens, params.logprobs, params.seed, params.top_k) == \
+        (pytest.approx(1.2), 0.5, 0.25, 3, 1, 5, 40)
+    assert params._get_stop_words() == [[9], [10, 11]] and params.include_stop_str_in_output
+    assert params._get_bad_words() == [[14], [12, 13]]
+
+
+def test_log_probs_go_out_per_response_and_cross_the_phases(engine_model):
+    prefill, _ = engine_model(Role.PREFILL, kv=True)
+    decode, _ = engine_model(Role.DECODE, kv=True)
+    aggregated, _ = engine_model()
+    asked = {"return_log_probs": np.array([True]), "repetition_penalty": _f32(1.3)}
+    ctx = request(request_type=RequestType.CONTEXT_ONLY, streaming=False, **asked)
+    prefill.execute([ctx])
+    assert ended_once(ctx)
+    params = ctx.responses[0].outputs["context_phase_params"]
+    gen = request(max_new=6, request_type=RequestType.GENERATION_ONLY,
+                  context_phase_params=params, **asked)
+    decode.execute([gen])
+    whole = request(max_new=6, **asked)
+    aggregated.execute([whole])
+    assert ended_once(gen) and ended_once(whole) and gen.tokens == whole.tokens
+
+    def logprobs(req):
+        sent = [r.outputs for r in req.responses if "output_ids" in r.outputs]
+        per_token = [v for o in sent for v in o["output_log_probs"].reshape(-1).tolist()]
+        assert all(o["output_log_probs"].shape == (1, 1, o["output_ids"].shape[-1])
+                   for o in sent)
+        return per_token, float(sent[-1]["cum_log_probs"].reshape(-1)[0])
+
+    (got, got_cum), (want, want_cum) = logprobs(gen), logprobs(whole)
+    assert len(got) == 6 and got == pytest.approx(want, abs=1e-5)
+    assert got_cum == pytest.approx(want_cum, abs=1e-4)
+    assert got[0] == pytest.approx(logprobs(ctx)[0][0], abs=1e-6)  # the prefill's, carried
+    assert got_cum == pytest.approx(sum(want), abs=1e-4) and all(v <= 0 for v in got)
+    plain = request(max_new=3, request_id="plain")
+    aggregated.execute([plain])
+    assert ended_once(plain) and all("output_log_probs" not in r.outputs
+                                     for r in plain.responses)
 
 
 # -- engine failures ---------------------------------------------------------------------------

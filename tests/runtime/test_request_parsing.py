@@ -14,9 +14,9 @@ from pdtrt.runtime.triton_io import Incoming
 from tests.runtime.fake_triton import FakeRequest, FakeTriton, model_args, tokens_out
 from tests.runtime.test_engine_model import STRICT_CASES
 
-# The engine-only cases: features the reference engine lacks (a router may front an engine that
-# has them) -- everything else the router refuses itself.
-_ENGINE_ONLY = ("not-implemented",)
+# The engine-only cases: word lists, which only the engine checks against its vocabulary --
+# everything else the router refuses itself.
+_ENGINE_ONLY = ("engine-only",)
 ROUTER_CASES = [c for c in STRICT_CASES if not c[0].endswith(_ENGINE_ONLY)]
 
 
@@ -62,7 +62,9 @@ def test_the_beam_width_behind_the_router_is_one():
 
 
 class _Tokenizer:
-    def encode(self, text: str) -> list[int]:
+    """A byte-level stand-in with transformers' encode signature."""
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return [ord(c) for c in text]
 
 
@@ -90,12 +92,12 @@ def test_the_preprocessing_refuses_two_prompts_naming_the_ensemble_input(preproc
     assert ok.outputs["REQUEST_INPUT_LEN"].tolist() == [[5]]
 
 
-@pytest.mark.parametrize(("name", "ensemble_name"), [("STOP_WORDS_DICT", "stop_words"),
-                                                     ("BAD_WORDS_DICT", "bad_words")])
-def test_the_preprocessing_refuses_word_lists_it_would_drop(preprocessing, name, ensemble_name):
-    (refused,) = preprocessing.execute([_query("Hello", **{
-        name: np.array([[b"stop here"]], dtype=object)})])
-    assert refused.error == (f"input '{ensemble_name}' is not supported by pdtrt's "
-                             "preprocessing yet; leave it out")
-    (empty,) = preprocessing.execute([_query("Hello", **{name: np.array([[b""]], dtype=object)})])
-    assert empty.error is None
+@pytest.mark.parametrize(("name", "output"), [("STOP_WORDS_DICT", "STOP_WORDS_IDS"),
+                                              ("BAD_WORDS_DICT", "BAD_WORDS_IDS")])
+def test_the_preprocessing_turns_each_word_into_a_word_list_entry(preprocessing, name, output):
+    (one,) = preprocessing.execute([_query("Hello", **{
+        name: np.array([[b"ab", b"", b"c"]], dtype=object)})])
+    # the byte-level stand-in: "ab" -> 97 98, "c" -> 99; ends 2 and 3; "" is no word
+    assert one.error is None and one.outputs[output].tolist() == [[[97, 98, 99], [2, 3, -1]]]
+    (none,) = preprocessing.execute([_query("Hello", **{name: np.array([[b""]], dtype=object)})])
+    assert none.outputs[output].tolist() == [[[0], [-1]]]

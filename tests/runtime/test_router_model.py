@@ -121,6 +121,39 @@ def test_a_non_streaming_client_gets_one_response_with_the_whole_output(router, 
     assert len(req.responses) == 1 and req.tokens == expected and ended_once(req)
 
 
+LOGPROBS = [-0.5, -1.0, -0.25, -2.0]  # what the engines report for OUTPUT
+
+
+def _with_logprobs(tokens, **extra):
+    lps = [LOGPROBS[OUTPUT.index(t)] for t in tokens]
+    return tokens_out(*tokens, output_log_probs=np.array(lps, np.float32).reshape(1, 1, -1),
+                      **extra)
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "one-response"])
+def test_log_probs_are_asked_of_both_phases_and_relayed_once_per_token(router, streaming):
+    def decode(call):  # the whole output again, first token included
+        return [_with_logprobs(OUTPUT[:2]), _with_logprobs(OUTPUT[2:])]
+
+    model, triton = router(engines(
+        prefill=lambda call: [_with_logprobs(OUTPUT[:1], context_phase_params=PARAMS)],
+        decode=decode))
+    req = request(streaming=streaming)
+    req.inputs["return_log_probs"] = np.array([True])
+    route(model, req)
+    assert req.tokens == OUTPUT and ended_once(req)
+    assert all("output_log_probs" in c.outputs for c in triton.calls_to("prefill")
+               + triton.calls_to("decode"))
+    sent = [r.outputs for r in req.responses if "output_ids" in r.outputs]
+    relayed = [v for o in sent for v in o["output_log_probs"].reshape(-1).tolist()]
+    assert relayed == LOGPROBS
+    assert float(sent[-1]["cum_log_probs"].reshape(-1)[0]) == pytest.approx(sum(LOGPROBS))
+    plain = request(request_id="plain")
+    route(model, plain)
+    assert all("output_log_probs" not in r.outputs for r in plain.responses)
+    assert "output_log_probs" not in triton.calls_to("decode")[-1].outputs
+
+
 def test_both_phases_see_the_client_id_with_one_unique_suffix(router):
     model, triton = router(engines())
     route(model, request(request_id="client-7"), request(request_id="client-7"))

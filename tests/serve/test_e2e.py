@@ -264,3 +264,77 @@ def test_fifty_streams_cancelled_mid_prefill_leave_no_kv_held_after_the_timeout(
           f"held at most, gone {time.monotonic() - ended_s:.1f} s later (timeout {timeout_s:g} s)")
     ok = generate(url, "ensemble", ensemble_inputs("Hello again", 4))
     assert ok.error is None and ok.final_seen
+
+
+# -- every sampling input of NVIDIA's ensemble, end to end ----------------------------------------
+def _sampling_inputs(**values) -> list:
+    import tritonclient.grpc as grpcclient
+
+    kinds = {"stop_words": ("BYTES", object), "bad_words": ("BYTES", object),
+             "repetition_penalty": ("FP32", np.float32), "presence_penalty": ("FP32", np.float32),
+             "frequency_penalty": ("FP32", np.float32), "min_length": ("INT32", np.int32),
+             "return_log_probs": ("BOOL", bool), "random_seed": ("UINT64", np.uint64),
+             "temperature": ("FP32", np.float32), "top_k": ("INT32", np.int32)}
+    made = []
+    for name, value in values.items():
+        kind, dtype = kinds[name]
+        if dtype is object:
+            array = np.array([[w.encode() for w in value]], dtype=object)
+        else:
+            array = np.array([[value]], dtype=dtype)
+        tensor = grpcclient.InferInput(name, list(array.shape), kind)
+        tensor.set_data_from_numpy(array)
+        made.append(tensor)
+    return made
+
+
+def _both_ensembles(url: str, prompt: str, n: int, **values) -> dict[str, tuple[list, list]]:
+    """Per model: the streamed texts, and the log-probabilities of every token (when asked)."""
+    got = {}
+    for model in ("ensemble", "ensemble_aggregated"):
+        inputs = ensemble_inputs(prompt, n) + _sampling_inputs(**values)
+        texts = generate(url, model, inputs)
+        assert texts.error is None and texts.final_seen, texts.error
+        logprobs = []
+        if values.get("return_log_probs"):
+            arrays = generate(url, model, ensemble_inputs(prompt, n) + _sampling_inputs(**values),
+                              output="output_log_probs")
+            assert arrays.error is None, arrays.error
+            logprobs = [float(v) for a in arrays.texts for v in a.reshape(-1)]
+            assert len(logprobs) == len(texts.texts) and all(v <= 0 for v in logprobs)
+        got[model] = (texts.texts, logprobs)
+    return got
+
+
+def test_every_sampling_input_gives_the_same_output_through_both_ensembles(reference_server,
+                                                                           oracle):
+    tok, expected = oracle
+    url, prompt = _url(reference_server), PROMPTS[1]
+    ids, per_token, _ = expected(prompt, 16)
+
+    def word_at(i: int, n: int) -> str | None:  # the text of ids[i:i+n], if it encodes back
+        text = tok.decode(ids[i:i + n])
+        return text if tok.encode(text, add_special_tokens=False) == ids[i:i + n] else None
+
+    # a two-token stop word, as early as the tokenizer allows (ideally the prefill's first
+    # token and the decode's first; the twin's tests pin that case on token ids)
+    start, stop = next((i, w) for i in range(12) if (w := word_at(i, 2)))
+    stopped = _both_ensembles(url, prompt, 16, stop_words=[stop])
+    assert stopped["ensemble"] == stopped["ensemble_aggregated"]
+    assert stopped["ensemble"][0] == per_token[:start + 2]  # stopped there, the word kept
+
+    bad = next(w for i in range(1, 12) if (w := word_at(i, 1)))
+    shaped = _both_ensembles(url, prompt, 16, repetition_penalty=1.4, presence_penalty=0.5,
+                             frequency_penalty=0.3, min_length=10, bad_words=[bad],
+                             return_log_probs=True)
+    (texts, logprobs), (agg_texts, agg_logprobs) = shaped.values()
+    assert texts == agg_texts and texts != per_token  # the rules acted, the same on both paths
+    assert bad not in texts
+    assert logprobs == pytest.approx(agg_logprobs, abs=1e-4)
+
+    seeded = _both_ensembles(url, prompt, 16, temperature=0.9, top_k=50, random_seed=11,
+                             return_log_probs=True)
+    (texts, logprobs), (agg_texts, agg_logprobs) = seeded.values()
+    assert texts == agg_texts and logprobs == pytest.approx(agg_logprobs, abs=1e-4)
+    again = _both_ensembles(url, prompt, 16, temperature=0.9, top_k=50, random_seed=12)
+    assert again["ensemble"][0] != texts  # another seed draws another output

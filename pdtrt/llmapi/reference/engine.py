@@ -13,6 +13,8 @@ to ``transformers``' ``generate()``) so the disaggregated path can be checked en
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,31 +24,91 @@ import torch
 from pdtrt.engine_dir import KVLayout
 from pdtrt.enums import KVDType
 
-__all__ = ["KV", "ReferenceEngine", "Sampling", "load_reference_engine", "pack_kv", "sample",
-           "unpack_kv"]
+__all__ = ["KV", "ReferenceEngine", "Sampling", "draw_seed", "load_reference_engine", "pack_kv",
+           "process", "sample", "unpack_kv"]
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer (k, v): [1, H_kv, S, D]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Sampling:
-    """How one sequence picks its next token: the arg-max (``greedy``), or a draw from a
-    generator seeded with ``seed`` after ``temperature``, top-k (0: off) and top-p (0 or 1: off).
-    Whether a request is greedy is the LLM API's rule, decided by its caller
-    (``SamplingParams._greedy_decoding``, :mod:`pdtrt.llmapi.reference.params`)."""
+    """How one sequence picks its next token: the arg-max (``greedy``), or a draw after
+    ``temperature``, top-k (0: off) and top-p (0 or 1: off) from a generator seeded with
+    ``seed`` and the token's position (:func:`draw_seed`). Before either, the logits go through
+    TensorRT-LLM's penalties and bans (:func:`process`). Whether a request is greedy is the LLM
+    API's rule, decided by its caller (``SamplingParams._greedy_decoding``,
+    :mod:`pdtrt.llmapi.reference.params`)."""
 
     greedy: bool = True
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 0.0
     seed: int = 0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    min_tokens: int = 0  # the end id is banned while fewer tokens than this were generated
+    bad_words: tuple[tuple[int, ...], ...] = ()
+    logprobs: bool = False  # report each sampled token's log-probability
 
 
-def sample(logits: torch.Tensor, params: Sampling, generator: torch.Generator) -> int:
-    """One token id from ``logits`` ``[vocab]``."""
+def process(logits: torch.Tensor, params: Sampling, tokens: Sequence[int], num_generated: int,
+            end_id: int | None) -> torch.Tensor:
+    """The scores a token is picked from, as TensorRT-LLM's sampling layers make them
+    (``batchApplyPenalty``, cpp/tensorrt_llm/kernels/penaltyKernels.cu at 249d93d551e8ec11d6d6
+    2aabfc9ca8df41ead84c, then the bad-words ban): temperature (sampling only: greedy is the
+    arg-max of the unscaled logits); then for every token that occurs in ``tokens`` (the prompt
+    and the output so far) the repetition penalty (a positive score divided, a negative one
+    multiplied), the presence penalty (subtracted once) and the frequency penalty (subtracted
+    per occurrence); the end id banned while ``num_generated < min_tokens``; the last token of
+    each bad word banned where the tokens end with the rest of it (a one-token word: always).
+    The same rules as ``transformers``' repetition-penalty, min-new-tokens and no-bad-words
+    processors, against which tests/llmapi checks them."""
+    scores = logits.float()
+    if not params.greedy:
+        scores = scores / params.temperature
+    penalised = (params.repetition_penalty != 1.0 or params.presence_penalty != 0.0
+                 or params.frequency_penalty != 0.0)
+    if penalised and tokens:
+        counts = torch.bincount(torch.tensor(list(tokens)), minlength=scores.numel())
+        counts = counts[:scores.numel()]
+        seen = counts > 0
+        if params.repetition_penalty != 1.0:
+            scores = torch.where(seen & (scores < 0), scores * params.repetition_penalty,
+                                 torch.where(seen, scores / params.repetition_penalty, scores))
+        scores = scores - seen.float() * params.presence_penalty \
+            - counts.float() * params.frequency_penalty
+    banned = [w[-1] for w in params.bad_words
+              if len(w) == 1 or (len(tokens) >= len(w) - 1
+                                 and tuple(tokens[len(tokens) - len(w) + 1:]) == w[:-1])]
+    if end_id is not None and num_generated < params.min_tokens:
+        banned.append(end_id)
+    if banned:
+        scores = scores.index_fill(0, torch.tensor(banned), float("-inf"))
+    return scores
+
+
+def draw_seed(seed: int, position: int) -> int:
+    """The generator seed of the draw of output token ``position``: a function of the request's
+    seed and the position only, so a sequence split between a prefill and a decode engine draws
+    what it would have drawn in one (counter-based, like the per-request curand state upstream
+    offsets by step)."""
+    return (seed * 1_000_003 + position) % (1 << 63)
+
+
+def sample(scores: torch.Tensor, params: Sampling, generator: torch.Generator | None = None
+           ) -> tuple[int, float]:
+    """One token id from the processed ``scores`` ``[vocab]`` (:func:`process`), and its
+    log-probability under them (NaN unless ``params.logprobs``)."""
     if params.greedy:
-        return int(torch.argmax(logits))
-    scores = logits / params.temperature  # [vocab]
+        token = int(torch.argmax(scores))
+    else:
+        token = _draw(scores, params, generator)
+    logprob = float(torch.log_softmax(scores, dim=-1)[token]) if params.logprobs else math.nan
+    return token, logprob
+
+
+def _draw(scores: torch.Tensor, params: Sampling, generator: torch.Generator | None) -> int:
     if params.top_k > 0:
         kth = torch.topk(scores, min(params.top_k, scores.numel())).values[-1]
         scores = scores.masked_fill(scores < kth, float("-inf"))

@@ -39,7 +39,7 @@ from typing import Any
 from pdtrt.engine_io import RequestType
 from pdtrt.llmapi.reference.engine import ReferenceEngine, Sampling, load_reference_engine
 from pdtrt.llmapi.reference.options import ReferenceLlmArgs
-from pdtrt.llmapi.reference.outputs import RequestOutput, Step
+from pdtrt.llmapi.reference.outputs import Logprob, RequestOutput, Step
 from pdtrt.llmapi.reference.params import DisaggregatedParams, SamplingParams
 from pdtrt.llmapi.reference.scheduler import Emission, Scheduler, SeqRequest
 from pdtrt.llmapi.reference.transceiver import KVCacheTransceiver
@@ -52,8 +52,8 @@ log = logging.getLogger(__name__)
 # kv_transfer_timeout_ms too; with the option unset (held forever) the reference still bounds
 # a pull, so a dead context worker fails the request instead of hanging it.
 _DEFAULT_PULL_TIMEOUT_MS = 30_000
-_NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-            "length_penalty": 0.0}
+# length_penalty acts in beam search only, which the reference does not do
+_NEUTRAL = {"length_penalty": 0.0}
 
 
 class LLM:
@@ -148,12 +148,10 @@ class LLM:
                          max_new_tokens=params.max_tokens,
                          end_id=None if params.end_id is None or params.end_id < 0
                          else params.end_id,
-                         sampling=Sampling(
-                             greedy=params._greedy_decoding or params.temperature == 0,
-                             temperature=1.0 if params.temperature is None else params.temperature,
-                             top_k=params.top_k or 0, top_p=params.top_p or 0.0,
-                             seed=params.seed or 0),
-                         mode=mode, emit=self._emitter(result, seq_mode=mode, streaming=streaming,
+                         sampling=_sampling(params),
+                         stop_words=tuple(tuple(w) for w in params._get_stop_words() if w),
+                         mode=mode, emit=self._emitter(result, params, seq_mode=mode,
+                                                       streaming=streaming,
                                                        caller=disaggregated_params,
                                                        prompt_len=len(prompt)),
                          is_cancelled=lambda: result.aborted() or self._closed)
@@ -172,15 +170,27 @@ class LLM:
             value = getattr(params, name)
             if value is not None and value != neutral:
                 raise ValueError(f"the reference LLM does not implement {name} (got {value})")
+        if params.logprobs is not None and params.logprobs > 1:
+            raise ValueError(f"the reference LLM returns the sampled token's log-probability "
+                             f"only: logprobs {params.logprobs} > 1")
         if params.max_tokens < 1 or prompt_len + params.max_tokens > self._max_seq_len:
             raise ValueError(f"prompt length ({prompt_len}) plus max_tokens "
                              f"({params.max_tokens}) exceeds max_seq_len ({self._max_seq_len})")
         return params
 
-    def _emitter(self, result: RequestOutput, *, seq_mode: RequestType, streaming: bool,
-                 caller: DisaggregatedParams | None, prompt_len: int
+    def _emitter(self, result: RequestOutput, params: SamplingParams, *, seq_mode: RequestType,
+                 streaming: bool, caller: DisaggregatedParams | None, prompt_len: int
                  ) -> Callable[[Emission], None]:
         pending: list[int] = []  # a non-streaming request's tokens until its end
+        pending_lp: list[float] = []
+        emitted = [0]  # output tokens pushed so far
+        stop_reasons = {tuple(w): r for r, w in params._get_stop_reasons_and_words()}
+
+        def logprobs(tokens: tuple[int, ...], lps: tuple[float, ...]
+                     ) -> tuple[dict[int, Logprob], ...] | None:
+            if not params.logprobs:
+                return None
+            return tuple({t: Logprob(lp, None)} for t, lp in zip(tokens, lps, strict=True))
 
         def emit(em: Emission) -> None:
             if em.error is not None:
@@ -188,11 +198,14 @@ class LLM:
                 return
             if not em.final and not streaming:
                 pending.extend(em.tokens)
+                pending_lp.extend(em.logprobs)
                 return
-            tokens = (*pending, *em.tokens)
+            tokens, lps = (*pending, *em.tokens), (*pending_lp, *em.logprobs)
             pending.clear()
+            pending_lp.clear()
+            emitted[0] += len(tokens)
             if not em.final:
-                result._push(Step(tokens=tokens, final=False))
+                result._push(Step(tokens=tokens, final=False, logprobs=logprobs(tokens, lps)))
                 return
             disagg = caller if seq_mode is RequestType.CONTEXT_ONLY else None
             if seq_mode is RequestType.CONTEXT_ONLY and em.kv is not None \
@@ -202,8 +215,16 @@ class LLM:
                                              first_gen_tokens=list(em.tokens),
                                              ctx_request_id=result.request_id, opaque_state=state)
             reason = "cancelled" if em.cancelled else em.finish_reason
+            # upstream _handle_sequence: the stop word that ended the output is its stop_reason
+            # and is cut from token_ids unless include_stop_str_in_output (a word that began in
+            # the prompt is neither)
+            word = em.stop_word
+            in_output = word is not None and len(word) <= emitted[0]
             result._push(Step(tokens=tokens, final=True, finish_reason=reason,
-                              disaggregated_params=disagg))
+                              disaggregated_params=disagg, logprobs=logprobs(tokens, lps),
+                              stop_reason=stop_reasons.get(word) if in_output else None,
+                              cut=len(word) if in_output and word is not None
+                              and not params.include_stop_str_in_output else 0))
 
         return emit
 
@@ -214,6 +235,7 @@ class LLM:
                 raise ValueError("generation_only needs disaggregated_params with opaque_state "
                                  "and first_gen_tokens from a context_only request")
             assert self._transceiver is not None
+            seq.first_logprobs = _first_logprobs(params, seq.sampling.logprobs)
             seq.imported_kv = self._transceiver.pull(params.opaque_state, len(seq.prompt))
             seq.first_tokens = tuple(params.first_gen_tokens)
         except Exception as exc:
@@ -279,3 +301,36 @@ def _prompt(inputs: Any) -> list[int]:
         raise TypeError("the reference LLM takes token ids (a list of int or "
                         "{'prompt_token_ids': [...]}); it has no tokenizer")
     return [int(t) for t in ids]
+
+
+def _sampling(params: SamplingParams) -> Sampling:
+    """The engine's view of ``params`` (None: the runtime's default; min_tokens None or < 1
+    bans nothing -- see docs/verification.md for the runtime's default of 1)."""
+    return Sampling(
+        greedy=params._greedy_decoding or params.temperature == 0,
+        temperature=1.0 if params.temperature is None else params.temperature,
+        top_k=params.top_k or 0, top_p=params.top_p or 0.0, seed=params.seed or 0,
+        repetition_penalty=1.0 if params.repetition_penalty is None
+        else params.repetition_penalty,
+        presence_penalty=params.presence_penalty or 0.0,
+        frequency_penalty=params.frequency_penalty or 0.0,
+        min_tokens=params.min_tokens or 0,
+        bad_words=tuple(tuple(w) for w in params._get_bad_words() if w),
+        logprobs=bool(params.logprobs))
+
+
+def _first_logprobs(params: DisaggregatedParams, asked: bool) -> tuple[float, ...]:
+    """The log-probabilities of a generation-only request's first token(s): the context
+    phase's, which the caller hands over in ``first_gen_log_probs`` (one ``{token: Logprob}``
+    per token). The reference cannot make them up, so a request that asks for log-probs
+    without them is refused."""
+    if not asked:
+        return ()
+    given = params.first_gen_log_probs
+    tokens = params.first_gen_tokens or []
+    if given is None or len(given) != len(tokens):
+        raise ValueError("a generation_only request with logprobs needs "
+                         "DisaggregatedParams.first_gen_log_probs: one {token: Logprob} per "
+                         "first_gen_tokens entry, from the context_only result")
+    return tuple(float(d[t].logprob if hasattr(d[t], "logprob") else d[t])
+                 for t, d in zip(tokens, given, strict=True))

@@ -17,10 +17,19 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from pdtrt.llmapi.reference.params import DisaggregatedParams
 
-__all__ = ["CompletionOutput", "RequestError", "RequestOutput", "Step"]
+__all__ = ["CompletionOutput", "Logprob", "RequestError", "RequestOutput", "Step"]
+
+
+class Logprob(NamedTuple):
+    """One token's log-probability and its rank in the distribution it was drawn from
+    (upstream: ``tensorrt_llm/executor/result.py``)."""
+
+    logprob: float
+    rank: int | None = None
 
 
 class RequestError(RuntimeError):
@@ -34,6 +43,8 @@ class CompletionOutput:
     finish_reason: str | None = None  # stop | length | timeout | cancelled
     stop_reason: int | str | None = None
     disaggregated_params: DisaggregatedParams | None = None
+    logprobs: list[dict[int, Logprob]] = field(default_factory=list)  # one per token, if asked
+    cumulative_logprob: float | None = None
     _last_token_ids_len: int = field(default=0, init=False, repr=False)
 
     @property
@@ -54,6 +65,9 @@ class Step:
     finish_reason: str | None = None
     disaggregated_params: DisaggregatedParams | None = None
     error: str | None = None
+    logprobs: tuple[dict[int, Logprob], ...] | None = None  # of ``tokens``, when asked
+    stop_reason: int | str | None = None  # the stop word that ended it (final only)
+    cut: int = 0  # final: output tokens to drop (the stop word, unless asked to keep it)
 
 
 class RequestOutput:
@@ -105,11 +119,19 @@ class RequestOutput:
         out = self.outputs[0]
         out._last_token_ids_len = len(out.token_ids)
         out.token_ids.extend(step.tokens)
+        if step.logprobs is not None:
+            out.logprobs.extend(step.logprobs)
+            out.cumulative_logprob = sum(d[t].logprob for t, d in zip(out.token_ids,
+                                                                      out.logprobs, strict=True))
         self.finished = step.final
         if step.disaggregated_params is not None:
             out.disaggregated_params = step.disaggregated_params
         if step.final:
             out.finish_reason = step.finish_reason
+            out.stop_reason = step.stop_reason
+            if step.cut:  # upstream _handle_sequence: a matched stop word leaves the output
+                del out.token_ids[-step.cut:]
+                del out.logprobs[-step.cut:]
         if step.error is not None:
             self.finished = True
             raise RequestError(step.error)

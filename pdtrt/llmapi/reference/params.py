@@ -7,13 +7,15 @@ model sets, ``DisaggregatedParams`` all of upstream's
 (``pdtrt/data/targets/trtllm-1.2-llmapi.yaml``; the contract test keeps each equal to it). What
 decides behaviour is upstream's: ``pad_id`` defaults to ``end_id``; greedy decoding is top_k None/1
 with top_p None/0 (``_greedy_decoding``); None means the runtime's default (top_k 0, top_p 0, seed
-0, temperature 1.0, min_tokens 1); ``request_type`` is lower-cased and must be one of the three
-values, else ``ValueError``.
+0, temperature 1.0, min_tokens 1); ``logprobs`` True means 1; word lists come from
+``stop_token_ids`` / ``bad_token_ids`` plus the tokenizer-encoded ``_stop_word_ids`` /
+``_bad_word_ids``, and a ``stop`` / ``bad`` string never encoded is a ``RuntimeError``;
+``request_type`` is lower-cased and must be one of the three values, else ``ValueError``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
@@ -27,6 +29,13 @@ class SamplingParams:
     end_id: int | None = None
     pad_id: int | None = None
     max_tokens: int = 32
+    bad: str | list[str] | None = None
+    bad_token_ids: list[int] | None = None
+    _bad_word_ids: list[list[int]] | None = field(default=None, init=False, repr=False)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    _stop_word_ids: list[list[int]] | None = field(default=None, init=False, repr=False)
     top_k: int | None = None
     top_p: float | None = None
     seed: int | None = None
@@ -36,14 +45,44 @@ class SamplingParams:
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     length_penalty: float | None = None
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if self.pad_id is None:
             self.pad_id = self.end_id
+        self.logprobs = self.logprobs and int(self.logprobs)  # upstream: True -> 1
 
     @property
     def _greedy_decoding(self) -> bool:
         return self.top_k in (None, 1) and self.top_p in (None, 0.0)  # no beam search here
+
+    # Upstream's word lists: ``stop_token_ids`` / ``bad_token_ids`` are one-token words; the
+    # strings ``stop`` / ``bad`` become ``_stop_word_ids`` / ``_bad_word_ids`` in ``_setup``
+    # (tokenizer), which ``generate_async`` calls only when ``end_id`` is None. Without a
+    # tokenizer a caller sets the ids itself, after construction, with ``stop`` / ``bad`` naming
+    # them; a string never encoded is an error, as upstream.
+    def _get_stop_words(self) -> list[list[int]]:
+        return _words(self.stop_token_ids, self.stop, self._stop_word_ids, "stop")
+
+    def _get_bad_words(self) -> list[list[int]]:
+        return _words(self.bad_token_ids, self.bad, self._bad_word_ids, "bad")
+
+    def _get_stop_reasons_and_words(self) -> list[tuple[int | str, list[int]]]:
+        reasons: list[int | str] = list(self.stop_token_ids or ())
+        if self.stop is not None:
+            reasons += [self.stop] if isinstance(self.stop, str) else list(self.stop)
+        return list(zip(reasons, self._get_stop_words(), strict=False))
+
+
+def _words(token_ids: list[int] | None, strings: str | list[str] | None,
+           encoded: list[list[int]] | None, name: str) -> list[list[int]]:
+    words = [[int(t)] for t in token_ids or ()]
+    if strings is None:
+        return words
+    if encoded is None:
+        raise RuntimeError(f"SamplingParams.{name} ({strings}) is not processed by tokenizer, "
+                           "please call the setup method.")
+    return words + [list(w) for w in encoded]
 
 
 class DisaggScheduleStyle(IntEnum):

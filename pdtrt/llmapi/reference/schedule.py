@@ -13,7 +13,8 @@ its KV is imported). Admitted sequences join the running ones: context sequences
 by one, generation-only ones start from their imported first token(s) (emitted again:
 TensorRT-LLM's generation-only output covers the whole generation), and then every sequence still
 running decodes one token in one batched step. A sequence ends at its end id (not emitted; finish
-reason "stop") or at ``max_new_tokens`` ("length"; a context-only request asks for one token, as
+reason "stop"), at a stop word the prompt and output end with (emitted; "stop") or at
+``max_new_tokens`` ("length"; a context-only request asks for one token, as
 TensorRT-LLM forces, and its final emission hands back the prompt's KV). A failed step fails the
 running sequences; the waiting ones never touched the engine and stay queued.
 """
@@ -40,6 +41,8 @@ class Emission:
 
     tokens: tuple[int, ...]  # tokens new in this emission
     final: bool
+    logprobs: tuple[float, ...] = ()  # of ``tokens``, for a sequence that asked; else empty
+    stop_word: tuple[int, ...] | None = None  # final: the stop word the output ends with
     kv: KV | None = None  # context-only: the prompt's KV, on the final emission
     error: str | None = None
     cancelled: bool = False
@@ -60,6 +63,8 @@ class Seq:
     end_id: int | None = None
     mode: RequestType = RequestType.CONTEXT_AND_GENERATION
     first_tokens: tuple[int, ...] = ()  # generation-only: the context phase's first token(s)
+    first_logprobs: tuple[float, ...] = ()  # and their log-probabilities (if asked)
+    stop_words: tuple[tuple[int, ...], ...] = ()  # an output ending with one ends ("stop")
     kv: KV | None = None
     generated: list[int] = field(default_factory=list)
     cancelled: bool = False  # the client cancelled; set by the loop, acted on by schedule()
@@ -109,16 +114,18 @@ def schedule(state: State[S]) -> Plan[S]:
     admitted = _admit(state)
     state.running.extend(admitted)
     imported = tuple(s for s in admitted if s.mode is RequestType.GENERATION_ONLY)
-    emissions += [(s, _accept(state, s, s.first_tokens)) for s in imported]
+    emissions += [(s, _accept(state, s, s.first_tokens, s.first_logprobs)) for s in imported]
     return Plan(emissions=tuple(emissions), cancelled=cancelled, imported=imported,
                 prefill=tuple(s for s in admitted if s.mode is not RequestType.GENERATION_ONLY),
                 decode=tuple(state.running))
 
 
-def postprocess(state: State[S], results: Iterable[tuple[S, Sequence[int]]]
+def postprocess(state: State[S], results: Iterable[tuple[S, Sequence[int]]
+                                                    | tuple[S, Sequence[int], Sequence[float]]]
                 ) -> list[Delivery[S]]:
-    """Apply a step's new tokens to each sequence; those that end leave ``running``."""
-    return [(seq, _accept(state, seq, tokens)) for seq, tokens in results]
+    """Apply a step's new tokens to each sequence (and their log-probabilities, for a
+    sequence that asked); those that end leave ``running``."""
+    return [(r[0], _accept(state, r[0], r[1], r[2] if len(r) > 2 else ())) for r in results]
 
 
 def fail(state: State[S], error: str) -> list[Delivery[S]]:
@@ -139,30 +146,51 @@ def _admit(state: State[S]) -> list[S]:
     return admitted
 
 
-def _accept(state: State[S], seq: S, tokens: Sequence[int]) -> Emission:
+def _accept(state: State[S], seq: S, tokens: Sequence[int],
+            token_logprobs: Sequence[float] = ()) -> Emission:
+    """Append ``tokens`` to the output until one ends it: the end id (not part of the output),
+    a stop word the prompt and output now end with (TensorRT-LLM's sampler matches them over
+    the whole sequence; the word stays in the output) or ``max_new_tokens``."""
     new: list[int] = []
+    logprobs: list[float] = []
     reason: str | None = None
-    for token in tokens:
+    stop_word: tuple[int, ...] | None = None
+    for i, token in enumerate(tokens):
         if seq.end_id is not None and token == seq.end_id:
             reason = "stop"
             break
         seq.generated.append(token)
         new.append(token)
+        logprobs += token_logprobs[i:i + 1]
+        if (stop_word := _stop_word(seq)) is not None:
+            reason = "stop"
+            break
         if len(seq.generated) >= seq.max_new_tokens:
             reason = "length"
             break
     if reason is None:
-        return Emission(tokens=tuple(new), final=False)
+        return Emission(tokens=tuple(new), logprobs=tuple(logprobs), final=False)
     state.running.remove(seq)
     # context-only: the prompt's KV stays for a decode to pull, unless the first token ended
     # the request (TensorRT-LLM then hands nothing on: the decode is skipped)
     kv = seq.kv if seq.mode is RequestType.CONTEXT_ONLY and reason == "length" else None
-    return _finish(seq, tokens=tuple(new), kv=kv, reason=reason)
+    return _finish(seq, tokens=tuple(new), logprobs=tuple(logprobs), kv=kv, reason=reason,
+                   stop_word=stop_word)
 
 
-def _finish(seq: Seq, *, tokens: tuple[int, ...] = (), kv: KV | None = None,
-            error: str | None = None, cancelled: bool = False,
-            reason: str | None = None) -> Emission:
+def _stop_word(seq: Seq) -> tuple[int, ...] | None:
+    for word in seq.stop_words:
+        n = len(word)
+        tail = seq.generated[-n:] if n <= len(seq.generated) else \
+            (seq.prompt + seq.generated)[-n:]
+        if tuple(tail) == word:
+            return word
+    return None
+
+
+def _finish(seq: Seq, *, tokens: tuple[int, ...] = (), logprobs: tuple[float, ...] = (),
+            kv: KV | None = None, error: str | None = None, cancelled: bool = False,
+            reason: str | None = None, stop_word: tuple[int, ...] | None = None) -> Emission:
     seq.done = True
-    return Emission(tokens=tokens, final=True, kv=kv, error=error, cancelled=cancelled,
-                    finish_reason=reason)
+    return Emission(tokens=tokens, logprobs=logprobs, final=True, kv=kv, error=error,
+                    cancelled=cancelled, finish_reason=reason, stop_word=stop_word)

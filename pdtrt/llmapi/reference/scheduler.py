@@ -24,7 +24,7 @@ from typing import Protocol
 
 import torch
 
-from pdtrt.llmapi.reference.engine import KV, ReferenceEngine, Sampling, sample
+from pdtrt.llmapi.reference.engine import KV, ReferenceEngine, Sampling, draw_seed, process, sample
 from pdtrt.llmapi.reference.schedule import (
     Delivery,
     Emission,
@@ -56,7 +56,6 @@ class SeqRequest(Seq):
     emit: Callable[[Emission], None]
     is_cancelled: Callable[[], bool] = lambda: False
     imported_kv: KV | None = None  # generation-only
-    generator: torch.Generator | None = None  # seeded at the sequence's first sample
 
 
 class Scheduler:
@@ -141,7 +140,7 @@ class Scheduler:
             seq.kv = seq.imported_kv
         for seq in plan.prefill:  # one at a time, each first token out as soon as it is sampled
             logits, seq.kv = self.engine.prefill(seq.prompt)
-            _deliver(postprocess(self.state, [(seq, [_sample(seq, logits)])]))
+            _deliver(postprocess(self.state, [_sampled(seq, logits)]))
         batch = [s for s in plan.decode if not s.done]
         if batch:
             self._decode(batch)
@@ -155,14 +154,27 @@ class Scheduler:
         tokens = []
         for seq, (logits, kv) in zip(batch, results, strict=True):
             seq.kv = kv
-            tokens.append((seq, [_sample(seq, logits)]))
+            tokens.append(_sampled(seq, logits))
         _deliver(postprocess(self.state, tokens))
 
 
-def _sample(seq: SeqRequest, logits: torch.Tensor) -> int:
-    if seq.generator is None:
-        seq.generator = torch.Generator().manual_seed(seq.sampling.seed)
-    return sample(logits, seq.sampling, seq.generator)
+def _sampled(seq: SeqRequest, logits: torch.Tensor
+             ) -> tuple[SeqRequest, list[int], list[float]]:
+    """``seq``, its next token, and the token's log-probability if it asked."""
+    token, logprob = _sample(seq, logits)
+    return seq, [token], [logprob] if seq.sampling.logprobs else []
+
+
+def _sample(seq: SeqRequest, logits: torch.Tensor) -> tuple[int, float]:
+    """The next token of ``seq`` and its log-probability (NaN unless asked)."""
+    s = seq.sampling
+    needs_tokens = bool(s.bad_words) or s.repetition_penalty != 1.0 or \
+        s.presence_penalty != 0.0 or s.frequency_penalty != 0.0
+    scores = process(logits, s, seq.prompt + seq.generated if needs_tokens else (),
+                     len(seq.generated), seq.end_id)
+    generator = None if s.greedy else \
+        torch.Generator().manual_seed(draw_seed(s.seed, len(seq.generated)))
+    return sample(scores, s, generator)
 
 
 def _client_cancelled(seq: SeqRequest) -> bool:

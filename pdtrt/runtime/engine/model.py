@@ -139,14 +139,46 @@ class TritonPythonModel:
         commit 000a01de66f0eab4ab05640711f0253f50f5209c): greedy requests ask for top_k 1,
         greedy in every sampler (``_greedy_decoding``: top_k None/1, top_p None/0); no
         ``end_id`` becomes -1, a token id that never comes (the LLM API needs one when it has
-        no tokenizer); 0 for top_k / top_p means "not set", as in the ``tensorrt_llm`` model."""
+        no tokenizer); 0 for top_k / top_p means "not set", as in the ``tensorrt_llm`` model.
+
+        Penalties and ``min_tokens`` map one to one; ``return_log_probs`` is ``logprobs=1``
+        (the PyTorch flow returns log-probs when ``logprobs`` is truthy). Word lists: one-token
+        words are ``stop_token_ids`` / ``bad_token_ids``; longer ones go in ``_stop_word_ids``
+        / ``_bad_word_ids`` with ``stop`` / ``bad`` naming them -- the fields ``_setup`` fills
+        from strings, which ``generate_async`` calls only when ``end_id`` is None, and this
+        model always sets ``end_id`` (``_prepare_sampling_params``, llm.py at
+        4c05a74891e4df8066f08ed4ce14b0972abe4e25). ``include_stop_str_in_output`` keeps a
+        matched stop word in the output, as NVIDIA's ``tensorrt_llm`` model returns it (the
+        LLM API would cut it from the last response after earlier responses streamed it)."""
         s = request.sampling
-        common = {"max_tokens": request.max_new_tokens,
-                  "end_id": -1 if request.end_id is None else request.end_id}
+        common: dict[str, Any] = {
+            "max_tokens": request.max_new_tokens,
+            "end_id": -1 if request.end_id is None else request.end_id,
+            "repetition_penalty": _unless(s.repetition_penalty, 1.0),
+            "presence_penalty": _unless(s.presence_penalty, 0.0),
+            "frequency_penalty": _unless(s.frequency_penalty, 0.0),
+            "min_tokens": s.min_tokens or None,
+            "logprobs": 1 if s.return_log_probs else None,
+            "include_stop_str_in_output": True,
+            "stop_token_ids": [w[0] for w in s.stop_words if len(w) == 1] or None,
+            "bad_token_ids": [w[0] for w in s.bad_words if len(w) == 1] or None,
+        }
+        long_stop = [list(w) for w in s.stop_words if len(w) > 1]
+        long_bad = [list(w) for w in s.bad_words if len(w) > 1]
+        if long_stop:
+            common["stop"] = [_word_name(w) for w in long_stop]
+        if long_bad:
+            common["bad"] = [_word_name(w) for w in long_bad]
         if s.greedy:
-            return self.api.SamplingParams(top_k=1, **common)
-        return self.api.SamplingParams(temperature=s.temperature, top_k=s.top_k or None,
-                                       top_p=s.top_p or None, seed=s.seed, **common)
+            params = self.api.SamplingParams(top_k=1, **common)
+        else:
+            params = self.api.SamplingParams(temperature=s.temperature, top_k=s.top_k or None,
+                                             top_p=s.top_p or None, seed=s.seed, **common)
+        if long_stop:
+            params._stop_word_ids = long_stop
+        if long_bad:
+            params._bad_word_ids = long_bad
+        return params
 
     async def _submit(self, outs: list[Responder]) -> None:
         """``generate_async`` for each request (on this loop: the results wait on it), then one
@@ -276,3 +308,14 @@ class _FaultHook:
 
     def before_decode(self, request_ids: list[str]) -> None:
         self.faults.before_decode([self.by_engine_id.get(int(r), r) for r in request_ids])
+
+
+def _unless(value: float, neutral: float) -> float | None:
+    """None (the runtime's default) for a value that asks for nothing."""
+    return None if value == neutral else value
+
+
+def _word_name(word: list[int]) -> str:
+    """What ``stop`` / ``bad`` say for a word given by token ids (the stop reason a result
+    reports): its ids."""
+    return "ids:" + ",".join(str(t) for t in word)

@@ -23,7 +23,7 @@ from pdtrt.engine_io import ERROR_OUTPUT, RequestType
 from pdtrt.runtime.engine.inflight import StopHandle
 from pdtrt.runtime.phase_params import ContextPhaseParams
 from pdtrt.runtime.request_parsing import EngineRequest
-from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, token_outputs
+from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, log_prob_outputs, token_outputs
 
 __all__ = ["DECODE_FOLLOWS", "Responder", "ResponderOwner"]
 
@@ -60,6 +60,7 @@ class Responder:
         self.first_token_ns = 0
         self.num_seen = 0  # tokens of outputs[0].token_ids already taken
         self.tokens: list[int] = []
+        self.logprobs: list[float] = []  # of ``tokens``, when the request asked for them
         self.done = False  # the final response went out
         self.sent = False  # a response with data went out
         self.held = False  # the server is stopping: only the error goes out
@@ -108,12 +109,30 @@ class Responder:
                 return
             out = result.outputs[0]
             new = list(out.token_ids[self.num_seen:])
+            if self.request.sampling.return_log_probs:
+                self.logprobs += self._logprobs(out, self.num_seen, new)
             self.num_seen += len(new)
             if new and not self.first_token_ns:
                 self.first_token_ns = time.time_ns()
             self._emit(new, final=bool(result.finished), out=out)
 
+    def _logprobs(self, out: Any, start: int, new: list[int]) -> list[float]:
+        """The log-probabilities of the ``new`` tokens at ``start`` (``outputs[0].logprobs``:
+        one ``{token: Logprob}`` per output token). A generation-only request's first tokens
+        take the context phase's, carried in ``context_phase_params``."""
+        first = self.request.context_phase_params
+        given = first.first_gen_log_probs if first is not None else None
+        values = []
+        for i, token in enumerate(new, start):
+            if given is not None and i < len(given):
+                values.append(given[i])
+                continue
+            entry = out.logprobs[i][token]
+            values.append(float(getattr(entry, "logprob", entry)))
+        return values
+
     def _emit(self, new: list[int], *, final: bool, out: Any) -> None:
+        num_before = len(self.tokens)
         self.tokens += new
         extra: dict[str, np.ndarray] = {}
         if final:
@@ -134,6 +153,7 @@ class Responder:
         if self.request.streaming:
             if new or extra:
                 self.triton.send(self.incoming, {**token_outputs(new), **self._timing(),
+                                                 **self._logprob_outputs(num_before),
                                                  **extra}, final=final)
                 self.sent = True
             elif final:
@@ -141,11 +161,22 @@ class Responder:
         elif final:
             prompt = [] if self.request.exclude_input else list(self.request.prompt)
             self.triton.send(self.incoming, {**token_outputs(prompt + self.tokens),
-                                             **self._timing(), **extra}, final=True)
+                                             **self._timing(), **self._logprob_outputs(0),
+                                             **extra}, final=True)
+
+    def _logprob_outputs(self, start: int) -> dict[str, np.ndarray]:
+        """``output_log_probs`` of the tokens from ``start`` on ([1, 1, n]: one beam) and
+        ``cum_log_probs`` of all so far ([1, 1]), as NVIDIA's ``tensorrt_llm`` model sends
+        them: only to a request that asked (``return_log_probs``)."""
+        if not self.request.sampling.return_log_probs:
+            return {}
+        return log_prob_outputs(self.logprobs[start:], sum(self.logprobs))
 
     def _offer(self, params: Any) -> dict[str, np.ndarray]:
         """The ``context_phase_params`` output: what a decode needs to pull the KV."""
-        encoded = ContextPhaseParams.from_disaggregated(params, len(self.request.prompt))
+        encoded = ContextPhaseParams.from_disaggregated(
+            params, len(self.request.prompt),
+            tuple(self.logprobs) if self.request.sampling.return_log_probs else None)
         return {"context_phase_params": encoded.to_array().reshape(1, -1)}
 
     def _timing(self) -> dict[str, np.ndarray]:

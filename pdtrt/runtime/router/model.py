@@ -134,6 +134,12 @@ def _tokens(response: PhaseResponse) -> list[int]:
     return [int(t) for t in response.outputs["output_ids"].reshape(-1)]
 
 
+def _logprobs(response: PhaseResponse) -> list[float] | None:
+    """The response's ``output_log_probs`` (one per token), if it has them."""
+    values = response.outputs.get("output_log_probs")
+    return None if values is None else [float(v) for v in values.reshape(-1)]
+
+
 @dataclass(frozen=True)
 class _Prefill:
     """What a prefill endpoint answered: the first token(s) and the KV hand-off, if any."""
@@ -142,6 +148,7 @@ class _Prefill:
     context_phase_params: np.ndarray | None  # None: no KV is held for a decode to pull
     endpoint: Endpoint  # where the KV is held
     phase_id: str  # the id the prefill saw (and the decode sees)
+    first_logprobs: list[float] | None = None  # when the client asked for log-probs
 
     def needs_decode(self, max_new_tokens: int) -> bool:
         return (bool(self.first_tokens) and self.context_phase_params is not None
@@ -390,7 +397,7 @@ class TritonPythonModel:
         tried: list[Endpoint] = []  # decode endpoints that failed this request
         while True:
             prefill = await self._prefill(request, reply)
-            reply.extend(0, prefill.first_tokens)
+            reply.extend(0, prefill.first_tokens, prefill.first_logprobs)
             if request.streaming and self.config.early_first_token:
                 reply.stream()  # before the cancel check: that is a round trip to the server
             if reply.cancelled(now=True):  # the client has gone: no decode
@@ -430,21 +437,24 @@ class TritonPythonModel:
     async def _prefill_once(self, request: RouterRequest, endpoint: Endpoint) -> _Prefill:
         phase_id = _phase_id(request.request_id)
         first: tuple[int, ...] = ()
+        logprobs = None
         params = None
         error = None
         async with aclosing(self._phase(endpoint, RequestType.CONTEXT_ONLY,
                                         request.phase_inputs(streaming=False), phase_id,
-                                        tokens=len(request.prompt))) as responses:
+                                        tokens=len(request.prompt),
+                                        log_probs=request.return_log_probs)) as responses:
             async for r in responses:
                 if r.error is not None:
                     error = r.error
                 elif "output_ids" in r.outputs:
                     first = tuple(_tokens(r))
+                    logprobs = _logprobs(r)
                     params = r.outputs.get("context_phase_params")
                     self._queue_metric("prefill_queue_s", r)
         if error is not None:
             raise PhaseError(_failure(Role.PREFILL, endpoint, error))
-        return _Prefill(first, params, endpoint, phase_id)
+        return _Prefill(first, params, endpoint, phase_id, logprobs)
 
     async def _decode(self, request: RouterRequest, reply: Reply, prefill: _Prefill,
                       endpoint: Endpoint) -> None:
@@ -469,7 +479,8 @@ class TritonPythonModel:
         error = None
         stopping = False
         async with aclosing(self._phase(endpoint, request_type, inputs, phase_id,
-                                        tokens=request.max_new_tokens)) as responses:
+                                        tokens=request.max_new_tokens,
+                                        log_probs=request.return_log_probs)) as responses:
             async for r in responses:
                 if r.error is not None:
                     error = r.error
@@ -483,7 +494,7 @@ class TritonPythonModel:
                     if seen == 0:
                         self._queue_metric("decode_queue_s", r)
                     tokens = _tokens(r)
-                    reply.extend(seen, tokens)
+                    reply.extend(seen, tokens, _logprobs(r))
                     seen += len(tokens)
                     if request.streaming:
                         reply.stream()
@@ -493,11 +504,14 @@ class TritonPythonModel:
     # -- phase calls -------------------------------------------------------------------------
     async def _phase(self, endpoint: Endpoint, request_type: RequestType,
                      inputs: dict[str, np.ndarray], phase_id: str, *, tokens: int = 0,
-                     is_stop: bool = False) -> AsyncIterator[PhaseResponse]:
+                     is_stop: bool = False, log_probs: bool = False
+                     ) -> AsyncIterator[PhaseResponse]:
         """One call's responses, watched by the liveness deadline; counted as outstanding
-        work of ``endpoint`` while it runs (``tokens``: what it stands for)."""
+        work of ``endpoint`` while it runs (``tokens``: what it stands for; ``log_probs``:
+        ask for the tokens' log-probabilities too)."""
         outputs = _PHASE_OUTPUTS + (
-            ["context_phase_params"] if request_type is RequestType.CONTEXT_ONLY else [])
+            ["context_phase_params"] if request_type is RequestType.CONTEXT_ONLY else []) + (
+            ["output_log_probs"] if log_probs else [])
         labels = self._labels(endpoint)
         if not is_stop:
             self.metrics.add("calls", **labels)

@@ -15,9 +15,11 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from pdtrt.errors import PhaseError
 from pdtrt.runtime.request_parsing import RouterRequest
-from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, token_outputs
+from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, log_prob_outputs, token_outputs
 
 __all__ = ["Reply"]
 
@@ -40,6 +42,7 @@ class Reply:
         self.triton, self.incoming, self.metrics, self.start_s = triton, incoming, metrics, start_s
         self.clock = clock
         self.tokens: list[int] = []  # the output so far, each position once
+        self.logprobs: list[float] | None = None  # theirs, when the phases report them
         self.num_streamed = 0  # of which already sent (streaming)
         self.done = False  # the final response went out
         self._cancelled = False
@@ -66,8 +69,10 @@ class Reply:
         """A stop request for this request came: from now on it counts as cancelled."""
         self._cancelled = True
 
-    def extend(self, position: int, tokens: Sequence[int]) -> None:
-        """Tokens of the output from ``position`` on; positions already known are dropped.
+    def extend(self, position: int, tokens: Sequence[int],
+               logprobs: Sequence[float] | None = None) -> None:
+        """Tokens of the output from ``position`` on (with their log-probabilities, when the
+        phase reports them); positions already known are dropped.
 
         Raises :class:`PhaseError` when a known position comes with another token (a retried
         phase that sampled differently): the client must not get a changed output.
@@ -80,30 +85,44 @@ class Reply:
                     f"output already has {self.tokens[position + i]}; ending the request rather "
                     "than changing it")
         self.tokens += tokens[known:]
+        if logprobs is not None:
+            if self.logprobs is None:
+                self.logprobs = []
+            self.logprobs += logprobs[known:]
 
     def rollback(self) -> None:
         """Forget the tokens not sent to the client yet (a phase is about to be retried)."""
         del self.tokens[self.num_streamed:]
+        if self.logprobs is not None:
+            del self.logprobs[self.num_streamed:]
 
     def stream(self) -> None:
         """Send the tokens not sent yet, if any, as one (non-final) response."""
         new = self.tokens[self.num_streamed:]
         if new:
             self._first_token_out()
-            self.triton.send(self.incoming, token_outputs(new))
+            self.triton.send(self.incoming, self._outputs(new, self.num_streamed))
             self.num_streamed = len(self.tokens)
 
     def finish(self, request: RouterRequest) -> None:
         """The final response: the unsent rest (streaming) or the whole output."""
         if not request.streaming:
             full = self.tokens if request.exclude_input else [*request.prompt, *self.tokens]
-            self.triton.send(self.incoming, token_outputs(full), final=True)
+            self.triton.send(self.incoming, self._outputs(full, 0), final=True)
         elif rest := self.tokens[self.num_streamed:]:
             self._first_token_out()
-            self.triton.send(self.incoming, token_outputs(rest), final=True)
+            self.triton.send(self.incoming, self._outputs(rest, self.num_streamed), final=True)
         else:
             self.triton.close(self.incoming)
         self.done = True
+
+    def _outputs(self, tokens: Sequence[int], start: int) -> dict[str, np.ndarray]:
+        """A response with ``tokens``, and the log-probabilities of the output's tokens from
+        ``start`` on when the phases reported them (never of the prompt)."""
+        if self.logprobs is None:
+            return token_outputs(tokens)
+        return {**token_outputs(tokens),
+                **log_prob_outputs(self.logprobs[start:], sum(self.logprobs))}
 
     def close(self) -> None:
         """An empty final response (the client has gone)."""

@@ -1,13 +1,14 @@
 """Preprocessing for Triton: text -> token ids with the deployment's local HF tokenizer.
 
 NVIDIA's preprocessing I/O (:data:`pdtrt.engine_io.PREPROCESSING_IO`): ``QUERY`` and
-``REQUEST_OUTPUT_LEN`` in; ``INPUT_ID``, ``REQUEST_INPUT_LEN``, empty bad/stop word lists,
+``REQUEST_OUTPUT_LEN`` in; ``INPUT_ID``, ``REQUEST_INPUT_LEN``, the bad/stop word lists,
 ``REQUEST_OUTPUT_LEN``, ``OUT_END_ID`` / ``OUT_PAD_ID`` (the tokenizer's, unless the request
 gives them) out. One prompt per request, like every pdtrt model
-(:func:`~pdtrt.runtime.request_parsing.one_prompt`); stop and bad words are refused rather than
-dropped: this preprocessing does not turn them into word lists yet. The tokenizer loads from a
-local directory with remote code disabled. All of Triton goes through the injected seam
-(:class:`~pdtrt.runtime.triton_io.Triton`).
+(:func:`~pdtrt.runtime.request_parsing.one_prompt`). Each string of ``stop_words`` /
+``bad_words`` is one word, encoded without special tokens into TensorRT-LLM's ``[1, 2, n]``
+word list (:func:`word_list_array`; an empty string is no word), as NVIDIA's preprocessing
+does. The tokenizer loads from a local directory with remote code disabled. All of Triton goes
+through the injected seam (:class:`~pdtrt.runtime.triton_io.Triton`).
 """
 
 from __future__ import annotations
@@ -53,12 +54,6 @@ class TritonPythonModel:
                  for q in query.reshape(-1)]
         try:
             one_prompt(_ENSEMBLE_NAME["QUERY"], len(texts))
-            for name in ("STOP_WORDS_DICT", "BAD_WORDS_DICT"):
-                words = request.tensor(name)
-                if words is not None and any(w for w in words.reshape(-1)):
-                    raise InvalidRequestError(
-                        f"input '{_ENSEMBLE_NAME[name]}' is not supported by pdtrt's "
-                        "preprocessing yet; leave it out")
         except InvalidRequestError as exc:
             return self.triton.error_response(exc.message)
         if any(not t for t in texts):
@@ -75,16 +70,36 @@ class TritonPythonModel:
             return self.triton.error_response("max_tokens is missing")
         end = request.tensor("END_ID")
         pad = request.tensor("PAD_ID")
-        empty_words = np.array([[[0], [-1]]] * batch, dtype=np.int32)  # [B, 2, 1]: no words
         column = lambda v: np.array(v, dtype=np.int32).reshape(batch, 1)  # noqa: E731
         return self.triton.response({
             "INPUT_ID": input_id,
             "REQUEST_INPUT_LEN": column([len(i) for i in ids]),
-            "BAD_WORDS_IDS": empty_words,
-            "STOP_WORDS_IDS": empty_words.copy(),
+            "BAD_WORDS_IDS": word_list_array(self.tokenizer, _words(request, "BAD_WORDS_DICT")),
+            "STOP_WORDS_IDS": word_list_array(self.tokenizer,
+                                              _words(request, "STOP_WORDS_DICT")),
             "REQUEST_OUTPUT_LEN": column(out_len.reshape(-1)[:batch]),
             "OUT_END_ID": column(end.reshape(-1)[:batch] if end is not None
                                  else [self.end_id] * batch),
             "OUT_PAD_ID": column(pad.reshape(-1)[:batch] if pad is not None
                                  else [self.pad_id] * batch),
         })
+
+
+def _words(request: Incoming, name: str) -> list[str]:
+    words = request.tensor(name)
+    if words is None:
+        return []
+    return [w.decode("utf-8", "replace") if isinstance(w, bytes) else str(w)
+            for w in words.reshape(-1)]
+
+
+def word_list_array(tokenizer: Any, words: list[str]) -> np.ndarray:
+    """TensorRT-LLM's word list of one request, ``[1, 2, n]``: the words' token ids one after
+    another (padded with 0), then the end offset of each word (padded with -1); ``[[[0], [-1]]]``
+    for no words. Each word is encoded on its own, without special tokens."""
+    encoded = [ids for w in words if w and (ids := tokenizer.encode(w, add_special_tokens=False))]
+    flat = [t for ids in encoded for t in ids]
+    ends = np.cumsum([len(ids) for ids in encoded]).tolist()
+    width = max(len(flat), 1)
+    return np.array([[flat + [0] * (width - len(flat)), ends + [-1] * (width - len(ends))]],
+                    dtype=np.int32)
