@@ -52,8 +52,10 @@ NVIDIA_ENSEMBLE = {
 def test_ensemble_matches_nvidia_contract():
     got = {t.name: (str(t.dtype), t.dims, t.optional) for t in ENSEMBLE_IO.inputs}
     assert got == NVIDIA_ENSEMBLE
+    # a subset of NVIDIA's ensemble outputs, with its names, types and dims
     assert [(t.name, str(t.dtype), t.dims) for t in ENSEMBLE_IO.outputs] == [
-        ("text_output", "TYPE_STRING", (-1,))]
+        ("text_output", "TYPE_STRING", (-1,)), ("cum_log_probs", "TYPE_FP32", (-1,)),
+        ("output_log_probs", "TYPE_FP32", (-1, -1))]
 
 
 @pytest.mark.parametrize("target", list(Target), ids=str)
