@@ -22,13 +22,12 @@ from __future__ import annotations
 from enum import StrEnum
 
 from pdtrt import envvars
-from pdtrt.spec.schema import DeploymentSpec
+from pdtrt.spec.schema import RDMA_TRANSPORTS, DeploymentSpec
 
 __all__ = ["CROSS_HOST_TRANSPORTS", "RDMA_TRANSPORTS", "PodNetwork", "transport_problems",
            "ucx_env"]
 
 # UCX transports that leave the host (UCX_TLS names, see `ucx_info -d`); "all" lets UCX pick.
-RDMA_TRANSPORTS = frozenset({"rc", "rc_x", "rc_v", "ud", "ud_x", "dc", "dc_x", "ib"})
 CROSS_HOST_TRANSPORTS = RDMA_TRANSPORTS | {"tcp", "all"}
 # Multus: the secondary networks a pod joins
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
@@ -46,6 +45,8 @@ def ucx_env(spec: DeploymentSpec) -> list[tuple[str, str]]:
     env = [(envvars.UCX_TLS, ",".join(kv.transports))]
     if kv.net_devices:
         env.append((envvars.UCX_NET_DEVICES, ",".join(kv.net_devices)))
+    if kv.interface:  # the pod's NIC whose address the transceiver advertises (e.g. net1)
+        env.append((envvars.TRTLLM_UCX_INTERFACE, kv.interface))
     return env
 
 

@@ -206,6 +206,12 @@ class PoolSection(_Section):
         return self.tp * self.pp * self.num_instances
 
 
+RDMA_TRANSPORTS = frozenset({"rc", "rc_v", "rc_x", "rc_mlx5", "ud", "ud_v", "ud_x", "ud_mlx5",
+                             "dc", "dc_x", "dc_mlx5", "ib"})
+"""UCX transports over InfiniBand verbs (``UCX_TLS`` names, see ``ucx_info -d``): a container
+needs the host's RDMA devices and locked memory for them, or UCX silently does without."""
+
+
 class KVTransferSection(_Section):
     backend: Annotated[KVTransferBackend, _enum("KV-cache transport: ucx.")] = (
         KVTransferBackend.UCX
@@ -223,12 +229,26 @@ class KVTransferSection(_Section):
     buffer_size_bytes: int = Field(
         default=512 * 1024 * 1024, ge=1, description="Transfer buffer per instance, bytes "
         "(reduces KV capacity on the GPU).")
+    interface: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9_.:-]{1,15}$",
+        description="Network interface whose address the KV transceiver advertises on every "
+        "host (TRTLLM_UCX_INTERFACE), e.g. eth1 or ib0: the NIC of the network the hosts reach "
+        "each other on (`ip -br addr`). Required when the KV crosses hosts, unless "
+        "interface_at_launch; PDTRT_UCX_INTERFACE_<GPU> at launch overrides it per host.")
+    interface_at_launch: bool = Field(
+        default=False, description="Name the interface only when launch.sh runs, per host, "
+        "in PDTRT_UCX_INTERFACE_<GPU> (launch.sh refuses to start without it).")
     timeout_s: float = Field(default=30.0, gt=0, description="Seconds the prefill side keeps "
                              "a request's KV for the decode side to pull (TensorRT-LLM's "
                              "kv_transfer_timeout_ms). Also how long KV that no decode pulls "
                              "(a cancelled or failed request) stays in the prefill's cache: "
                              "TensorRT-LLM 1.2 frees it no earlier. Long enough for a loaded "
                              "decode to schedule the request, no longer.")
+
+    @property
+    def uses_rdma(self) -> bool:
+        """The transports name an InfiniBand one (:data:`RDMA_TRANSPORTS`)."""
+        return any(t in RDMA_TRANSPORTS for t in self.transports)
 
 
 class RouterHealthSection(_Section):

@@ -17,8 +17,14 @@ the transceiver advertises: TensorRT-LLM 1.2 (``cpp/tensorrt_llm/executor/cache_
 ucx_utils/ucxCacheCommunicator.cpp``, ``getLocalIp``, read at NVIDIA/TensorRT-LLM commit
 cb4c622cf5bb) takes the IPv4/IPv6 address of the interface named by ``TRTLLM_UCX_INTERFACE``;
 unset (or without an address) it falls back to the source address of a route to 8.8.8.8, then
-the hostname's address -- wrong on hosts whose default route is not the transfer network, so
-``launch.sh`` passes ``TRTLLM_UCX_INTERFACE`` from ``PDTRT_UCX_INTERFACE_<GPU>``.
+the hostname's address -- wrong on hosts whose default route is not the transfer network. So a
+repository whose KV crosses hosts needs ``kv_transfer.interface`` (or ``interface_at_launch``),
+``launch.sh`` passes it as ``TRTLLM_UCX_INTERFACE`` (``PDTRT_UCX_INTERFACE_<GPU>`` overrides it)
+and checks in the container that it exists, is not loopback and has an address. An RDMA
+transport (``rc``, ``ud``, ``dc``) gets ``/dev/infiniband`` and ``IPC_LOCK``. The transceiver's
+ZMQ socket (the connection handshake) binds an ephemeral port of that address (``tcp://IP:*``,
+same file): a firewall between the hosts must allow the ephemeral range
+(``net.ipv4.ip_local_port_range``, 32768-60999 by default) on that interface.
 """
 
 from __future__ import annotations
@@ -32,9 +38,13 @@ from pdtrt.repo.launch import HostPlan, LaunchPlan, RankPlan, host_command
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.trtllm_launch import (
+    RDMA_DOCKER_FLAGS,
     EnginePlacement,
     checked_env,
+    crosses_hosts,
     host_suffix,
+    interface_check,
+    kv_interface,
     rank_command,
     ucx_env,
 )
@@ -76,6 +86,7 @@ def plan_server_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, 
             hint="give the pool on the other GPU type an endpoint (e.g. decode.endpoint: "
             "<its host>:8001), serve it with `pdtrt repo SPEC --mode pools` on that host, and "
             "this repository with --mode disaggregated or both")
+    kv_interface(spec, cross_host=crosses_hosts(spec))  # refuses a guessed cross-host address
     devices = _devices(engines)
     gpu = gpus[0] if gpus else ""
     host = HostPlan(gpu=gpu, host_var="",
@@ -94,6 +105,8 @@ def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
     """The values ``launch_server.sh.j2`` formats: every line prepared, the template only
     loops."""
     host = plan.hosts[0]
+    cross = crosses_hosts(dep.spec)
+    nic = kv_interface(dep.spec, cross_host=cross)
     devices = ",".join(str(i) for i in range(host.num_gpus))
     return {
         "name": dep.spec.name, "target": target, "image": plan.image, "host": host.summary,
@@ -105,11 +118,10 @@ def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
         "gpus": [f"--gpus {shlex.quote(chr(34) + 'device=' + devices + chr(34))}"]
         if devices else [],
         "interface": (f'-e {envvars.TRTLLM_UCX_INTERFACE}='
-                      f'"${{{host.interface_var}:-}}"'),
+                      f'"${{{host.interface_var}:-{nic}}}"'),
         "interface_var": envvars.TRTLLM_UCX_INTERFACE,
-        # an empty value would name no NIC: unset, TensorRT-LLM falls back to its own guess
-        "interface_check": f'[[ -n "${{{envvars.TRTLLM_UCX_INTERFACE}:-}}" ]] || '
-                           f"unset {envvars.TRTLLM_UCX_INTERFACE}",
+        "interface_check": interface_check(required=cross, host_var=host.interface_var),
+        "rdma": [" ".join(RDMA_DOCKER_FLAGS)] if dep.spec.kv_transfer.uses_rdma else [],
         "mounts": [shlex.quote(p) for p in plan.mounts],
         "command": plan.rank_commands[0],
     }

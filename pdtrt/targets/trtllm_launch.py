@@ -19,13 +19,18 @@ the model).
 
 KV transfer is UCX, selected by ``TRTLLM_USE_UCX_KVCACHE=1`` (TensorRT-LLM 0.21 chooses the
 transport by environment; its Triton backend sets no cache-transceiver config -- docs/repo.md).
-The address the prefill side publishes in ``context_phase_params`` is that of the NIC named by
-``TRTLLM_UCX_INTERFACE`` (default: the first IPv4 interface that is not ``lo`` or ``docker*``),
-set per host from ``PDTRT_UCX_INTERFACE_<GPU>``.
+The address the prefill side publishes in ``context_phase_params`` is a guess unless named:
+without ``TRTLLM_UCX_INTERFACE``, ``getLocalIp`` (ucxCacheCommunicator.cpp) takes the first IPv4
+interface that is not ``lo`` (at NVIDIA/TensorRT-LLM 0e366afd03af; not ``docker*`` either at
+02734d9e, docs/repo.md) -- a management NIC as likely as the transfer network. So a
+multi-host repository needs ``kv_transfer.interface`` (or ``interface_at_launch``, then
+``launch.sh`` requires ``PDTRT_UCX_INTERFACE_<GPU>``), passed to every rank as
+``TRTLLM_UCX_INTERFACE`` (``PDTRT_UCX_INTERFACE_<GPU>`` overrides it per host).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shlex
 from collections.abc import Sequence
@@ -39,7 +44,8 @@ from pdtrt.repo.models import EngineUse
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
 
-__all__ = ["EnginePlacement", "checked_env", "engine_placements", "host_suffix",
+__all__ = ["RDMA_DOCKER_FLAGS", "EnginePlacement", "checked_env", "crosses_hosts",
+           "engine_placements", "host_suffix", "interface_check", "kv_interface",
            "launch_mounts", "launch_script_values", "plan_launch", "rank_command",
            "transfer_buffer_size", "ucx_env"]
 
@@ -94,6 +100,85 @@ def ucx_env(spec: DeploymentSpec) -> list[tuple[str, str]]:
     if kv.net_devices:
         env.append((envvars.UCX_NET_DEVICES, ",".join(kv.net_devices)))
     return env
+
+
+RDMA_DOCKER_FLAGS = ("--device=/dev/infiniband", "--cap-add=IPC_LOCK")
+"""What ``docker run`` adds for an RDMA transport (``kv_transfer.uses_rdma``; locked memory is
+unlimited already)."""
+
+
+def _is_loopback(url: str) -> bool:
+    host = url.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: another host, as far as pdtrt can tell
+
+
+def crosses_hosts(spec: DeploymentSpec) -> bool:
+    """The KV moves between hosts: a pool has an endpoint on a host that is not this one (a
+    loopback endpoint is another server on the same host)."""
+    return any(not _is_loopback(url) for urls in spec.endpoints.values() for url in urls)
+
+
+def kv_interface(spec: DeploymentSpec, *, cross_host: bool) -> str:
+    """The NIC ``launch.sh`` names in ``TRTLLM_UCX_INTERFACE`` unless the host's
+    ``PDTRT_UCX_INTERFACE_<GPU>`` says otherwise ("" for none).
+
+    Raises :class:`RepoError` when the KV crosses hosts and the spec names no interface (nor
+    defers it to launch): TensorRT-LLM would advertise a guess -- the source address of a route
+    to 8.8.8.8, else the hostname's address (``getLocalIp``, ucxCacheCommunicator.cpp at
+    NVIDIA/TensorRT-LLM cb4c622cf5bb97009451f7f44609498a48a2b11d), which on a host whose
+    default route is not the transfer network, or whose hostname maps to 127.0.1.1, is an
+    address the other host cannot reach."""
+    kv = spec.kv_transfer
+    if cross_host and kv.interface is None and not kv.interface_at_launch:
+        raise RepoError(
+            "kv_transfer.interface is not set, and the KV of this deployment crosses hosts: "
+            "TensorRT-LLM would advertise a guessed address (the route to 8.8.8.8, or the "
+            "hostname's, e.g. 127.0.1.1) that the other host may not reach",
+            hint="set kv_transfer.interface to the NIC of the network the hosts reach each "
+            "other on (`ip -br addr` on each host, e.g. eth1 or ib0), or set "
+            "kv_transfer.interface_at_launch: true and give PDTRT_UCX_INTERFACE_<GPU> to "
+            "launch.sh on each host")
+    return kv.interface or ""
+
+
+def interface_check(*, required: bool, host_var: str) -> str:
+    """The shell lines ``launch.sh`` runs in the container before the server starts: the
+    interface in ``TRTLLM_UCX_INTERFACE`` exists, is not loopback and has an address (without
+    one TensorRT-LLM silently falls back to its guess); none given is an error when the KV
+    crosses hosts, else TensorRT-LLM's own choice (an empty value would name no NIC)."""
+    var = envvars.TRTLLM_UCX_INTERFACE
+    fail = 'echo "launch.sh: %s" >&2; exit 2'
+    missing = (fail % (f"set {host_var} (or kv_transfer.interface in the spec) to the NIC of "
+                       "the network the hosts reach each other on: the KV crosses hosts, and "
+                       "TensorRT-LLM would advertise a guessed address") if required
+               else f"unset {var}")
+    return "\n".join([
+        f'if [[ -n "${{{var}:-}}" ]]; then',
+        f'  nic="${var}"',
+        '  [[ -d "/sys/class/net/$nic" ]] || { ' + fail % (
+            f"{var}=$nic names no network interface of this host (see: ip -br addr)") + "; }",
+        '  if (( $(cat "/sys/class/net/$nic/flags") & 0x8 )); then ' + fail % (
+            f"{var}=$nic is a loopback interface: the other host cannot reach it") + "; fi",
+        '  python3 - "$nic" <<\'PY\' || { ' + fail % (
+            f"{var}=$nic has no IPv4 or global IPv6 address") + "; }",
+        "import fcntl, socket, struct, sys",
+        "nic = sys.argv[1]",
+        "try:",
+        "    s = socket.socket()",
+        "    fcntl.ioctl(s.fileno(), 0x8915, struct.pack('256s', nic.encode()[:15]))",
+        "except OSError:",
+        "    v6 = [l.split() for l in open('/proc/net/if_inet6')]",
+        "    sys.exit(not any(f[5] == nic and not f[0].startswith('fe80') for f in v6))",
+        "PY",
+        "else",
+        f"  {missing}",
+        "fi",
+    ])
 
 
 def checked_env(env: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
@@ -177,6 +262,7 @@ def plan_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, image: 
     names = [e.model for e in engines]
     env = _env(spec)
     multi = len(hosts) > 1
+    kv_interface(spec, cross_host=multi)  # refuses a guessed cross-host address
     host_vars = tuple(h.host_var for h in hosts) if multi else ()
     ssh = (envvars.PDTRT_SSH_DIR,) if multi else ()
     return LaunchPlan(
@@ -212,14 +298,18 @@ def launch_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
     slots = {h.gpu: len(h.ranks) for h in plan.hosts}
     checks = [f': "${{{name}:?set {name} (see docs/repo.md)}}"'
               for name in plan.launcher_env]
+    if plan.multi_host and not dep.spec.kv_transfer.interface:  # interface_at_launch
+        checks += [f': "${{{h.interface_var}:?set {h.interface_var} to the NIC the hosts reach '
+                   f'each other on (kv_transfer.interface_at_launch)}}"' for h in plan.hosts]
     passed = [f'-e {name}="${{{name}:-}}"' for name in (
         *(h.host_var for h in plan.hosts), *(h.interface_var for h in plan.hosts),
         envvars.PDTRT_SSH_PORT)] if plan.multi_host else []
+    nic = kv_interface(dep.spec, cross_host=plan.multi_host)
     arrays = []
     for h in plan.hosts:
         place = f'--host "${{{h.host_var}}}:{slots[h.gpu]}" ' if plan.multi_host else ""
         arrays.append((_array(h), f'{place}"${{FORWARD[@]}}" '
-                       f'-x {envvars.TRTLLM_UCX_INTERFACE}="${{{h.interface_var}:-}}"'))
+                       f'-x {envvars.TRTLLM_UCX_INTERFACE}="${{{h.interface_var}:-{nic}}}"'))
     return {
         "name": dep.spec.name, "target": target, "image": plan.image,
         "world_size": plan.world_size, "last_rank": last,

@@ -115,12 +115,18 @@ def test_what_each_host_starts(llama, tmp_path):
     assert missing.returncode != 0 and "PDTRT_SRC: set PDTRT_SRC (see docs/repo.md)" in \
         missing.stderr
     env.update(PDTRT_SRC="/src", PDTRT_HOST_H100_SXM="a", PDTRT_HOST_L40S="b")
+    # the example defers the NIC to launch (kv_transfer.interface_at_launch): required then
+    no_nic = subprocess.run(["bash", str(repo / "launch.sh")], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert no_nic.returncode != 0 and "set PDTRT_UCX_INTERFACE_H100_SXM to the NIC" in \
+        no_nic.stderr
+    env.update(PDTRT_UCX_INTERFACE_H100_SXM="ib0", PDTRT_UCX_INTERFACE_L40S="ib1")
     launcher = _run(repo / "launch.sh", [], env, "docker")
     assert launcher[-2:] == [str(repo / "launch.sh"), "--in-container"]
     passed = [launcher[i + 1] for i, a in enumerate(launcher) if a == "-e"]
     assert passed == ["PYTHONPATH=/opt/pdtrt-src", "PDTRT_MPI_ARGS=", "PDTRT_HOST_H100_SXM=a",
-                      "PDTRT_HOST_L40S=b", "PDTRT_UCX_INTERFACE_H100_SXM=",
-                      "PDTRT_UCX_INTERFACE_L40S=", "PDTRT_SSH_PORT="]
+                      "PDTRT_HOST_L40S=b", "PDTRT_UCX_INTERFACE_H100_SXM=ib0",
+                      "PDTRT_UCX_INTERFACE_L40S=ib1", "PDTRT_SSH_PORT="]
 
 
 def test_launch_env_variables_are_all_listed(llama, tmp_path):

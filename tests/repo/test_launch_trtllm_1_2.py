@@ -48,10 +48,15 @@ def test_each_pool_is_a_server_on_its_own_host(dep, tmp_path):
     assert l40s.interface_var.startswith(envvars.PDTRT_UCX_INTERFACE_PREFIX)
 
 
+def _edited(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    """The example spec with ``old`` replaced by ``new``, written as ``name``."""
+    spec = tmp_path / name
+    spec.write_text(SPEC.read_text().replace(old, new))
+    return spec
+
+
 def test_two_gpu_types_in_one_server_are_refused(tmp_path):
-    text = SPEC.read_text().replace("  endpoint: l40s-host:8001 ", "  # no endpoint ")
-    spec = tmp_path / "one-repo.yaml"
-    spec.write_text(text)
+    spec = _edited(tmp_path, "one-repo.yaml", "  endpoint: l40s-host:8001 ", "  # no endpoint ")
     with pytest.raises(RepoError) as err:
         plan_repo(load_deployment(spec), mode=RepoMode.BOTH, engines_root=tmp_path)
     assert err.value.message == (
@@ -76,11 +81,28 @@ def test_what_the_l40s_host_runs(dep, tmp_path):
     assert docker[docker.index("--env-file") + 1] == f"{repo}/pdtrt.env"
 
 
-@pytest.mark.parametrize(("nic", "seen"), [("ib0", "TRTLLM_UCX_INTERFACE=ib0"), ("", None)],
-                         ids=["nic", "unset"])
-def test_inside_the_container_it_runs_tritonserver(dep, tmp_path, nic, seen):
+def _reachable_nic() -> str:
+    """A network interface of this host that is up, not loopback and has an IPv4 address."""
+    import fcntl
+    import socket
+    import struct
+
+    for nic in sorted(p.name for p in Path("/sys/class/net").iterdir()):
+        flags = int((Path("/sys/class/net") / nic / "flags").read_text(), 16)
+        try:
+            with socket.socket() as s:  # SIOCGIFADDR: its IPv4 address
+                fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", nic.encode()[:15]))
+        except OSError:
+            continue
+        if not flags & 0x8:
+            return nic
+    pytest.skip("this host has no non-loopback interface with an address")
+
+
+def test_inside_the_container_it_runs_tritonserver_on_a_checked_interface(dep, tmp_path):
     repo = tmp_path / "repo"
     generate_repo(dep, repo, mode=RepoMode.POOLS, engines_root=tmp_path / "engines")
+    nic = _reachable_nic()
     env = {**_fakes(tmp_path), "TRTLLM_UCX_INTERFACE": nic}
     argv = _run(repo / "launch.sh", ["--in-container"], env, "tritonserver")
     assert argv[:3] == [f"--model-repository={repo}", "--grpc-port=8001",
@@ -88,5 +110,39 @@ def test_inside_the_container_it_runs_tritonserver(dep, tmp_path, nic, seen):
     assert "--disable-auto-complete-config" in argv
     got = (tmp_path / "record" / "tritonserver.env").read_text().splitlines()
     assert "UCX_TLS=rc,cuda_copy,tcp" in got and "UCX_MEMTYPE_CACHE=n" in got
-    assert [line for line in got if line.startswith("TRTLLM_UCX_INTERFACE=")] == (
-        [seen] if seen else [])
+    assert [line for line in got if line.startswith("TRTLLM_UCX_INTERFACE=")] == [
+        f"TRTLLM_UCX_INTERFACE={nic}"]
+
+
+@pytest.mark.parametrize(("nic", "error"), [
+    ("lo", "TRTLLM_UCX_INTERFACE=lo is a loopback interface: the other host cannot reach it"),
+    ("nosuch0", "TRTLLM_UCX_INTERFACE=nosuch0 names no network interface of this host"),
+    ("", "set PDTRT_UCX_INTERFACE_L40S (or kv_transfer.interface in the spec) to the NIC"),
+], ids=["loopback", "no-such-nic", "unset"])
+def test_the_server_does_not_start_on_an_interface_the_other_host_cannot_reach(
+        dep, tmp_path, nic, error):
+    import subprocess
+
+    repo = tmp_path / "repo"
+    generate_repo(dep, repo, mode=RepoMode.POOLS, engines_root=tmp_path / "engines")
+    env = {**_fakes(tmp_path), "TRTLLM_UCX_INTERFACE": nic}
+    done = subprocess.run(["bash", str(repo / "launch.sh"), "--in-container"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and error in done.stderr, done.stderr
+    assert not (Path(env["RECORD_DIR"]) / "tritonserver").exists()  # never started
+
+
+def test_a_two_host_repository_needs_the_interface(tmp_path):
+    spec = _edited(tmp_path, "no-nic.yaml", "  interface_at_launch: true ", "  # no interface ")
+    with pytest.raises(RepoError) as err:
+        plan_repo(load_deployment(spec), mode=RepoMode.POOLS, engines_root=tmp_path)
+    assert err.value.message.startswith("kv_transfer.interface is not set, and the KV of this "
+                                        "deployment crosses hosts")
+    assert "interface_at_launch" in (err.value.hint or "")
+    named = _edited(tmp_path, "nic.yaml", "  interface_at_launch: true ", "  interface: ib0\n  #")
+    repo = tmp_path / "repo"
+    generate_repo(load_deployment(named), repo, mode=RepoMode.POOLS, engines_root=tmp_path)
+    docker = _run(repo / "launch.sh", [], {**_fakes(tmp_path), "PDTRT_SRC": "/src"}, "docker")
+    passed = [docker[i + 1] for i, a in enumerate(docker) if a == "-e"]
+    assert "TRTLLM_UCX_INTERFACE=ib0" in passed  # the spec's, unless the host says otherwise
+    assert "--device=/dev/infiniband" in docker and "--cap-add=IPC_LOCK" in docker  # rc

@@ -23,6 +23,8 @@ if [[ -z "$MODE" ]]; then
   : "${PDTRT_SSH_DIR:?set PDTRT_SSH_DIR (see docs/repo.md)}"
   : "${PDTRT_HOST_H100_SXM:?set PDTRT_HOST_H100_SXM (see docs/repo.md)}"
   : "${PDTRT_HOST_L40S:?set PDTRT_HOST_L40S (see docs/repo.md)}"
+  : "${PDTRT_UCX_INTERFACE_H100_SXM:?set PDTRT_UCX_INTERFACE_H100_SXM to the NIC the hosts reach each other on (kv_transfer.interface_at_launch)}"
+  : "${PDTRT_UCX_INTERFACE_L40S:?set PDTRT_UCX_INTERFACE_L40S to the NIC the hosts reach each other on (kv_transfer.interface_at_launch)}"
   exec docker run --rm --gpus all --net host --ipc host \
     --ulimit memlock=-1 --ulimit stack=67108864 \
     --env-file "$REPO/pdtrt.env" \

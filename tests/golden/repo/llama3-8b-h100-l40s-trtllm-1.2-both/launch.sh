@@ -9,8 +9,9 @@
 #
 # pdtrt's Python models import pdtrt: the launcher mounts PDTRT_SRC read-only at /opt/pdtrt-src
 # and puts it on PYTHONPATH. The transceiver advertises the address of the NIC named by
-# TRTLLM_UCX_INTERFACE (here from the host's PDTRT_UCX_INTERFACE_<GPU>; unset: TensorRT-LLM
-# guesses). Step by step, with the other host's repository: docs/repo.md.
+# TRTLLM_UCX_INTERFACE (kv_transfer.interface, or the host's PDTRT_UCX_INTERFACE_<GPU>),
+# checked below before the server starts. Step by step, with the other host's repository:
+# docs/repo.md.
 set -euo pipefail
 IMAGE=nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,6 +21,7 @@ if [[ -z "$MODE" ]]; then
   : "${PDTRT_SRC:?set PDTRT_SRC (see docs/repo.md)}"
   exec docker run --rm --gpus '"device=0,1"' --net host --ipc host \
     --ulimit memlock=-1 --ulimit stack=67108864 \
+    --device=/dev/infiniband --cap-add=IPC_LOCK \
     --env-file "$REPO/pdtrt.env" \
     -e PYTHONPATH=/opt/pdtrt-src -e TRTLLM_UCX_INTERFACE="${PDTRT_UCX_INTERFACE_H100_SXM:-}" \
     -v "$PDTRT_SRC:/opt/pdtrt-src:ro" \
@@ -32,6 +34,22 @@ set -a
 # shellcheck source=/dev/null
 source "$REPO/pdtrt.env"
 set +a
-[[ -n "${TRTLLM_UCX_INTERFACE:-}" ]] || unset TRTLLM_UCX_INTERFACE
+if [[ -n "${TRTLLM_UCX_INTERFACE:-}" ]]; then
+  nic="$TRTLLM_UCX_INTERFACE"
+  [[ -d "/sys/class/net/$nic" ]] || { echo "launch.sh: TRTLLM_UCX_INTERFACE=$nic names no network interface of this host (see: ip -br addr)" >&2; exit 2; }
+  if (( $(cat "/sys/class/net/$nic/flags") & 0x8 )); then echo "launch.sh: TRTLLM_UCX_INTERFACE=$nic is a loopback interface: the other host cannot reach it" >&2; exit 2; fi
+  python3 - "$nic" <<'PY' || { echo "launch.sh: TRTLLM_UCX_INTERFACE=$nic has no IPv4 or global IPv6 address" >&2; exit 2; }
+import fcntl, socket, struct, sys
+nic = sys.argv[1]
+try:
+    s = socket.socket()
+    fcntl.ioctl(s.fileno(), 0x8915, struct.pack('256s', nic.encode()[:15]))
+except OSError:
+    v6 = [l.split() for l in open('/proc/net/if_inet6')]
+    sys.exit(not any(f[5] == nic and not f[0].startswith('fe80') for f in v6))
+PY
+else
+  echo "launch.sh: set PDTRT_UCX_INTERFACE_H100_SXM (or kv_transfer.interface in the spec) to the NIC of the network the hosts reach each other on: the KV crosses hosts, and TensorRT-LLM would advertise a guessed address" >&2; exit 2
+fi
 export PYTHONPATH="${PYTHONPATH:-}"
 exec tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=0.0.0.0 --http-port=8000 --http-address=0.0.0.0 --metrics-port=8002 --metrics-address=0.0.0.0 --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix0_
