@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 
+from pdtrt import envvars
 from pdtrt.deploy.layout import (
     ENGINES_DIR,
     MODELS_DIR,
@@ -110,11 +111,23 @@ def _main_container(plan: DeployPlan, rp: RolePlan) -> Obj:
              for n, p in PORTS.items()]
     env = [{"name": "HOME", "value": HOME}]
     env += [{"name": k, "value": v} for k, v in ucx_env(plan.dep.spec)]
+    env += _hub_env(plan)
     return {"name": "triton", "image": rp.image, "command": command, "args": args, "env": env,
             "ports": ports, **probes(startup_budget_s=rp.startup_budget_s),
             "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SLEEP_S)]}}},
             "resources": rp.resources.to_k8s(), "volumeMounts": _mounts(),
             "securityContext": _container_security(rdma=rp.rdma)}
+
+
+def _hub_env(plan: DeployPlan) -> list[Obj]:
+    """For a model given by its Hub name: the Hugging Face cache in the pod's scratch volume
+    (the root filesystem is read-only) and ``HF_TOKEN`` from the Secret
+    ``<name>-hf-token`` (key ``token``) when it exists -- gated models need it."""
+    if plan.dep.spec.model.path is not None:
+        return []
+    secret = {"name": f"{plan.names.base}-hf-token", "key": "token", "optional": True}
+    return [{"name": envvars.HF_HOME, "value": str(RUN_DIR / "huggingface")},
+            {"name": envvars.HF_TOKEN, "valueFrom": {"secretKeyRef": secret}}]
 
 
 def _node_placement(rp: RolePlan) -> Obj:

@@ -122,6 +122,24 @@ def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
         "interface_var": envvars.TRTLLM_UCX_INTERFACE,
         "interface_check": interface_check(required=cross, host_var=host.interface_var),
         "rdma": [" ".join(RDMA_DOCKER_FLAGS)] if dep.spec.kv_transfer.uses_rdma else [],
+        "hub": _hub_access(dep),
         "mounts": [shlex.quote(p) for p in plan.mounts],
         "command": plan.rank_commands[0],
     }
+
+
+# Where the container sees the launcher's Hugging Face cache (HF_HOME inside).
+CONTAINER_HF_HOME = "/opt/hf-home"
+
+
+def _hub_access(dep: Deployment) -> list[str]:
+    """``docker run`` lines for a model given by its Hub name (no ``model.path``): the
+    launcher's ``HF_TOKEN`` passed through when set (gated models such as Llama need it), and
+    its Hugging Face cache (``HF_HOME``, else ``~/.cache/huggingface``) mounted read-write, so
+    the LLM API and ``engine_limits`` (which reads the model's ``config.json`` from that cache)
+    find what was downloaded before, and a download lands there."""
+    if dep.spec.model.path is not None:
+        return []
+    return [f"-e {envvars.HF_TOKEN} -e {envvars.HF_HOME}={CONTAINER_HF_HOME}",
+            f'-v "${{{envvars.HF_HOME}:-${{HOME:?set HOME or {envvars.HF_HOME}}}'
+            f'/.cache/huggingface}}:{CONTAINER_HF_HOME}"']

@@ -68,15 +68,18 @@ def test_two_gpu_types_in_one_server_are_refused(tmp_path):
 def test_what_the_l40s_host_runs(dep, tmp_path):
     repo, engines = tmp_path / "repo", tmp_path / "engines"
     generate_repo(dep, repo, mode=RepoMode.POOLS, engines_root=engines)
-    env = {**_fakes(tmp_path), "PDTRT_SRC": "/src", "PDTRT_UCX_INTERFACE_L40S": "ib0"}
+    env = {**_fakes(tmp_path), "PDTRT_SRC": "/src", "PDTRT_UCX_INTERFACE_L40S": "ib0",
+           "HF_HOME": "/hf"}
     docker = _run(repo / "launch.sh", [], env, "docker")
     assert docker[:4] == ["run", "--rm", "--gpus", '"device=0,1"']
     assert docker[-2:] == [str(repo / "launch.sh"), "--in-container"]
     passed = [docker[i + 1] for i, a in enumerate(docker) if a == "-e"]
-    assert passed == ["PYTHONPATH=/opt/pdtrt-src", "TRTLLM_UCX_INTERFACE=ib0"]
+    # the model is a Hub name: the launcher's token (when set) and its HF cache go in
+    assert passed == ["PYTHONPATH=/opt/pdtrt-src", "TRTLLM_UCX_INTERFACE=ib0", "HF_TOKEN",
+                      "HF_HOME=/opt/hf-home"]
     mounts = [docker[i + 1] for i, a in enumerate(docker) if a == "-v"]
     name = dep.spec.name
-    assert mounts == ["/src:/opt/pdtrt-src:ro", f"{repo}:{repo}:ro",
+    assert mounts == ["/hf:/opt/hf-home", "/src:/opt/pdtrt-src:ro", f"{repo}:{repo}:ro",
                       f"{engines}/{name}:{engines}/{name}:ro"]
     assert docker[docker.index("--env-file") + 1] == f"{repo}/pdtrt.env"
 
@@ -142,7 +145,8 @@ def test_a_two_host_repository_needs_the_interface(tmp_path):
     named = _edited(tmp_path, "nic.yaml", "  interface_at_launch: true ", "  interface: ib0\n  #")
     repo = tmp_path / "repo"
     generate_repo(load_deployment(named), repo, mode=RepoMode.POOLS, engines_root=tmp_path)
-    docker = _run(repo / "launch.sh", [], {**_fakes(tmp_path), "PDTRT_SRC": "/src"}, "docker")
+    docker = _run(repo / "launch.sh", [], {**_fakes(tmp_path), "PDTRT_SRC": "/src",
+                                             "HOME": str(tmp_path)}, "docker")
     passed = [docker[i + 1] for i, a in enumerate(docker) if a == "-e"]
     assert "TRTLLM_UCX_INTERFACE=ib0" in passed  # the spec's, unless the host says otherwise
     assert "--device=/dev/infiniband" in docker and "--cap-add=IPC_LOCK" in docker  # rc

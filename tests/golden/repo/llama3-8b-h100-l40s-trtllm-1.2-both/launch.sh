@@ -24,6 +24,8 @@ if [[ -z "$MODE" ]]; then
     --device=/dev/infiniband --cap-add=IPC_LOCK \
     --env-file "$REPO/pdtrt.env" \
     -e PYTHONPATH=/opt/pdtrt-src -e TRTLLM_UCX_INTERFACE="${PDTRT_UCX_INTERFACE_H100_SXM:-}" \
+    -e HF_TOKEN -e HF_HOME=/opt/hf-home \
+    -v "${HF_HOME:-${HOME:?set HOME or HF_HOME}/.cache/huggingface}:/opt/hf-home" \
     -v "$PDTRT_SRC:/opt/pdtrt-src:ro" \
     -v "$REPO:$REPO:ro" \
     -v /pdtrt-golden/engines/llama3-8b-h100-l40s-trtllm-1.2:/pdtrt-golden/engines/llama3-8b-h100-l40s-trtllm-1.2:ro \
