@@ -256,6 +256,9 @@ class Param(StrEnum):
     LIVENESS_S = "liveness_s"  # silence of a phase call before its endpoint is probed
     PROBE_TIMEOUT_S = "probe_timeout_s"
     PROBE_INTERVAL_S = "probe_interval_s"  # background health checks; 0 = none
+    # core input -> the phase models' name for it, "CORE:ENGINE,..."; "" = the core names
+    # (TensorRT-LLM 0.21's model calls min_length / random_seed min_tokens / seed)
+    PHASE_INPUT_NAMES = "phase_input_names"
 
 
 READINESS_PATH = f"/v2/models/{ModelName.HEALTH}/ready"
@@ -459,6 +462,11 @@ _ENGINE_INPUT_NAMES: dict[Target, dict[str, str]] = {Target.REFERENCE: {},
 def engine_input_name(target: Target, name: str) -> str:
     """What the engine model of ``target`` calls the core input ``name``."""
     return _ENGINE_INPUT_NAMES[target].get(name, name)
+
+
+def engine_input_renames(target: Target) -> dict[str, str]:
+    """The core inputs ``target``'s engine model names differently: core name -> its name."""
+    return dict(_ENGINE_INPUT_NAMES[target])
 
 
 def engine_io(target: Target) -> ModelIO:

@@ -34,6 +34,7 @@ from pdtrt.engine_io import (
     Param,
     Role,
     StepMap,
+    engine_input_renames,
     engine_step_map,
 )
 from pdtrt.enums import Phase
@@ -198,6 +199,8 @@ def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
             (Param.PROBE_TIMEOUT_S, param_number(health.probe_timeout_s)),
             (Param.PROBE_INTERVAL_S, param_number(health.probe_interval_s)),
             (Param.ERROR_OUTPUT, support.engine_error_output),
+            (Param.PHASE_INPUT_NAMES, ",".join(
+                f"{core}:{name}" for core, name in engine_input_renames(spec.target).items())),
             (Param.MAX_INPUT_LEN, str(min(limits[p].max_input_len for p in phases))),
             (Param.MAX_SEQ_LEN, str(min(limits[p].max_seq_len for p in phases))),
         ))

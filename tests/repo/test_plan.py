@@ -132,7 +132,7 @@ def test_reference_parameters_follow_the_runtime_contract(tmp_path):
         "prefill_endpoints": "", "decode_endpoints": "", "aggregated_endpoints": "",
         "fallback_to_aggregated": "false", "max_attempts": "2", "liveness_s": "1",
         "probe_timeout_s": "4", "probe_interval_s": "2",
-        "phase_error_output": "pdtrt_error",
+        "phase_error_output": "pdtrt_error", "phase_input_names": "",
         "max_input_len": "384", "max_seq_len": "512"}
     assert _params(plan, "preprocessing") == {"pdtrt_role": "preprocessing",
                                               "tokenizer_dir": str(layout / "tokenizer")}

@@ -166,9 +166,9 @@ def test_a_missing_required_parameter_fails_the_load_and_validate(parameter, ref
     assert expected in str(failed.value)
 
 
-@pytest.mark.xfail(strict=True, reason="pdtrt's router forwards the client's random_seed / "
-                   "min_length under pdtrt's core names; 0.21's model calls them seed / "
-                   "min_tokens and Triton refuses the phase request (runtime follow-up, "
-                   "docs/repo.md)")
 def test_a_seeded_request_through_the_router(served):
-    _generate(served, "ensemble", seed=1, temperature=1.0, top_k=0, top_p=1.0)
+    """The router renames the client's random_seed / min_length to 0.21's seed / min_tokens
+    (the router's phase_input_names), which the phase models declare."""
+    seeded = {"seed": 1, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    assert _generate(served, "ensemble", **seeded) == \
+        _generate(served, "ensemble_aggregated", **seeded)

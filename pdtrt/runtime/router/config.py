@@ -11,7 +11,7 @@ Parameters left out take the spec's defaults.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pdtrt.endpoints import EndpointSpec, parse_endpoints
 from pdtrt.engine_io import PHASE_ROLES, Param, Role
@@ -36,6 +36,8 @@ class RouterConfig:
     liveness_s: float  # silence of a phase call before its endpoint is probed; 0: never
     probe_timeout_s: float
     probe_interval_s: float  # background probes of every endpoint; 0: none
+    # core input -> the phase models' name for it (TensorRT-LLM 0.21: min_tokens, seed)
+    phase_input_names: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_params(cls, p: Mapping[str, str]) -> RouterConfig:
@@ -55,7 +57,8 @@ class RouterConfig:
             liveness_s=float(p.get(Param.LIVENESS_S) or DEFAULT_LIVENESS_S),
             probe_timeout_s=float(p.get(Param.PROBE_TIMEOUT_S) or DEFAULT_PROBE_TIMEOUT_S),
             probe_interval_s=float(p.get(Param.PROBE_INTERVAL_S, DEFAULT_PROBE_INTERVAL_S)
-                                   or 0))
+                                   or 0),
+            phase_input_names=_renames(p.get(Param.PHASE_INPUT_NAMES, "")))
 
 
 _KEYS = {Role.PREFILL: (Param.PREFILL_ENDPOINTS, Param.PREFILL_MODEL, Param.PREFILL_URL),
@@ -71,3 +74,15 @@ def _pool(p: Mapping[str, str], role: Role) -> tuple[EndpointSpec, ...]:
     if not model:
         return ()
     return (EndpointSpec(model=model, url=p.get(url_key, "") if url_key else ""),)
+
+
+def _renames(text: str) -> dict[str, str]:
+    """``CORE:ENGINE,...`` -> {core: engine}; raises :class:`ValueError` for an item that is
+    not ``CORE:ENGINE``."""
+    renames = {}
+    for item in filter(None, (i.strip() for i in text.split(","))):
+        core, sep, engine = item.partition(":")
+        if not (sep and core and engine):
+            raise ValueError(f"phase_input_names item {item!r} is not CORE:ENGINE")
+        renames[core] = engine
+    return renames

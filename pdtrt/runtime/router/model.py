@@ -529,6 +529,9 @@ class TritonPythonModel:
                 self.metrics.add("stalled", **labels)
             return problem
 
+        if self.config.phase_input_names:  # the phase models' names for core inputs
+            renames = self.config.phase_input_names
+            inputs = {renames.get(name, name): value for name, value in inputs.items()}
         stream = self._client(endpoint).stream(
             endpoint.spec.model, inputs, request_id=phase_id,
             parameters={REQUEST_TYPE_PARAMETER: request_type.value}, outputs=outputs,
