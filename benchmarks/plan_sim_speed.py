@@ -34,7 +34,7 @@ from pdtrt.sim import SimConfig, SimWorkload, simulate  # noqa: E402
 from pdtrt.spec.load import load_deployment  # noqa: E402
 from pdtrt.workload import SLO, LengthDist  # noqa: E402
 
-SEED_SPEC = ROOT / "docs" / "examples" / "llama3-8b-h100-l40s.yaml"
+SEED_SPEC = ROOT / "docs" / "examples" / "llama3-8b-h100-l40s-trtllm-0.21.yaml"
 
 
 def best_of(repeat: int, fn):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The newcomer's first command: install pdtrt into .venv/ and run the main job -- the CPU
 # reference deployment on a real Triton server:
-#   1. check the example specs and show the seed scenario's model facts (H100 vs L40S);
+#   1. check the example specs, print the trtllm-1.2 build plan of the seed scenario and its
+#      model facts (H100 vs L40S);
 #   2. build the reference engines (tiny seeded Llama + tokenizer) and generate the repository;
 #   3. start the embedded Triton 2.51 with prefill and decode in separate model instances;
 #   4. stream a completion through the disaggregated path (router -> prefill -> UCX KV transfer
@@ -18,6 +19,10 @@ pdtrt doctor
 echo
 echo "==> pdtrt spec validate docs/examples/*.yaml"
 pdtrt spec validate docs/examples/llama3-8b-h100-l40s.yaml docs/examples/reference-cpu.yaml
+echo
+echo "==> pdtrt build docs/examples/llama3-8b-h100-l40s.yaml --dry-run (trtllm-1.2: what each GPU host runs)"
+pdtrt build docs/examples/llama3-8b-h100-l40s.yaml --dry-run > "$OUT/build-plan-trtllm-1.2.txt"
+head -n 12 "$OUT/build-plan-trtllm-1.2.txt"; echo "   (the whole plan: $OUT/build-plan-trtllm-1.2.txt)"
 echo
 echo "==> the seed scenario: Llama-3.1-8B, ISL 3000 / OSL 500, FP8 KV, on H100 SXM vs L40S"
 pdtrt model-info meta-llama/Meta-Llama-3.1-8B --gpu h100-sxm --gpu l40s --isl 3000 --osl 500 \

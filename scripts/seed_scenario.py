@@ -50,7 +50,7 @@ def main() -> int:
     ap.add_argument("--num-requests", type=int, default=600)
     args = ap.parse_args()
     f = load_factors()
-    dep = load_deployment(ROOT / "docs" / "examples" / "llama3-8b-h100-l40s.yaml")
+    dep = load_deployment(ROOT / "docs" / "examples" / "llama3-8b-h100-l40s-trtllm-0.21.yaml")
     dis = serving_from_deployment(dep)
     fp8 = replace(dis, decode=replace(dis.decode, weights=WeightQuant.FP8),
                   prefill=replace(dis.prefill, weights=WeightQuant.FP8))

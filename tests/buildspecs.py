@@ -11,7 +11,7 @@ from conftest import BUILTIN_MODELS, EXAMPLES
 
 
 def seed_data() -> dict:
-    return yaml.safe_load((EXAMPLES / "llama3-8b-h100-l40s.yaml").read_text())
+    return yaml.safe_load((EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml").read_text())
 
 
 def fake_hf_checkpoint(tmp: Path) -> Path:

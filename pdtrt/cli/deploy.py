@@ -112,13 +112,14 @@ def k8s(spec_file: Path, out: Path, force: bool, name: str | None, namespace: st
                else "NOT schema-checked (install kubernetes-validate: pip install 'pdtrt[dev]')")
     click.echo(f"wrote {out}: {len(result.objects)} objects of {plan.dep.spec.name} "
                f"({plan.dep.spec.target}), {checked}")
+    width = max([32, *(len(plan.names.workload(rp.role)) for rp in plan.roles)])
     for rp in plan.roles:
         count = (f"{rp.replicas} pod" if rp.max_replicas is None
                  else f"{rp.replicas}-{rp.max_replicas} pods")
         where = (f"{rp.resources.gpus} GPU on {' | '.join(rp.gpu_products)}" if rp.uses_gpu
                  else "CPU")
-        click.echo(f"  {rp.role:<8} {plan.names.workload(rp.role):<32} {count:<9} {where:<34} "
-                   f"{rp.image}")
+        click.echo(f"  {rp.role:<8} {plan.names.workload(rp.role):<{width}} {count:<9} "
+                   f"{where:<34} {rp.image}")
     front = plan.names.service(PodRole.FRONT)
     click.echo(f"  clients: Service {front} (HTTP 8000, gRPC 8001); models volume: "
                f"PersistentVolumeClaim {plan.models_claim} (yours)")

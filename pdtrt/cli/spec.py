@@ -102,10 +102,10 @@ def schema(output: Path | None, as_json: bool) -> None:
 def init(output: Path, example: str, force: bool, as_json: bool) -> None:
     """Write a commented starter spec.
 
-    llama3-8b-h100-l40s-trtllm-1.2 is the seed scenario (Llama-3.1-8B, prefill on H100 SXM,
+    llama3-8b-h100-l40s is the seed scenario (Llama-3.1-8B, prefill on H100 SXM,
     decode on L40S, ISL 3000 / OSL 500) on trtllm-1.2 (NGC 26.07, one Triton server per host);
-    llama3-8b-h100-l40s is the same on trtllm-0.21 (NGC 25.08); reference-cpu is the CPU
-    reference deployment.
+    llama3-8b-h100-l40s-trtllm-0.21 is the same on the legacy trtllm-0.21 (NGC 25.08);
+    reference-cpu is the CPU reference deployment.
     """
     text = example_text(example)
     if str(output) == "-":

@@ -9,9 +9,9 @@ from pdtrt.suggest import did_you_mean
 
 __all__ = ["DEFAULT_EXAMPLE", "example_names", "example_text"]
 
-# the seed scenario on the current stack (trtllm-1.2, NGC 26.07); llama3-8b-h100-l40s is the
-# same deployment for teams pinned to trtllm-0.21 (NGC 25.08)
-DEFAULT_EXAMPLE = "llama3-8b-h100-l40s-trtllm-1.2"
+# the seed scenario on the current stack (trtllm-1.2, NGC 26.07);
+# llama3-8b-h100-l40s-trtllm-0.21 is the same deployment on the legacy trtllm-0.21 (NGC 25.08)
+DEFAULT_EXAMPLE = "llama3-8b-h100-l40s"
 
 
 def _dir():

@@ -72,7 +72,7 @@ def test_seed_plan_facts(tmp_path, monkeypatch):
     pre, dec = plan.phase(Phase.PREFILL), plan.phase(Phase.DECODE)
     assert (pre.settings.profile, dec.settings.profile) == ("h100-prefill", "l40s-decode")
     assert pre.gpu.compute_capability == "9.0" and dec.gpu.compute_capability == "8.9"
-    assert str(dec.engine_dir) == "engines/llama3-8b-h100-l40s/decode"
+    assert str(dec.engine_dir) == "engines/llama3-8b-h100-l40s-trtllm-0.21/decode"
     batch = dec.settings.values["max_batch_size"]
     assert (batch.value, batch.source) == (92, "computed")  # spec omits it on purpose
     assert "KV capacity" in batch.why

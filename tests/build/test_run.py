@@ -84,8 +84,8 @@ def test_built_engines_pass_engines_check(env):
     assert report.ok, report.problems  # manifests agree with each other and the config.json
     assert check_engines([dep.source], engines_root=env / "engines", here=True,
                          nvml=FakeNVML([H100])).problems == [
-        f"{env}/engines/llama3-8b-h100-l40s/decode: needs a GPU of compute 8.9 (NVIDIA L40S); "
-        "this machine has: NVIDIA H100 80GB HBM3 (compute 9.0)"]
+        f"{env}/engines/llama3-8b-h100-l40s-trtllm-0.21/decode: needs a GPU of compute 8.9 "
+        "(NVIDIA L40S); this machine has: NVIDIA H100 80GB HBM3 (compute 9.0)"]
 
 
 def test_resume_skips_unchanged_steps(env):

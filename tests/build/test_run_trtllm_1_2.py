@@ -40,7 +40,7 @@ def env(tmp_path, monkeypatch):
 
 
 def _deployment(tmp, edit=lambda d: None):
-    data = yaml.safe_load((EXAMPLES / "llama3-8b-h100-l40s-trtllm-1.2.yaml").read_text())
+    data = yaml.safe_load((EXAMPLES / "llama3-8b-h100-l40s.yaml").read_text())
     data["model"]["path"] = str(tmp / "hf")
     edit(data)
     return load_deployment(write_spec(tmp, data))

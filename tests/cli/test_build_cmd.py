@@ -12,7 +12,7 @@ from conftest import EXAMPLES
 from pdtrt.build.manifest import read_manifest, write_manifest
 from pdtrt.enums import KVDType
 
-SEED = str(EXAMPLES / "llama3-8b-h100-l40s.yaml")
+SEED = str(EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml")
 REF = str(EXAMPLES / "reference-cpu.yaml")
 
 
@@ -21,18 +21,19 @@ def test_dry_run_prints_both_pipelines(run, monkeypatch):
     result = run("build", SEED, "--dry-run")
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert out.startswith("build plan: llama3-8b-h100-l40s (target trtllm-0.21, run inside "
+    name = "llama3-8b-h100-l40s-trtllm-0.21"
+    assert out.startswith(f"build plan: {name} (target trtllm-0.21, run inside "
                           "nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3)\n")
-    assert "  step 1: prefill-quantize on a h100-sxm (compute 9.0) -> engines/llama3-8b-h100-" \
-           "l40s/checkpoints/prefill/\n" in out
-    assert "  step 4: decode-trtllm-build on a l40s (compute 8.9) -> engines/llama3-8b-h100-" \
-           "l40s/decode/\n" in out
-    assert "    $ trtllm-build --checkpoint_dir engines/llama3-8b-h100-l40s/checkpoints/decode " \
-           "--output_dir engines/llama3-8b-h100-l40s/decode --max_batch_size 92 " in out
+    assert "  step 1: prefill-quantize on a h100-sxm (compute 9.0) -> engines/" \
+           f"{name}/checkpoints/prefill/\n" in out
+    assert "  step 4: decode-trtllm-build on a l40s (compute 8.9) -> engines/" \
+           f"{name}/decode/\n" in out
+    assert f"    $ trtllm-build --checkpoint_dir engines/{name}/checkpoints/decode " \
+           f"--output_dir engines/{name}/decode --max_batch_size 92 " in out
     assert "  max_batch_size          92       computed: KV capacity" in out
 
 
-@pytest.mark.parametrize("example", ["llama3-8b-h100-l40s", "llama3-8b-h100-l40s-trtllm-1.2",
+@pytest.mark.parametrize("example", ["llama3-8b-h100-l40s-trtllm-0.21", "llama3-8b-h100-l40s",
                                      "reference-cpu"])
 def test_golden_dry_run_output(example, run, monkeypatch, golden):
     monkeypatch.delenv("PDTRT_TRTLLM_EXAMPLES", raising=False)
@@ -52,7 +53,7 @@ def test_dry_run_json_phase_and_engines_dir(run, tmp_path):
     step = data["plan"]["steps"][1]
     assert step["argv"][0] == "trtllm-build" and step["gpu"] == {"key": "l40s",
                                                                  "compute_capability": "8.9"}
-    assert step["output_dir"] == f"{tmp_path}/llama3-8b-h100-l40s/decode"
+    assert step["output_dir"] == f"{tmp_path}/llama3-8b-h100-l40s-trtllm-0.21/decode"
     settings = data["plan"]["phases"][0]["settings"]
     assert settings["max_batch_size"]["source"] == "computed"
     assert data["hosts"] == [{"gpu": "l40s", "compute_capability": "8.9", "phases": ["decode"],
@@ -82,7 +83,7 @@ def test_real_run_refuses_without_the_gpu_and_force_reaches_the_toolchain(run, t
     forced = run("build", SEED, "--engines-dir", str(tmp_path), "--force")
     assert forced.exit_code == 2
     assert "the TensorRT-LLM toolchain does not match the target" in forced.stderr
-    assert not (tmp_path / "llama3-8b-h100-l40s" / "prefill").exists()
+    assert not (tmp_path / "llama3-8b-h100-l40s-trtllm-0.21" / "prefill").exists()
 
 
 def test_reference_build_resumes(run, reference_engines):
@@ -123,7 +124,7 @@ def test_engines_check_bad_argument(run, tmp_path):
 
 def test_rejected_plan_exits_2_with_every_reason(run, tmp_path):
     spec = tmp_path / "bad.yaml"
-    spec.write_text((EXAMPLES / "llama3-8b-h100-l40s.yaml").read_text().replace(
+    spec.write_text((EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml").read_text().replace(
         "    max_num_tokens: 16384\n", "    max_num_tokens: 2048\n"))
     result = run("build", str(spec), "--dry-run")
     assert result.exit_code == 2

@@ -9,7 +9,7 @@ import yaml
 from pdtrt.version import __version__
 from tests.conftest import EXAMPLES
 
-LLAMA = str(EXAMPLES / "llama3-8b-h100-l40s.yaml")
+LLAMA = str(EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml")
 REF = str(EXAMPLES / "reference-cpu.yaml")
 NGC = "nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3"
 
@@ -19,16 +19,18 @@ def test_k8s_writes_the_manifests_of_the_seed_scenario(run, tmp_path):
     result = run("deploy", "k8s", LLAMA, "--output", str(out))
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == [
-        f"wrote {out}: 15 objects of llama3-8b-h100-l40s (trtllm-0.21), valid against "
+        f"wrote {out}: 15 objects of llama3-8b-h100-l40s-trtllm-0.21 (trtllm-0.21), valid against "
         "Kubernetes 1.33.0",
-        f"  front    llama3-8b-h100-l40s-front        1 pod     CPU{' ' * 32}pdtrt:{__version__}",
-        f"  prefill  llama3-8b-h100-l40s-prefill      1-2 pods  1 GPU on NVIDIA-H100-80GB-HBM3"
-        f"     {NGC}",
-        f"  decode   llama3-8b-h100-l40s-decode       2-4 pods  1 GPU on NVIDIA-L40S{' ' * 15}"
-        f"{NGC}",
-        "  clients: Service llama3-8b-h100-l40s (HTTP 8000, gRPC 8001); models volume: "
-        "PersistentVolumeClaim llama3-8b-h100-l40s-models (yours)",
-        f"  dashboard: {out}/grafana/llama3-8b-h100-l40s.json; autoscaler metrics: "
+        # the name column widens to the longest workload name
+        f"  front    llama3-8b-h100-l40s-trtllm-0-21-front   1 pod     CPU{' ' * 32}"
+        f"pdtrt:{__version__}",
+        "  prefill  llama3-8b-h100-l40s-trtllm-0-21-prefill 1-2 pods  1 GPU on "
+        f"NVIDIA-H100-80GB-HBM3     {NGC}",
+        "  decode   llama3-8b-h100-l40s-trtllm-0-21-decode  2-4 pods  1 GPU on NVIDIA-L40S"
+        f"{' ' * 15}{NGC}",
+        "  clients: Service llama3-8b-h100-l40s-trtllm-0-21 (HTTP 8000, gRPC 8001); models volume: "
+        "PersistentVolumeClaim llama3-8b-h100-l40s-trtllm-0-21-models (yours)",
+        f"  dashboard: {out}/grafana/llama3-8b-h100-l40s-trtllm-0-21.json; autoscaler metrics: "
         f"{out}/prometheus-adapter/values.yaml",
         f"apply: kubectl apply -k {out}"]
     warnings = result.stderr.splitlines()

@@ -6,7 +6,7 @@ import json
 
 from tests.conftest import EXAMPLES
 
-LLAMA = str(EXAMPLES / "llama3-8b-h100-l40s.yaml")
+LLAMA = str(EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml")
 REF = str(EXAMPLES / "reference-cpu.yaml")
 
 

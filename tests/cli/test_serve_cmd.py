@@ -25,7 +25,7 @@ def test_serve_unknown_binary_is_exit_2(run, tmp_path):
 
 
 def test_serve_spec_without_trtllm_engines_says_build_first(run, tmp_path):
-    result = run("serve", str(EXAMPLES / "llama3-8b-h100-l40s.yaml"), "--workdir",
+    result = run("serve", str(EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml"), "--workdir",
                  str(tmp_path / "wd"), "--engines-dir", str(tmp_path / "engines"),
                  "--mode", "disaggregated")
     assert result.exit_code == 2

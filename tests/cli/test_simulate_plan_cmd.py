@@ -9,7 +9,7 @@ from conftest import EXAMPLES
 from pdtrt.enums import Phase
 from pdtrt.spec.load import load_deployment
 
-SEED = str(EXAMPLES / "llama3-8b-h100-l40s.yaml")
+SEED = str(EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml")
 M8B = "meta-llama/Meta-Llama-3.1-8B"
 FAST = ("--num-requests", "60")
 DIST_KEYS = {"count", "mean", "p50", "p90", "p95", "p99", "min", "max"}
@@ -20,7 +20,7 @@ def test_simulate_side_by_side_with_plot(run, tmp_path):
     result = run("simulate", SEED, *FAST, "--plot", str(png))
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0] == ("llama3-8b-h100-l40s: ISL 3000, OSL 500, 2 req/s poisson, "
+    assert lines[0] == ("llama3-8b-h100-l40s-trtllm-0.21: ISL 3000, OSL 500, 2 req/s poisson, "
                         "60 requests, seed 0")
     header = next(line for line in lines if "metric" in line)
     assert "agg 3x h100-sxm TP1" in header and "disagg 1x h100-sxm TP1 + 2x l40s TP1" in header
@@ -85,8 +85,8 @@ def test_simulate_closed_loop_trace_and_policies(run, tmp_path):
     result = run("simulate", SEED, "--trace", str(jsonl), "--rate", "1", "--num-requests",
                  "10", "--mode", "aggregated")
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[0] == ("llama3-8b-h100-l40s: lengths from a trace of 2, "
-                                             "1 req/s poisson, 10 requests, seed 0")
+    assert result.stdout.splitlines()[0] == ("llama3-8b-h100-l40s-trtllm-0.21: lengths from a "
+                                             "trace of 2, 1 req/s poisson, 10 requests, seed 0")
 
 
 def test_simulate_errors(run, tmp_path):

@@ -6,7 +6,7 @@ import json
 
 from conftest import EXAMPLES, ROOT
 
-SEED = str(EXAMPLES / "llama3-8b-h100-l40s.yaml")
+SEED = str(EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml")
 REF = str(EXAMPLES / "reference-cpu.yaml")
 BAD = ROOT / "tests" / "fixtures" / "bad_specs"
 
@@ -15,7 +15,7 @@ def test_validate_ok_exact_output(run):
     result = run("spec", "validate", SEED)
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == [
-        f"ok: {SEED}: deployment 'llama3-8b-h100-l40s', target trtllm-0.21, model "
+        f"ok: {SEED}: deployment 'llama3-8b-h100-l40s-trtllm-0.21', target trtllm-0.21, model "
         "meta-llama/Meta-Llama-3.1-8B",
         "  prefill: 1 x h100-sxm TP1 PP1 (1 GPU), weights none, KV fp8; each: weights 14.96 GiB, "
         "KV 54.21 GiB -> 216 sequences of 4096 tokens",
@@ -83,9 +83,9 @@ def test_init_writes_example_and_refuses_overwrite(run, tmp_path):
     out = tmp_path / "pdtrt.yaml"
     result = run("spec", "init", "-o", str(out))
     assert result.exit_code == 0
-    assert result.stdout == (f"wrote {out} (example llama3-8b-h100-l40s-trtllm-1.2); check it "
+    assert result.stdout == (f"wrote {out} (example llama3-8b-h100-l40s); check it "
                              f"with: pdtrt spec validate {out}\n")
-    assert out.read_text() == (EXAMPLES / "llama3-8b-h100-l40s-trtllm-1.2.yaml").read_text()
+    assert out.read_text() == (EXAMPLES / "llama3-8b-h100-l40s.yaml").read_text()
     again = run("spec", "init", "-o", str(out))
     assert again.exit_code == 2
     assert again.stderr == (f"error: {out} already exists\nhint: pass --force to overwrite it, "

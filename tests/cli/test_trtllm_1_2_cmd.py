@@ -11,7 +11,7 @@ from pdtrt.build.settings import SettingSource
 from pdtrt.targets import trtllm_1_2
 from pdtrt.targets.llm_options import LlmOption
 
-SPEC = str(EXAMPLES / "llama3-8b-h100-l40s-trtllm-1.2.yaml")
+SPEC = str(EXAMPLES / "llama3-8b-h100-l40s.yaml")
 
 
 def test_build_refuses_a_misspelt_option_with_did_you_mean(monkeypatch, run):
@@ -22,7 +22,7 @@ def test_build_refuses_a_misspelt_option_with_did_you_mean(monkeypatch, run):
                         lambda dep, phase, settings: (*real(dep, phase, settings), seeded))
     result = run("build", SPEC, "--dry-run")
     assert result.exit_code != 0
-    assert ("engines/llama3-8b-h100-l40s-trtllm-1.2/prefill/extra_llm_api_options.yaml: "
+    assert ("engines/llama3-8b-h100-l40s/prefill/extra_llm_api_options.yaml: "
             "kv_cache_config.enable_block_resue: KvCacheConfig has no field 'enable_block_resue' "
             "(did you mean 'enable_block_reuse'?)") in result.stderr
 

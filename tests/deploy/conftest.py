@@ -10,7 +10,7 @@ from pdtrt.deploy.generate import build_files
 from pdtrt.deploy.plan import DeployOptions, plan_deploy
 from tests.conftest import EXAMPLES
 
-EXAMPLE_NAMES = ("llama3-8b-h100-l40s", "reference-cpu")
+EXAMPLE_NAMES = ("llama3-8b-h100-l40s-trtllm-0.21", "reference-cpu")
 
 
 @pytest.fixture(scope="session")

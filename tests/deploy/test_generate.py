@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from pdtrt.deploy.generate import generate_k8s
+from pdtrt.deploy.names import names_for
 from pdtrt.deploy.network import PodNetwork
 from pdtrt.deploy.plan import DeployOptions
 from pdtrt.deploy.render import load_manifests
@@ -32,7 +33,8 @@ def test_golden(deps, tmp_path, golden, example):
     out = tmp_path / example
     result = generate_k8s(deps[example], out)
     tree = _tree(out)
-    assert sorted(tree) == sorted([*FILES, f"grafana/{example}.json"])
+    base = names_for(deps[example].spec.name).base  # the k8s name: no dots
+    assert sorted(tree) == sorted([*FILES, f"grafana/{base}.json"])
     assert list(result.files) == sorted(tree)
     for rel, text in tree.items():
         golden(f"deploy/{example}/{rel}", text)
@@ -53,8 +55,8 @@ def test_generation_is_deterministic_and_the_files_are_the_objects(deps, tmp_pat
 
 
 def test_trtllm_objects(objects):
-    objs = objects("llama3-8b-h100-l40s")
-    decode = find(objs, "Deployment", "llama3-8b-h100-l40s-decode")
+    objs = objects("llama3-8b-h100-l40s-trtllm-0.21")
+    decode = find(objs, "Deployment", "llama3-8b-h100-l40s-trtllm-0-21-decode")
     pod = decode["spec"]["template"]["spec"]
     (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"]
@@ -74,17 +76,17 @@ def test_trtllm_objects(objects):
     assert init["args"] == ["repo", "/etc/pdtrt/decode.yaml", "-o", "/var/run/pdtrt/repo",
                             "--mode", "pools", "--engines-dir", "/models/engines", "--force"]
     assert "replicas" not in decode["spec"]  # the autoscaler owns it
-    hpa = find(objs, "HorizontalPodAutoscaler", "llama3-8b-h100-l40s-decode")["spec"]
+    hpa = find(objs, "HorizontalPodAutoscaler", "llama3-8b-h100-l40s-trtllm-0-21-decode")["spec"]
     assert (hpa["minReplicas"], hpa["maxReplicas"]) == (2, 4)
-    front = find(objs, "Deployment", "llama3-8b-h100-l40s-front")
+    front = find(objs, "Deployment", "llama3-8b-h100-l40s-trtllm-0-21-front")
     assert front["spec"]["replicas"] == 1
     assert "affinity" not in front["spec"]["template"]["spec"]
     assert front["spec"]["template"]["spec"]["containers"][0]["args"][:2] == [
         "serve", "/var/run/pdtrt/repo"]
-    specs = find(objs, "ConfigMap", "llama3-8b-h100-l40s-specs")["data"]
+    specs = find(objs, "ConfigMap", "llama3-8b-h100-l40s-trtllm-0-21-specs")["data"]
     assert sorted(specs) == ["decode.yaml", "front.yaml", "prefill.yaml"]
     assert yaml.safe_load(specs["decode.yaml"])["decode"]["endpoint"] == (
-        "llama3-8b-h100-l40s-decode:8001")
+        "llama3-8b-h100-l40s-trtllm-0-21-decode:8001")
 
 
 def test_options_reach_the_objects(deps, tmp_path):
@@ -92,7 +94,8 @@ def test_options_reach_the_objects(deps, tmp_path):
                             network=PodNetwork.HOST, rdma_resource="rdma/hca",
                             network_attachment="ib-net", monitor_labels={"release": "kps"},
                             max_replicas={Phase.PREFILL: 3})
-    result = generate_k8s(deps["llama3-8b-h100-l40s"], tmp_path / "out", options=options)
+    result = generate_k8s(deps["llama3-8b-h100-l40s-trtllm-0.21"], tmp_path / "out",
+                          options=options)
     objs = load_manifests([tmp_path / "out"])
     assert {o["metadata"].get("namespace") for o in objs} == {"llm"}
     prefill = find(objs, "Deployment", "pd-prefill")["spec"]["template"]

@@ -53,7 +53,7 @@ def _exprs(example_objects, base: str) -> list[str]:
 @pytest.mark.parametrize("example", EXAMPLE_NAMES)
 def test_dashboard_queries_only_exported_metrics(deps, objects, example):
     target = deps[example].spec.target
-    exprs = _exprs(objects(example), example)
+    exprs = _exprs(objects(example), names_for(deps[example].spec.name).base)
     used = {name for e in exprs for name in METRIC_NAME.findall(e)}
     assert used <= m.exported(target), used - m.exported(target)
     assert len(exprs) >= 15
@@ -82,7 +82,8 @@ def test_autoscalers_read_metrics_the_adapter_serves_from_exported_ones(deps, ob
     rules = adapter_values(dep)["rules"]
     served = {r["name"]["as"] for kind in ("custom", "external") for r in rules[kind]}
     for phase in Phase:
-        hpa = find(objects(example), "HorizontalPodAutoscaler", f"{example}-{phase}")
+        base = names_for(dep.spec.name).base  # the k8s name: no dots
+        hpa = find(objects(example), "HorizontalPodAutoscaler", f"{base}-{phase}")
         (spec,) = hpa["spec"]["metrics"]
         metric = spec[spec["type"].lower()]["metric"]["name"]
         assert metric in served and metric == pool_metric(dep, phase).name
@@ -94,8 +95,9 @@ def test_autoscalers_read_metrics_the_adapter_serves_from_exported_ones(deps, ob
 
 def test_decode_autoscaling_signal_per_target(deps):
     assert pool_metric(deps["reference-cpu"], Phase.DECODE).target == "25"  # 0.8 x 32
-    assert pool_metric(deps["llama3-8b-h100-l40s"], Phase.DECODE).target == "800m"
-    assert pool_metric(deps["llama3-8b-h100-l40s"], Phase.PREFILL).target == "250m"  # 1000/4
+    llama = deps["llama3-8b-h100-l40s-trtllm-0.21"]
+    assert pool_metric(llama, Phase.DECODE).target == "800m"
+    assert pool_metric(llama, Phase.PREFILL).target == "250m"  # 1000/4
     assert pool_metric(deps["reference-cpu"], Phase.PREFILL).target == "50m"  # 200 ms / 4
 
 

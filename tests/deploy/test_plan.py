@@ -23,7 +23,7 @@ from pdtrt.errors import DeployError
 from pdtrt.repo.plan import RepoMode, plan_repo
 from pdtrt.targets.registry import target_support
 
-LLAMA, REF = "llama3-8b-h100-l40s", "reference-cpu"
+LLAMA, REF = "llama3-8b-h100-l40s-trtllm-0.21", "reference-cpu"
 
 
 def _with(dep, **sections):
@@ -72,8 +72,9 @@ def test_role_specs(deps, role):
     rs = role_spec(dep.spec, role, names_for(dep.spec.name)).spec
     assert (rs.serving.host, rs.serving.http_port, rs.serving.grpc_port,
             rs.serving.metrics_port) == ("0.0.0.0", 8000, 8001, 8002)
-    want = ({p: (f"llama3-8b-h100-l40s-{p}:8001",) for p in Phase} if role is PodRole.FRONT
-            else {role.phase: (f"llama3-8b-h100-l40s-{role.phase}:8001",)})
+    base = "llama3-8b-h100-l40s-trtllm-0-21"  # the k8s name: no dots
+    want = ({p: (f"{base}-{p}:8001",) for p in Phase} if role is PodRole.FRONT
+            else {role.phase: (f"{base}-{role.phase}:8001",)})
     assert rs.endpoints == want
     if role.phase is not None:
         assert rs.pool(role.phase).instances == 1

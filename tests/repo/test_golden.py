@@ -18,11 +18,11 @@ from tests.conftest import EXAMPLES, TESTS
 
 GOLDEN = TESTS / "golden" / "repo"
 GOLDEN_ENGINES = Path("/pdtrt-golden/engines")  # fixed, never created: paths stay stable
-EXAMPLE_SPECS = ("llama3-8b-h100-l40s", "llama3-8b-h100-l40s-trtllm-1.2", "reference-cpu",
+EXAMPLE_SPECS = ("llama3-8b-h100-l40s-trtllm-0.21", "llama3-8b-h100-l40s", "reference-cpu",
                  "reference-remote")
 # --mode pools needs pools with an endpoint: the remote example's, and trtllm-1.2's decode
 # pool (its own Triton server on the L40S host)
-POOL_EXAMPLES = ("llama3-8b-h100-l40s-trtllm-1.2", "reference-remote")
+POOL_EXAMPLES = ("llama3-8b-h100-l40s", "reference-remote")
 CASES = [(ex, mode) for ex in EXAMPLE_SPECS for mode in RepoMode
          if mode is not RepoMode.POOLS or ex in POOL_EXAMPLES]
 
@@ -75,6 +75,6 @@ def test_generated_repository_validates(example, mode, tmp_path):
 
 
 def test_output_is_deterministic(tmp_path):
-    a = _generate("llama3-8b-h100-l40s", RepoMode.BOTH, tmp_path / "a")
-    b = _generate("llama3-8b-h100-l40s", RepoMode.BOTH, tmp_path / "b")
+    a = _generate("llama3-8b-h100-l40s-trtllm-0.21", RepoMode.BOTH, tmp_path / "a")
+    b = _generate("llama3-8b-h100-l40s-trtllm-0.21", RepoMode.BOTH, tmp_path / "b")
     assert a == b

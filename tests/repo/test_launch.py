@@ -18,7 +18,7 @@ from pdtrt.spec.load import load_deployment, parse_spec
 from tests.conftest import EXAMPLES
 from tests.recorders import install_recorders, run_recorded
 
-SEED = EXAMPLES / "llama3-8b-h100-l40s.yaml"
+SEED = EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_ranks_are_placed_on_the_host_of_their_gpu_type(llama, tmp_path):
     assert (h100.host_var, l40s.interface_var) == ("PDTRT_HOST_H100_SXM",
                                                    "PDTRT_UCX_INTERFACE_L40S")
     assert launch.start_order == (l40s, h100)
-    assert launch.worker_mounts == (str(tmp_path / "llama3-8b-h100-l40s"),)
+    assert launch.worker_mounts == (str(tmp_path / "llama3-8b-h100-l40s-trtllm-0.21"),)
 
 
 def test_one_gpu_type_is_one_host(tmp_path):
@@ -109,7 +109,7 @@ def test_what_each_host_starts(llama, tmp_path):
     assert worker[-2:] == [str(repo / "launch.sh"), "--worker-in-container"]
     mounts = [worker[i + 1] for i, a in enumerate(worker) if a == "-v"]
     assert mounts == ["/keys:/opt/pdtrt-ssh:ro", f"{repo}:{repo}:ro",
-                      f"{engines}/llama3-8b-h100-l40s:{engines}/llama3-8b-h100-l40s:ro"]
+                      f"{engines}/llama3-8b-h100-l40s-trtllm-0.21:{engines}/llama3-8b-h100-l40s-trtllm-0.21:ro"]
     missing = subprocess.run(["bash", str(repo / "launch.sh")], env=env, capture_output=True,
                              text=True, timeout=60)
     assert missing.returncode != 0 and "PDTRT_SRC: set PDTRT_SRC (see docs/repo.md)" in \

@@ -19,7 +19,7 @@ from pdtrt.spec.load import load_deployment
 from tests.conftest import EXAMPLES
 from tests.recorders import install_recorders, run_recorded
 
-SPEC = EXAMPLES / "llama3-8b-h100-l40s-trtllm-1.2.yaml"
+SPEC = EXAMPLES / "llama3-8b-h100-l40s.yaml"
 @pytest.fixture(scope="module")
 def dep():
     return load_deployment(SPEC)

@@ -23,7 +23,7 @@ from tests.conftest import EXAMPLES, ROOT
 
 @pytest.fixture(scope="module")
 def llama():
-    return load_deployment(EXAMPLES / "llama3-8b-h100-l40s.yaml")
+    return load_deployment(EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml")
 
 
 def _params(plan, name):
@@ -36,7 +36,8 @@ def test_trtllm_world_size_and_ids(llama, tmp_path):
     prefill, decode = _params(plan, "prefill"), _params(plan, "decode")
     assert (prefill["participant_ids"], prefill["gpu_device_ids"]) == ("1", "0")
     assert (decode["participant_ids"], decode["gpu_device_ids"]) == ("2;3", "0;1")
-    assert prefill["gpt_model_path"] == str(tmp_path / "llama3-8b-h100-l40s" / "prefill")
+    assert prefill["gpt_model_path"] == str(tmp_path / "llama3-8b-h100-l40s-trtllm-0.21" /
+                                            "prefill")
     assert prefill["enable_kv_cache_reuse"] == "false"
     assert prefill["recv_poll_period_ms"] == "1"
     assert prefill["gpt_model_type"] == "inflight_fused_batching"
@@ -55,7 +56,7 @@ def test_both_mode_adds_aggregated_ranks_on_the_prefill_gpus(llama, tmp_path):
 
 def test_ranks_with_tensor_parallelism():
     from pdtrt.spec.load import parse_spec
-    spec, _ = parse_spec((EXAMPLES / "llama3-8b-h100-l40s.yaml").read_text())
+    spec, _ = parse_spec((EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml").read_text())
     launch = plan_launch(spec, [
         EnginePlacement(model="prefill", gpu="h100-sxm", tp=2, pp=1, instances=2),
         EnginePlacement(model="decode", gpu="h100-sxm", tp=1, pp=2, instances=1)],
@@ -94,12 +95,12 @@ def test_launch_script_is_valid_bash(llama, tmp_path):
 
 
 def test_limits_fall_back_and_come_from_manifests(tmp_path):
-    dep = load_deployment(EXAMPLES / "llama3-8b-h100-l40s.yaml")
+    dep = load_deployment(EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml")
     plan = plan_repo(dep, mode=RepoMode.DISAGGREGATED, engines_root=tmp_path)
     decode = plan.limits[Phase.DECODE]
     assert decode.sources["max_batch_size"] == "fallback" and decode.max_batch_size > 1
     assert plan.limits[Phase.PREFILL].sources["max_batch_size"] == "spec"
-    engine_dir = tmp_path / "llama3-8b-h100-l40s" / "decode"
+    engine_dir = tmp_path / "llama3-8b-h100-l40s-trtllm-0.21" / "decode"
     engine_dir.mkdir(parents=True)
     write_manifest(engine_dir, EngineManifest(
         phase=Phase.DECODE, target=Target.TRTLLM_0_21, model="m", gpu_name="L40S",
@@ -149,7 +150,7 @@ def test_trtllm_tokenizer_is_the_checkpoint(tmp_path):
     (ckpt / "config.json").write_text(
         (ROOT / "pdtrt" / "data" / "models" /
          "meta-llama--Meta-Llama-3.1-8B.json").read_text())
-    spec.write_text((EXAMPLES / "llama3-8b-h100-l40s.yaml").read_text().replace(
+    spec.write_text((EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml").read_text().replace(
         "  name: meta-llama/Meta-Llama-3.1-8B", "  name: meta-llama/Meta-Llama-3.1-8B\n"
         "  path: ckpt"))
     plan = plan_repo(load_deployment(spec), mode=RepoMode.AGGREGATED, engines_root=tmp_path)
@@ -215,10 +216,9 @@ def test_repo_manifest_fields(tmp_path, llama):
     assert data["spec_sha256"] == spec_sha256(llama) and len(data["spec_sha256"]) == 64
     assert data["spec"]["decode"]["instances"] == 2
     assert data["launch"]["mpi_world_size"] == 4
-    assert data["engine_dirs"] == {"decode": str(tmp_path / "e" / "llama3-8b-h100-l40s" /
-                                                 "decode"),
-                                   "prefill": str(tmp_path / "e" / "llama3-8b-h100-l40s" /
-                                                  "prefill")}
+    engines = tmp_path / "e" / "llama3-8b-h100-l40s-trtllm-0.21"
+    assert data["engine_dirs"] == {"decode": str(engines / "decode"),
+                                   "prefill": str(engines / "prefill")}
     assert data["tokenizer_dir"] == "meta-llama/Meta-Llama-3.1-8B"  # no model.path: a Hub id
 
 

@@ -2,7 +2,7 @@
 
 TensorRT-LLM needs GPUs, so the LLM-API engine model imports pdtrt's CPU reference of the LLM
 API instead (:func:`pdtrt.llmapi.load_llm_api`: the only seam swapped). The repositories are
-the ones ``pdtrt repo`` writes for ``docs/examples/llama3-8b-h100-l40s-trtllm-1.2.yaml`` --
+the ones ``pdtrt repo`` writes for ``docs/examples/llama3-8b-h100-l40s.yaml`` --
 ``--mode pools`` (the L40S host's decode server) and ``--mode both`` (the H100 host's ensembles,
 router, prefill, aggregated) -- with the options files ``pdtrt build`` writes for it (no GPU
 needed), and they are served as written: the model is the example's Hugging Face Hub name,
@@ -36,7 +36,7 @@ from tests.conftest import EXAMPLES, start_server
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
-SPEC = EXAMPLES / "llama3-8b-h100-l40s-trtllm-1.2.yaml"
+SPEC = EXAMPLES / "llama3-8b-h100-l40s.yaml"
 DECODE_URL = "l40s-host:8001"  # the example's decode.endpoint
 
 

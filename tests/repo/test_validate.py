@@ -156,8 +156,8 @@ def test_pristine_repository_has_no_problems(repo):
     assert report.target is Target.REFERENCE
 
 
-@pytest.mark.parametrize(("example", "target"), [("reference-cpu", Target.REFERENCE),
-                                                 ("llama3-8b-h100-l40s", Target.TRTLLM_0_21)])
+@pytest.mark.parametrize(("example", "target"), [
+    ("reference-cpu", Target.REFERENCE), ("llama3-8b-h100-l40s-trtllm-0.21", Target.TRTLLM_0_21)])
 def test_target_is_inferred_from_the_engine_models_without_a_repo_manifest(tmp_path, example,
                                                                           target):
     dep = load_deployment(EXAMPLES / f"{example}.yaml")
@@ -256,7 +256,7 @@ def test_a_removed_pool_with_a_url_is_served_elsewhere(repo):
 def trtllm_pristine(tmp_path_factory):
     """A generated trtllm-0.21 repository of the seed example (both ensembles)."""
     root = tmp_path_factory.mktemp("trtllm")
-    generate_repo(load_deployment(EXAMPLES / "llama3-8b-h100-l40s.yaml"), root / "repo",
+    generate_repo(load_deployment(EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml"), root / "repo",
                   mode=RepoMode.BOTH, engines_root=root / "engines")
     return root / "repo"
 

@@ -17,11 +17,11 @@ from pdtrt.serve.launcher import (
 )
 from pdtrt.spec.load import load_spec
 
-GOLDEN_TRTLLM = ROOT / "tests" / "golden" / "repo" / "llama3-8b-h100-l40s-both"
+GOLDEN_TRTLLM = ROOT / "tests" / "golden" / "repo" / "llama3-8b-h100-l40s-trtllm-0.21-both"
 
 
 def test_environment_from_spec_and_trtllm_manifest():
-    spec = load_spec(EXAMPLES / "llama3-8b-h100-l40s.yaml")
+    spec = load_spec(EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml")
     manifest = json.loads((GOLDEN_TRTLLM / "pdtrt-repo.json").read_text())
     env = kv_environment(spec, manifest)
     assert env["UCX_TLS"] == manifest["launch"]["env"]["UCX_TLS"]
@@ -37,7 +37,7 @@ def test_environment_of_the_reference_spec():
 def test_a_repository_is_served_as_is_with_its_spec(tmp_path):
     prepared = prepare(GOLDEN_TRTLLM, workdir=tmp_path, engines_root=tmp_path / "engines")
     assert prepared.repository == GOLDEN_TRTLLM.resolve()
-    assert prepared.spec is not None and prepared.spec.name == "llama3-8b-h100-l40s"
+    assert prepared.spec is not None and prepared.spec.name == "llama3-8b-h100-l40s-trtllm-0.21"
     assert prepared.built == () and prepared.mode is RepoMode.BOTH  # from pdtrt-repo.json
 
 

@@ -65,7 +65,7 @@ def test_examples_validate(example):
 
 
 def test_seed_example_values():
-    dep = load_deployment(EXAMPLES / "llama3-8b-h100-l40s.yaml")
+    dep = load_deployment(EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml")
     s = dep.spec
     assert s.target is Target.TRTLLM_0_21
     assert dep.gpus[Phase.PREFILL].key == "h100-sxm" and dep.gpus[Phase.DECODE].key == "l40s"
@@ -76,7 +76,7 @@ def test_seed_example_values():
 
 
 def test_all_issues_reported_at_once():
-    text = (EXAMPLES / "llama3-8b-h100-l40s.yaml").read_text()
+    text = (EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml").read_text()
     text = text.replace("tokens_per_block: 32        # must equal decode's", "tokens_per_block: 48")
     text = text.replace("kv_cache_dtype: fp8 ", "kv_cache_dtype: x ")
     with pytest.raises(SpecError) as info:
@@ -90,7 +90,7 @@ def test_all_issues_reported_at_once():
 
 
 def test_pool_overrides_weights():
-    text = (EXAMPLES / "llama3-8b-h100-l40s.yaml").read_text().replace(
+    text = (EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml").read_text().replace(
         "    max_batch_size: 8\n", "    max_batch_size: 8\n    weights: fp8\n")
     spec, _ = parse_spec(text)
     assert spec.weights(Phase.PREFILL) is WeightQuant.FP8

@@ -32,8 +32,9 @@ from pdtrt.targets.reference import ReferenceTarget
 from pdtrt.targets.registry import REGISTRY, TargetRegistry, target_support
 from tests.conftest import EXAMPLES
 
-EXAMPLE_OF = {Target.REFERENCE: "reference-cpu", Target.TRTLLM_0_21: "llama3-8b-h100-l40s",
-              Target.TRTLLM_1_2: "llama3-8b-h100-l40s-trtllm-1.2"}
+EXAMPLE_OF = {Target.REFERENCE: "reference-cpu",
+              Target.TRTLLM_0_21: "llama3-8b-h100-l40s-trtllm-0.21",
+              Target.TRTLLM_1_2: "llama3-8b-h100-l40s"}
 SUPPORTS = list(REGISTRY)
 IDS = [str(s.target) for s in SUPPORTS]
 

@@ -24,7 +24,7 @@ from pdtrt.targets.llm_args import load_llm_args, option_problems
 from pdtrt.targets.llm_options import LlmOption, cuda_graph_batch_sizes, options_mapping
 from tests.conftest import EXAMPLES
 
-EXAMPLE = "llama3-8b-h100-l40s-trtllm-1.2"
+EXAMPLE = "llama3-8b-h100-l40s"
 FACTS = load_llm_args(Target.TRTLLM_1_2)
 
 

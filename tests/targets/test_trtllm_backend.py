@@ -19,7 +19,7 @@ ORCHESTRATED = {"TRTLLM_ORCHESTRATOR": "1", "TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES
 @pytest.fixture(scope="module")
 def engine_params(tmp_path_factory):
     """The parameters of each generated engine model of the seed example (--mode both)."""
-    dep = load_deployment(EXAMPLES / "llama3-8b-h100-l40s.yaml")
+    dep = load_deployment(EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml")
     plan = plan_repo(dep, mode=RepoMode.BOTH, engines_root=tmp_path_factory.mktemp("e"))
     return {m.name: (dict(m.parameters), m.instance_count) for m in plan.models
             if m.name in ENGINE_MODELS}

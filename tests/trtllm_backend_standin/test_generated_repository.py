@@ -4,8 +4,8 @@ NVIDIA's ``tensorrtllm`` backend needs GPUs, so the test's backend directory hol
 (``tensorrtllm/model.py``, run by Triton's Python backend) that reads every parameter the way the
 C++ backend does -- from pdtrt's contract data -- and serves the 0.21 request contract with the
 reference engine. The repository is the one ``pdtrt repo`` writes for
-``docs/examples/llama3-8b-h100-l40s.yaml`` (``--mode both``); only paths change: the engine
-directories point at the reference checkpoints, the tokenizer at the reference tokenizer. The
+``docs/examples/llama3-8b-h100-l40s-trtllm-0.21.yaml`` (``--mode both``); only paths change: the
+engine directories point at the reference checkpoints, the tokenizer at the reference tokenizer. The
 server gets the TensorRT-LLM variables of the generated ``pdtrt.env`` (orchestrator mode without
 spawning, which makes ``participant_ids`` required); its UCX variables name GPU transports and
 are left out on this CPU machine.
@@ -33,7 +33,7 @@ from tests.conftest import EXAMPLES
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 STANDIN = Path(__file__).resolve().parent / "tensorrtllm" / "model.py"
-SPEC = EXAMPLES / "llama3-8b-h100-l40s.yaml"
+SPEC = EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml"
 ENGINE_MODELS = ("prefill", "decode", "aggregated")
 REQUIRED = load_backend_contract().required
 
