@@ -193,13 +193,23 @@ def plan_deploy(dep: Deployment, options: DeployOptions) -> DeployPlan:
                           "--rdma-resource on an RDMA fabric)")
     pdtrt_image = options.pdtrt_image or default_pdtrt_image()
     engine_image = _engine_image(dep, options, pdtrt_image)
+    pools = [_pool_plan(dep, options, names, p, image=engine_image, init_image=pdtrt_image)
+             for p in Phase]
+    decode_max = next(p.max_replicas or p.replicas for p in pools
+                      if p.role is PodRole.of(Phase.DECODE))
+    front_res = front_resources(dep, max_decode_replicas=decode_max)
+    router_cores = front_res.cpus - 1
+    if target_support(spec.target).needs_gpu and router_cores > spec.router.instances:
+        warnings.append(
+            f"the router relays up to ~{router_cores} cores' worth of tokens at "
+            f"{decode_max} decode pods ({front_res.why}), but router.instances is "
+            f"{spec.router.instances}: one router instance uses one core; set "
+            f"router.instances: {router_cores} (docs/serve.md, Sizing the router)")
     front = RolePlan(
         role=PodRole.FRONT, spec=role_spec(spec, PodRole.FRONT, names), image=pdtrt_image,
         init_image=pdtrt_image, launcher=Launcher.PDTRT_SERVE, repo_mode="disaggregated",
-        replicas=1, max_replicas=None, gpu_products=(), resources=front_resources(),
+        replicas=1, max_replicas=None, gpu_products=(), resources=front_res,
         startup_budget_s=STARTUP_BUDGET_S[False], rdma=False)
-    pools = [_pool_plan(dep, options, names, p, image=engine_image, init_image=pdtrt_image)
-             for p in Phase]
     roles = (front, *pools)
     warnings += role_issues([r.spec for r in roles])
     return DeployPlan(dep=dep, names=names, options=options, roles=roles,

@@ -13,17 +13,24 @@
   against the memory limit, hence it is added above.
 - **CPU**: a request only -- no CPU limit, because CFS throttling of a latency-critical server
   turns into token latency; :data:`CPU_PER_GPU` cores per GPU (tokenization is on the front).
+  The front's request grows with what its router relays: every output token of the deployment
+  costs :data:`ROUTER_CPU_S_PER_TOKEN` of router CPU (``benchmarks/router_bench.md``, the
+  fixed-rate capacity run), so it asks for the tokens/s of the decode pool at its autoscaler's
+  maximum (pdtrt's estimate of one decode instance at its full batch, times the pods) times
+  that, plus one core for Triton and the pre/postprocessing -- at least :data:`CPU_POD_CPUS`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pdtrt.enums import Phase
 from pdtrt.spec.deployment import Deployment
 from pdtrt.targets.registry import target_support
 
-__all__ = ["GPU_RESOURCE", "PodResources", "front_resources", "pool_resources"]
+__all__ = ["GPU_RESOURCE", "ROUTER_CPU_S_PER_TOKEN", "PodResources", "decode_tok_per_s",
+           "front_resources", "pool_resources"]
 
 GiB = 1 << 30
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -33,6 +40,9 @@ SHM_PER_GPU_BYTES = 2 * GiB
 CPU_POD_SHM_BYTES = 1 * GiB
 CPU_PER_GPU = 4
 CPU_POD_CPUS = 2
+# Router CPU per relayed token: 290-330 µs measured with benchmarks/router_capacity.py (the
+# upper end, as docs/serve.md "Sizing the router" uses it).
+ROUTER_CPU_S_PER_TOKEN = 322e-6
 
 
 def _gib(num_bytes: int) -> str:
@@ -62,9 +72,37 @@ class PodResources:
         return _gib(self.shm_bytes)
 
 
-def front_resources() -> PodResources:
-    return PodResources(gpus=0, cpus=CPU_POD_CPUS, memory_bytes=CPU_POD_MEMORY_BYTES,
-                        shm_bytes=CPU_POD_SHM_BYTES, why="CPU pod: fixed 4 GiB, 2 cores")
+def decode_tok_per_s(dep: Deployment) -> float:
+    """Output tokens/s one decode instance of ``dep`` sustains at its full batch (pdtrt's
+    estimate at the spec's ISL / OSL with every decode slot busy)."""
+    from pdtrt.perf.configs import serving_from_deployment
+    from pdtrt.perf.estimate import Load, estimate
+    from pdtrt.perf.factors import load_factors
+    from pdtrt.perf.scheduling import running_capacity
+
+    config = serving_from_deployment(dep)
+    assert config.decode is not None
+    w = dep.spec.workload
+    slots = running_capacity(config.decode, w.isl, w.osl).seqs * config.decode_instances
+    est = estimate(config, Load(isl=w.isl, osl=w.osl, concurrency=max(slots, 1)), load_factors())
+    return est.output_tok_per_s / config.decode_instances
+
+
+def front_resources(dep: Deployment, *, max_decode_replicas: int) -> PodResources:
+    """The front pod (Triton, the router, pre/postprocessing): CPU for what the router relays
+    when the decode pool runs ``max_decode_replicas`` instances (module docstring)."""
+    if not target_support(dep.spec.target).needs_gpu:
+        return PodResources(gpus=0, cpus=CPU_POD_CPUS, memory_bytes=CPU_POD_MEMORY_BYTES,
+                            shm_bytes=CPU_POD_SHM_BYTES, why="CPU pod: fixed 4 GiB, 2 cores")
+    tok_s = decode_tok_per_s(dep) * max_decode_replicas
+    router = tok_s * ROUTER_CPU_S_PER_TOKEN
+    cpus = max(CPU_POD_CPUS, math.ceil(1 + router))
+    why = (f"fixed 4 GiB; {cpus} cores: router {max_decode_replicas} decode pods x "
+           f"{tok_s / max_decode_replicas:.0f} tok/s (estimate at full batch) x "
+           f"{ROUTER_CPU_S_PER_TOKEN * 1e6:.0f} us/token = {router:.2f} cores, + 1 for Triton "
+           "and pre/postprocessing")
+    return PodResources(gpus=0, cpus=cpus, memory_bytes=CPU_POD_MEMORY_BYTES,
+                        shm_bytes=CPU_POD_SHM_BYTES, why=why)
 
 
 def pool_resources(dep: Deployment, phase: Phase, *,

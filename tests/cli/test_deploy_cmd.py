@@ -34,10 +34,11 @@ def test_k8s_writes_the_manifests_of_the_seed_scenario(run, tmp_path):
         f"{out}/prometheus-adapter/values.yaml",
         f"apply: kubectl apply -k {out}"]
     warnings = result.stderr.splitlines()
-    assert len(warnings) == 2 and all(w.startswith("warning: ") for w in warnings)
+    assert len(warnings) == 3 and all(w.startswith("warning: ") for w in warnings)
     assert "UCX will use tcp between pods" in warnings[0]
+    assert "set router.instances: 3" in warnings[1]  # 4 decode pods' tokens: ~3 router cores
     assert ("supported on the reference and trtllm-1.2 targets only, not on trtllm-0.21"
-            in warnings[1])
+            in warnings[2])
     valid = run("deploy", "validate", str(out))
     assert valid.exit_code == 0, valid.output
     assert valid.stdout == f"ok: {out}: 15 objects, valid against Kubernetes 1.33.0\n"
@@ -60,7 +61,10 @@ def test_k8s_options_and_json(run, tmp_path):
     assert data["roles"]["prefill"]["autoscale"] == {
         "metric": "pdtrt_prefill_queue_seconds_per_request", "target": "250m",
         "why": "0.25 x slo.ttft_ms 1000 ms = 250 ms of prefill queue per request"}
-    assert len(data["warnings"]) == 1  # only the target's remote-pool rule: rdma is given
+    # no transport warning (rdma is given): the router sizing (6 decode pods) and the target's
+    # remote-pool rule
+    assert len(data["warnings"]) == 2 and "set router.instances: 4" in data["warnings"][0]
+    assert data["roles"]["front"]["resources"]["requests"]["cpu"] == "5"
     monitoring = list(yaml.safe_load_all((out / "monitoring.yaml").read_text()))
     assert monitoring[0]["metadata"] == {"name": "pd", "namespace": "llm", "labels": {
         "app.kubernetes.io/name": "pdtrt", "app.kubernetes.io/instance": "pd",

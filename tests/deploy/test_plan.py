@@ -4,6 +4,7 @@ and every input the plan refuses, with its message."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -114,7 +115,7 @@ def test_each_reference_pod_generates_the_repository_of_its_role(deps, tmp_path,
 def test_trtllm_pods_are_told_the_target_refuses_remote_pools(deps):
     plan = plan_deploy(deps[LLAMA], DeployOptions())
     assert not target_support(Target.TRTLLM_0_21).supports_remote_pools
-    assert plan.warnings[1] == (
+    assert plan.warnings[2] == (
         "the pods' specs break pdtrt's spec rules -- front (prefill.endpoint, decode.endpoint); "
         "prefill (prefill.endpoint); decode (decode.endpoint) -- so `pdtrt repo` in those pods' "
         "init containers will refuse them: pools in other Triton servers are supported on the "
@@ -159,7 +160,8 @@ def test_gpu_product_labels_follow_feature_discovery():
 
 def test_rdma_option(deps):
     plan = plan_deploy(deps[LLAMA], DeployOptions(rdma_resource="rdma/hca"))
-    assert plan.warnings[0].startswith("the pods' specs")  # no transport warning any more
+    assert not any("UCX will use tcp" in w for w in plan.warnings)  # no transport warning
+    assert plan.warnings[-1].startswith("the pods' specs")
     pool = plan.role(PodRole.DECODE)
     assert pool.rdma and ("rdma/hca", 1) in pool.resources.extra
     assert not plan.role(PodRole.FRONT).rdma
@@ -203,3 +205,18 @@ def test_gpu_target_without_an_image(deps, monkeypatch):
     assert err.value.hint.startswith("pass --engine-image IMAGE")
     plan = plan_deploy(deps[LLAMA], DeployOptions(engine_image="mirror/triton:25.08"))
     assert plan.role(PodRole.PREFILL).image == "mirror/triton:25.08"
+
+
+def test_the_front_asks_for_the_router_cores_the_decode_pool_can_keep_busy(deps):
+    from pdtrt.deploy.resources import ROUTER_CPU_S_PER_TOKEN, decode_tok_per_s
+
+    llama = deps[LLAMA]
+    per_pod = decode_tok_per_s(llama)
+    assert 1000 < per_pod < 4000  # an L40S decoding Llama-3.1-8B at its full batch
+    fronts = {n: plan_deploy(llama, DeployOptions(max_replicas={Phase.DECODE: n})).roles[0]
+              for n in (2, 4, 8)}
+    for n, front in fronts.items():
+        assert front.role is PodRole.FRONT
+        assert front.resources.cpus == max(2, math.ceil(1 + n * per_pod * ROUTER_CPU_S_PER_TOKEN))
+    assert fronts[2].resources.cpus < fronts[8].resources.cpus  # more decode pods, more router
+    assert plan_deploy(deps[REF], DeployOptions()).roles[0].resources.cpus == 2  # CPU target
