@@ -231,7 +231,8 @@ class User:
     def _collect(self, rec: Record) -> Record:
         """``rec`` filled with the responses of the request just sent, to its final one."""
         while True:
-            now, result, error = self.results.get(timeout=float(os.environ.get("BENCH_WAIT_S", "300")))
+            wait_s = float(os.environ.get("BENCH_WAIT_S", "300"))
+            now, result, error = self.results.get(timeout=wait_s)
             if error is not None:
                 rec.error = str(error)
                 break

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/router_capacity.py [--concurrency 16,32,64,128]
         [--stream-tokens-per-s 50] [--output-tokens 64] [--duration-s 6] [--json out.json]
+        [--phase-transport bls|grpc]
 
 The engines are not the limit here: the router (pdtrt's, one instance, from the reference
 deployment's generated repository) calls stand-in phase models
@@ -59,11 +60,17 @@ def _copy(repo: Path, source: str, name: str, model_py: Path | None, **params: s
         shutil.copyfile(model_py, target / "1" / "model.py")
 
 
-def start(work: Path, rate: float):
+def _per_token(cpu_s_used: float, tokens: int) -> float:
+    return cpu_s_used / tokens * 1e6 if tokens else float("nan")
+
+
+def start(work: Path, rate: float, transport: str = "bls"):
     """The reference repository's router as ``router_fixed`` (its pools pointed at the
-    stand-ins), with ``prefill_fixed`` and ``decode_fixed``; nothing else is in it."""
+    stand-ins), with ``prefill_fixed`` and ``decode_fixed``; nothing else is in it.
+    ``transport``: how the router calls them -- ``bls`` (the same server, pdtrt's default) or
+    ``grpc`` (the same server, as if it were another: tritonclient's gRPC streams)."""
     from pdtrt.serve.launcher import prepare, server_config
-    from pdtrt.serve.triton_server import TritonServer
+    from pdtrt.serve.triton_server import TritonServer, free_port
 
     prepared = prepare(ROOT / "docs/examples/reference-cpu.yaml", workdir=work,
                        engines_root=work / "engines")
@@ -73,11 +80,13 @@ def start(work: Path, rate: float):
     stand_in = HERE / "fixed_rate_phase.py"
     _copy(repo, "prefill", "prefill_fixed", stand_in, bench_tokens_per_s=str(rate))
     _copy(repo, "decode", "decode_fixed", stand_in, bench_tokens_per_s=str(rate))
+    grpc_port = free_port("127.0.0.1")
+    url = f"127.0.0.1:{grpc_port}" if transport == "grpc" else ""
     _copy(repo, "router", "router_fixed", None, prefill_model="prefill_fixed",
-          decode_model="decode_fixed", aggregated_model="")
+          decode_model="decode_fixed", aggregated_model="", prefill_url=url, decode_url=url)
     for name in ("prefill", "decode", "aggregated", "router", "health"):
         shutil.rmtree(repo / name, ignore_errors=True)  # no engine stubs on the 2 cores
-    config = server_config(prepared)
+    config = server_config(prepared, grpc_port=grpc_port)
     # a stub that dies says where, in the server log (Python stacks of every thread)
     server = TritonServer(dataclasses.replace(config, env={**config.env,
                                                            "PYTHONFAULTHANDLER": "1"}))
@@ -92,12 +101,14 @@ def main() -> None:
     ap.add_argument("--output-tokens", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=64)
     ap.add_argument("--duration-s", type=float, default=6.0)
+    ap.add_argument("--phase-transport", choices=("bls", "grpc"), default="bls",
+                    help="how the router calls the stand-ins (grpc: as another server's)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     os.environ.setdefault("UCX_TLS", "sm,tcp")
     concurrency = [int(c) for c in args.concurrency.split(",")]
     work = Path(tempfile.mkdtemp(prefix="pdtrt-router-capacity-"))
-    server, repo = start(work, args.stream_tokens_per_s)
+    server, repo = start(work, args.stream_tokens_per_s, args.phase_transport)
     cells = []
     try:
         url = server.endpoints.grpc_url
@@ -106,14 +117,18 @@ def main() -> None:
         run_cell(users[:4], "router_fixed", 1.0)  # warm up
         router, phases = stub_pids(repo, "router_fixed"), \
             stub_pids(repo, "prefill_fixed") + stub_pids(repo, "decode_fixed")
-        for c in concurrency:
-            before_r, before_p, t0 = cpu_s(router), cpu_s(phases), time.perf_counter()
+        triton = [server._proc.pid]  # tritonserver itself: its gRPC frontend serves the phases
+        for c in concurrency:                                   # when --phase-transport grpc
+            before_r, before_p, before_t = cpu_s(router), cpu_s(phases), cpu_s(triton)
+            t0 = time.perf_counter()
             records, wall = run_cell(users[:c], "router_fixed", args.duration_s)
             s = summarize(records, wall, cpu_s(router) - before_r)
             s.update(c=c, demand_tok_per_s=c * args.stream_tokens_per_s,
                      router_cores=(cpu_s(router) - before_r) / (time.perf_counter() - t0),
-                     stand_in_cpu_us_per_token=(cpu_s(phases) - before_p) / s["tokens"] * 1e6
-                     if s["tokens"] else float("nan"), loadavg=loadavg())
+                     stand_in_cpu_us_per_token=_per_token(cpu_s(phases) - before_p, s["tokens"]),
+                     tritonserver_cpu_us_per_token=_per_token(cpu_s(triton) - before_t,
+                                                              s["tokens"]),
+                     loadavg=loadavg())
             cells.append(s)
             print(json.dumps(s), file=sys.stderr, flush=True)
         for u in users:
@@ -122,17 +137,19 @@ def main() -> None:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     last = cells[-1]
-    out = {"stream_tokens_per_s": args.stream_tokens_per_s, "output_tokens": args.output_tokens,
+    out = {"phase_transport": args.phase_transport,
+           "stream_tokens_per_s": args.stream_tokens_per_s, "output_tokens": args.output_tokens,
            "cells": cells, "max_delivered_tok_per_s": max(c["tok_per_s"] for c in cells),
            "one_core_tok_per_s": 1e6 / last["stub_cpu_us_per_token"]}
     print("| c | demand tok/s | delivered tok/s | TTFT p50 ms | ITL p50 ms | router µs/token "
-          "| router cores | stand-in µs/token | errors |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| router cores | stand-in µs/token | tritonserver µs/token | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for s in cells:
         print(f"| {s['c']} | {s['demand_tok_per_s']:.0f} | {s['tok_per_s']:.0f} | "
               f"{s['ttft_ms_p50']:.1f} | {s['itl_ms_p50']:.1f} | "
               f"{s['stub_cpu_us_per_token']:.0f} | {s['router_cores']:.2f} | "
-              f"{s['stand_in_cpu_us_per_token']:.0f} | {s['errors']} |")
+              f"{s['stand_in_cpu_us_per_token']:.0f} | "
+              f"{s['tritonserver_cpu_us_per_token']:.0f} | {s['errors']} |")
     print(f"\nmax delivered: {out['max_delivered_tok_per_s']:.0f} tok/s; one router core at the "
           f"last cell's CPU per token: {out['one_core_tok_per_s']:.0f} tok/s")
     if args.json:
