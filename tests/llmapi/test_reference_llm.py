@@ -245,9 +245,9 @@ def test_a_generation_request_asking_log_probs_needs_the_first_tokens_ones(
                                  first_gen_tokens=ctx["first_gen_tokens"],
                                  ctx_request_id=ctx["ctx_request_id"],
                                  opaque_state=ctx["opaque_state"])
-    with pytest.raises(RuntimeError, match="needs DisaggregatedParams.first_gen_log_probs"):
-        run(submit(generation_llm, PROMPT, _params(max_tokens=4, end_id=-1, logprobs=1),
-                   disaggregated_params=params))
+    with pytest.raises(ValueError, match="needs DisaggregatedParams.first_gen_log_probs"):
+        generation_llm.generate_async(PROMPT, _params(max_tokens=4, end_id=-1, logprobs=1),
+                                      disaggregated_params=params)
 
 
 @needs_ucx

@@ -148,6 +148,16 @@ def test_log_probs_are_asked_of_both_phases_and_relayed_once_per_token(router, s
     relayed = [v for o in sent for v in o["output_log_probs"].reshape(-1).tolist()]
     assert relayed == LOGPROBS
     assert float(sent[-1]["cum_log_probs"].reshape(-1)[0]) == pytest.approx(sum(LOGPROBS))
+    # a prefill that reports no log-probs: the decode's, by position, for every token
+    model2, _ = router(engines(prefill=lambda call: [tokens_out(OUTPUT[0],
+                                                                context_phase_params=PARAMS)],
+                               decode=decode))
+    late = request(streaming=streaming, request_id="late")
+    late.inputs["return_log_probs"] = np.array([True])
+    route(model2, late)
+    sent = [r.outputs for r in late.responses if "output_log_probs" in r.outputs]
+    assert [v for o in sent for v in o["output_log_probs"].reshape(-1).tolist()] == \
+        LOGPROBS[len(LOGPROBS) - sum(o["output_ids"].size for o in sent):]
     plain = request(request_id="plain")
     route(model, plain)
     assert all("output_log_probs" not in r.outputs for r in plain.responses)

@@ -136,6 +136,8 @@ class LLM:
         if mode is RequestType.CONTEXT_ONLY and sampling_params is not None:
             sampling_params.max_tokens = 1  # upstream's PyTorch flow forces it, on the caller's
         params = self._check(sampling_params, len(prompt))
+        first_logprobs = _first_logprobs(disaggregated_params, bool(params.logprobs)) \
+            if mode is RequestType.GENERATION_ONLY and disaggregated_params is not None else ()
         if mode is not RequestType.CONTEXT_AND_GENERATION and self._transceiver is None:
             raise ValueError(f"{mode} requests need cache_transceiver_config: the KV cache "
                              "transceiver is disabled")
@@ -154,6 +156,7 @@ class LLM:
                                                        streaming=streaming,
                                                        caller=disaggregated_params,
                                                        prompt_len=len(prompt)),
+                         first_logprobs=first_logprobs,
                          is_cancelled=lambda: result.aborted() or self._closed)
         if mode is RequestType.GENERATION_ONLY:
             assert self._pulls is not None and disaggregated_params is not None
@@ -235,7 +238,6 @@ class LLM:
                 raise ValueError("generation_only needs disaggregated_params with opaque_state "
                                  "and first_gen_tokens from a context_only request")
             assert self._transceiver is not None
-            seq.first_logprobs = _first_logprobs(params, seq.sampling.logprobs)
             seq.imported_kv = self._transceiver.pull(params.opaque_state, len(seq.prompt))
             seq.first_tokens = tuple(params.first_gen_tokens)
         except Exception as exc:

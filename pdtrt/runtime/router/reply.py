@@ -85,10 +85,12 @@ class Reply:
                     f"output already has {self.tokens[position + i]}; ending the request rather "
                     "than changing it")
         self.tokens += tokens[known:]
-        if logprobs is not None:
+        if logprobs is not None:  # by position: a phase may report ones another did not
             if self.logprobs is None:
                 self.logprobs = []
-            self.logprobs += logprobs[known:]
+            for at, value in enumerate(logprobs, position):
+                if at == len(self.logprobs):
+                    self.logprobs.append(value)
 
     def rollback(self) -> None:
         """Forget the tokens not sent to the client yet (a phase is about to be retried)."""
