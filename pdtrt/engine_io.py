@@ -259,6 +259,9 @@ class Param(StrEnum):
     # core input -> the phase models' name for it, "CORE:ENGINE,..."; "" = the core names
     # (TensorRT-LLM 0.21's model calls min_length / random_seed min_tokens / seed)
     PHASE_INPUT_NAMES = "phase_input_names"
+    # "bls" | "grpc": how the router calls the phase models of its own server (grpc: at the
+    # address in PDTRT_SERVER_GRPC_URL, which the server's launcher sets)
+    PHASE_TRANSPORT = "phase_transport"
 
 
 READINESS_PATH = f"/v2/models/{ModelName.HEALTH}/ready"

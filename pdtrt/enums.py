@@ -16,6 +16,7 @@ __all__ = [
     "LengthKind",
     "Percentile",
     "Phase",
+    "PhaseTransport",
     "ServingBackend",
     "ServingMode",
     "Target",
@@ -106,6 +107,13 @@ class KVTransferBackend(StrEnum):
     """Transport of the KV cache between prefill and decode instances."""
 
     UCX = "ucx"
+
+
+class PhaseTransport(StrEnum):
+    """How the router calls the phase models of its own Triton server."""
+
+    BLS = "bls"  # Triton's in-process business-logic scripting calls
+    GRPC = "grpc"  # the server's own gRPC port, as for a pool in another server
 
 
 class ServingMode(StrEnum):

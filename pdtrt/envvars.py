@@ -10,6 +10,9 @@ pdtrt reads:
   role's decode step fail, or the router's event loop block, for chosen request ids, to test
   failure paths (:mod:`pdtrt.runtime.faults`).
   Unset in production.
+- ``PDTRT_SERVER_GRPC_URL`` -- read by the router inside Triton when ``router.phase_transport``
+  is ``grpc``: its own server's gRPC ``HOST:PORT``, which ``pdtrt serve`` and a trtllm-1.2
+  ``launch.sh`` set for the server they start.
 
 Later stages will *write* UCX / TensorRT-LLM variables for the processes they start
 (``UCX_TLS``, ``UCX_NET_DEVICES``, ``TRTLLM_USE_UCX_KVCACHE``, ...); they are listed here too.
@@ -37,8 +40,10 @@ PDTRT_DEBUG = "PDTRT_DEBUG"
 PDTRT_TRTLLM_EXAMPLES = "PDTRT_TRTLLM_EXAMPLES"
 CUDA_VERSION = "CUDA_VERSION"
 PDTRT_FAULT_INJECTION = "PDTRT_FAULT_INJECTION"
+PDTRT_SERVER_GRPC_URL = "PDTRT_SERVER_GRPC_URL"  # a server's own gRPC HOST:PORT, for its router
 
-READ = (PDTRT_DEBUG, PDTRT_TRTLLM_EXAMPLES, CUDA_VERSION, PDTRT_FAULT_INJECTION)
+READ = (PDTRT_DEBUG, PDTRT_TRTLLM_EXAMPLES, CUDA_VERSION, PDTRT_FAULT_INJECTION,
+        PDTRT_SERVER_GRPC_URL)
 
 TRTLLM_USE_UCX_KVCACHE = "TRTLLM_USE_UCX_KVCACHE"
 TRTLLM_ORCHESTRATOR = "TRTLLM_ORCHESTRATOR"

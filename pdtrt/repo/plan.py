@@ -37,7 +37,7 @@ from pdtrt.engine_io import (
     engine_input_renames,
     engine_step_map,
 )
-from pdtrt.enums import Phase
+from pdtrt.enums import Phase, PhaseTransport, Target
 from pdtrt.errors import RepoError
 from pdtrt.repo.limits import PhaseLimits, manifest_if_present, resolve_limits
 from pdtrt.repo.models import (
@@ -174,6 +174,10 @@ def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
     what tools that know one endpoint per pool read); ``prefill_endpoints`` all of them when
     there are several."""
     spec = dep.spec
+    if spec.router.phase_transport is PhaseTransport.GRPC and spec.target is Target.TRTLLM_0_21:
+        raise RepoError("router.phase_transport grpc is not supported on trtllm-0.21 (its MPI "
+                        "launch does not give the router its server's address)",
+                        hint="set router.phase_transport: bls, or use target trtllm-1.2")
     phases = (Phase.PREFILL, Phase.DECODE)
     pools = {p: spec.pool_endpoints(p) for p in phases}
     first = {p: pools[p][0] for p in phases}
@@ -199,6 +203,7 @@ def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
             (Param.PROBE_TIMEOUT_S, param_number(health.probe_timeout_s)),
             (Param.PROBE_INTERVAL_S, param_number(health.probe_interval_s)),
             (Param.ERROR_OUTPUT, support.engine_error_output),
+            (Param.PHASE_TRANSPORT, str(router.phase_transport)),
             (Param.PHASE_INPUT_NAMES, ",".join(
                 f"{core}:{name}" for core, name in engine_input_renames(spec.target).items())),
             (Param.MAX_INPUT_LEN, str(min(limits[p].max_input_len for p in phases))),

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pdtrt import envvars
 from pdtrt.errors import ServerError
 from pdtrt.facts.embedded_triton import EmbeddedTriton, find_embedded_triton
 from pdtrt.serve.shm import (
@@ -225,6 +226,7 @@ class TritonServer:
             env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
         ep = self.endpoints
         assert ep is not None
+        env[envvars.PDTRT_SERVER_GRPC_URL] = ep.grpc_url  # for a router on phase_transport grpc
         cmd = [
             str(binary),
             f"--model-repository={cfg.repository}",

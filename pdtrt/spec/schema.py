@@ -25,7 +25,15 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from pdtrt.endpoints import EndpointSpec
-from pdtrt.enums import DType, KVDType, KVTransferBackend, Phase, Target, WeightQuant
+from pdtrt.enums import (
+    DType,
+    KVDType,
+    KVTransferBackend,
+    Phase,
+    PhaseTransport,
+    Target,
+    WeightQuant,
+)
 
 __all__ = [
     "SLOSection",
@@ -279,6 +287,11 @@ class RouterSection(_Section):
     max_attempts: int = Field(
         default=2, ge=1, description="Endpoints tried per phase of one request (1: no "
         "retry on another endpoint).")
+    phase_transport: Annotated[PhaseTransport, _enum(
+        "How the router calls the phase models of its own server: bls (Triton's in-process "
+        "calls) or grpc (the server's own gRPC port, as for a pool in another server: about a "
+        "third less router CPU per token, benchmarks/router_bench.md). Pools in other servers "
+        "always use gRPC.")] = PhaseTransport.BLS
     aggregated_endpoints: tuple[EndpointSection, ...] = Field(
         default=(), strict=False,
         description="Endpoints of the aggregated path (short prompts, fallback); omit for "

@@ -39,6 +39,7 @@ from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.trtllm_launch import (
     RDMA_DOCKER_FLAGS,
+    TRITON_DEFAULT_PORTS,
     EnginePlacement,
     checked_env,
     crosses_hosts,
@@ -121,6 +122,9 @@ def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
                       f'"${{{host.interface_var}:-{nic}}}"'),
         "interface_var": envvars.TRTLLM_UCX_INTERFACE,
         "interface_check": interface_check(required=cross, host_var=host.interface_var),
+        # the server's own gRPC address, for a router on router.phase_transport grpc
+        "server_url": (f"export {envvars.PDTRT_SERVER_GRPC_URL}=127.0.0.1:"
+                       f"{dep.spec.serving.grpc_port or TRITON_DEFAULT_PORTS['grpc']}"),
         "rdma": [" ".join(RDMA_DOCKER_FLAGS)] if dep.spec.kv_transfer.uses_rdma else [],
         "hub": _hub_access(dep),
         "mounts": [shlex.quote(p) for p in plan.mounts],

@@ -115,6 +115,7 @@ def test_inside_the_container_it_runs_tritonserver_on_a_checked_interface(dep, t
     assert "UCX_TLS=rc,cuda_copy,tcp" in got and "UCX_MEMTYPE_CACHE=n" in got
     assert [line for line in got if line.startswith("TRTLLM_UCX_INTERFACE=")] == [
         f"TRTLLM_UCX_INTERFACE={nic}"]
+    assert "PDTRT_SERVER_GRPC_URL=127.0.0.1:8001" in got  # for router.phase_transport grpc
 
 
 @pytest.mark.parametrize(("nic", "error"), [

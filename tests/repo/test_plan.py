@@ -133,7 +133,7 @@ def test_reference_parameters_follow_the_runtime_contract(tmp_path):
         "prefill_endpoints": "", "decode_endpoints": "", "aggregated_endpoints": "",
         "fallback_to_aggregated": "false", "max_attempts": "2", "liveness_s": "1",
         "probe_timeout_s": "4", "probe_interval_s": "2",
-        "phase_error_output": "pdtrt_error", "phase_input_names": "",
+        "phase_error_output": "pdtrt_error", "phase_transport": "bls", "phase_input_names": "",
         "max_input_len": "384", "max_seq_len": "512"}
     assert _params(plan, "preprocessing") == {"pdtrt_role": "preprocessing",
                                               "tokenizer_dir": str(layout / "tokenizer")}
@@ -257,3 +257,12 @@ def test_a_pools_repository_holds_only_the_pools_with_an_endpoint(tmp_path):
     with pytest.raises(RepoError, match="no pool with an endpoint"):
         plan_repo(load_deployment(EXAMPLES / "reference-cpu.yaml"), mode=RepoMode.POOLS,
                   engines_root=tmp_path)
+
+
+def test_grpc_phase_transport_is_refused_on_trtllm_0_21(tmp_path):
+    spec = tmp_path / "grpc.yaml"
+    text = (EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml").read_text()
+    assert "\nrouter:\n" in text
+    spec.write_text(text.replace("\nrouter:\n", "\nrouter:\n  phase_transport: grpc\n", 1))
+    with pytest.raises(RepoError, match="phase_transport grpc is not supported on trtllm-0.21"):
+        plan_repo(load_deployment(spec), mode=RepoMode.BOTH, engines_root=tmp_path)

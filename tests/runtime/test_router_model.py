@@ -367,3 +367,23 @@ def test_input_lengths_beyond_the_ids_is_a_request_error(router):
     route(model, req)
     assert ended_once(req, error="input 'input_lengths' is 9 but 'input_ids' holds 3 tokens")
     assert triton.calls == []
+
+
+@pytest.mark.parametrize(("transport", "env", "url"), [
+    ("bls", {}, ""),
+    ("grpc", {"PDTRT_SERVER_GRPC_URL": "0.0.0.0:8001"}, "127.0.0.1:8001"),
+    ("grpc", {"PDTRT_SERVER_GRPC_URL": "10.0.0.5:9001"}, "10.0.0.5:9001"),
+], ids=["bls", "wildcard-host-is-loopback", "as-given"])
+def test_the_phase_transport_chooses_how_local_phases_are_called(transport, env, url):
+    from pdtrt.runtime.router.config import RouterConfig
+
+    config = RouterConfig.from_params({**ROUTER_PARAMS, Param.PHASE_TRANSPORT: transport}, env)
+    assert config.local_grpc_url == url
+
+
+def test_grpc_transport_without_the_servers_address_is_refused_naming_the_fix():
+    from pdtrt.runtime.router.config import RouterConfig
+
+    with pytest.raises(ValueError, match="needs the server's own gRPC address in "
+                                         "PDTRT_SERVER_GRPC_URL"):
+        RouterConfig.from_params({**ROUTER_PARAMS, Param.PHASE_TRANSPORT: "grpc"}, {})

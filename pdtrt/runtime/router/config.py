@@ -10,9 +10,11 @@ Parameters left out take the spec's defaults.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pdtrt import envvars
 from pdtrt.endpoints import EndpointSpec, parse_endpoints
 from pdtrt.engine_io import PHASE_ROLES, Param, Role
 
@@ -38,11 +40,16 @@ class RouterConfig:
     probe_interval_s: float  # background probes of every endpoint; 0: none
     # core input -> the phase models' name for it (TensorRT-LLM 0.21: min_tokens, seed)
     phase_input_names: Mapping[str, str] = field(default_factory=dict)
+    # the phase models of this server: called over BLS ("") or over gRPC at this HOST:PORT
+    local_grpc_url: str = ""
 
     @classmethod
-    def from_params(cls, p: Mapping[str, str]) -> RouterConfig:
-        """Raises :class:`ValueError` for an endpoint list that does not parse or a phase
-        without endpoints."""
+    def from_params(cls, p: Mapping[str, str],
+                    env: Mapping[str, str] | None = None) -> RouterConfig:
+        """Raises :class:`ValueError` for an endpoint list that does not parse, a phase
+        without endpoints, or phase_transport grpc without the server's own address in
+        ``env`` (default: the process environment)."""
+        env = os.environ if env is None else env
         pools = {role: _pool(p, role) for role in PHASE_ROLES}
         for role in (Role.PREFILL, Role.DECODE):
             if not pools[role]:
@@ -58,7 +65,8 @@ class RouterConfig:
             probe_timeout_s=float(p.get(Param.PROBE_TIMEOUT_S) or DEFAULT_PROBE_TIMEOUT_S),
             probe_interval_s=float(p.get(Param.PROBE_INTERVAL_S, DEFAULT_PROBE_INTERVAL_S)
                                    or 0),
-            phase_input_names=_renames(p.get(Param.PHASE_INPUT_NAMES, "")))
+            phase_input_names=_renames(p.get(Param.PHASE_INPUT_NAMES, "")),
+            local_grpc_url=_local_grpc_url(p.get(Param.PHASE_TRANSPORT) or "bls", env))
 
 
 _KEYS = {Role.PREFILL: (Param.PREFILL_ENDPOINTS, Param.PREFILL_MODEL, Param.PREFILL_URL),
@@ -86,3 +94,21 @@ def _renames(text: str) -> dict[str, str]:
             raise ValueError(f"phase_input_names item {item!r} is not CORE:ENGINE")
         renames[core] = engine
     return renames
+
+
+def _local_grpc_url(transport: str, env: Mapping[str, str]) -> str:
+    """"" for BLS; for grpc the server's own ``HOST:PORT`` from ``PDTRT_SERVER_GRPC_URL``
+    (a wildcard host becomes loopback)."""
+    if transport == "bls":
+        return ""
+    if transport != "grpc":
+        raise ValueError(f"phase_transport {transport!r} is not bls or grpc")
+    url = env.get(envvars.PDTRT_SERVER_GRPC_URL, "")
+    if not url:
+        raise ValueError(f"phase_transport grpc needs the server's own gRPC address in "
+                         f"{envvars.PDTRT_SERVER_GRPC_URL} (pdtrt serve and a trtllm-1.2 "
+                         "launch.sh set it); start the server with one of them, or set "
+                         "router.phase_transport: bls")
+    host, _, port = url.rpartition(":")
+    return f"127.0.0.1:{port}" if host in ("0.0.0.0", "") else \
+        f"[::1]:{port}" if host in ("[::]", "::") else url

@@ -53,5 +53,6 @@ PY
 else
   echo "launch.sh: set PDTRT_UCX_INTERFACE_H100_SXM (or kv_transfer.interface in the spec) to the NIC of the network the hosts reach each other on: the KV crosses hosts, and TensorRT-LLM would advertise a guessed address" >&2; exit 2
 fi
+export PDTRT_SERVER_GRPC_URL=127.0.0.1:8001
 export PYTHONPATH="${PYTHONPATH:-}"
 exec tritonserver --model-repository="$REPO" --grpc-port=8001 --grpc-address=0.0.0.0 --http-port=8000 --http-address=0.0.0.0 --metrics-port=8002 --metrics-address=0.0.0.0 --disable-auto-complete-config --backend-config=python,shm-region-prefix-name=prefix0_
