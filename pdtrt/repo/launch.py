@@ -48,6 +48,8 @@ class HostPlan:
     num_gpus: int  # GPUs its ranks use (ordinals 0 .. num_gpus-1)
     launcher: bool  # holds rank 0 (the orchestrator) and runs mpirun
     server: bool = False  # one Triton server of its own, no MPI (trtllm-1.2's pools)
+    interface: str = ""  # the NIC launch.sh names unless interface_var says otherwise
+    interface_required: bool = False  # the KV crosses hosts: launch.sh refuses to start without
 
     @property
     def run_args(self) -> tuple[str, ...]:

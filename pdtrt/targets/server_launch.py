@@ -87,13 +87,15 @@ def plan_server_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, 
             hint="give the pool on the other GPU type an endpoint (e.g. decode.endpoint: "
             "<its host>:8001), serve it with `pdtrt repo SPEC --mode pools` on that host, and "
             "this repository with --mode disaggregated or both")
-    kv_interface(spec, cross_host=crosses_hosts(spec))  # refuses a guessed cross-host address
+    cross = crosses_hosts(spec)
+    nic = kv_interface(spec, cross_host=cross)  # refuses a guessed cross-host address
     devices = _devices(engines)
     gpu = gpus[0] if gpus else ""
     host = HostPlan(gpu=gpu, host_var="",
                     interface_var=envvars.PDTRT_UCX_INTERFACE_PREFIX + host_suffix(gpu),
                     ranks=(0,), models=tuple(e.model for e in engines),
-                    num_gpus=devices.num_gpus, launcher=True, server=True)
+                    num_gpus=devices.num_gpus, launcher=True, server=True, interface=nic,
+                    interface_required=cross)
     return LaunchPlan(
         world_size=1, ranks=devices.ranks, env=checked_env(ucx_env(spec)), image=image,
         mounts=tuple(sorted(set(mounts))), worker_mounts=(), hosts=(host,), rank_hosts=(0,),
@@ -106,8 +108,6 @@ def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
     """The values ``launch_server.sh.j2`` formats: every line prepared, the template only
     loops."""
     host = plan.hosts[0]
-    cross = crosses_hosts(dep.spec)
-    nic = kv_interface(dep.spec, cross_host=cross)
     devices = ",".join(str(i) for i in range(host.num_gpus))
     return {
         "name": dep.spec.name, "target": target, "image": plan.image, "host": host.summary,
@@ -119,9 +119,10 @@ def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
         "gpus": [f"--gpus {shlex.quote(chr(34) + 'device=' + devices + chr(34))}"]
         if devices else [],
         "interface": (f'-e {envvars.TRTLLM_UCX_INTERFACE}='
-                      f'"${{{host.interface_var}:-{nic}}}"'),
+                      f'"${{{host.interface_var}:-{host.interface}}}"'),
         "interface_var": envvars.TRTLLM_UCX_INTERFACE,
-        "interface_check": interface_check(required=cross, host_var=host.interface_var),
+        "interface_check": interface_check(required=host.interface_required,
+                                           host_var=host.interface_var),
         # the server's own gRPC address, for a router on router.phase_transport grpc
         "server_url": (f"export {envvars.PDTRT_SERVER_GRPC_URL}=127.0.0.1:"
                        f"{dep.spec.serving.grpc_port or TRITON_DEFAULT_PORTS['grpc']}"),

@@ -34,7 +34,7 @@ import ipaddress
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pdtrt import envvars
 from pdtrt.build.manifest import EngineLayout
@@ -262,7 +262,9 @@ def plan_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, image: 
     names = [e.model for e in engines]
     env = _env(spec)
     multi = len(hosts) > 1
-    kv_interface(spec, cross_host=multi)  # refuses a guessed cross-host address
+    nic = kv_interface(spec, cross_host=multi)  # refuses a guessed cross-host address
+    hosts = tuple(replace(h, interface=nic, interface_required=multi)
+                  for h in hosts)
     host_vars = tuple(h.host_var for h in hosts) if multi else ()
     ssh = (envvars.PDTRT_SSH_DIR,) if multi else ()
     return LaunchPlan(
@@ -298,18 +300,18 @@ def launch_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
     slots = {h.gpu: len(h.ranks) for h in plan.hosts}
     checks = [f': "${{{name}:?set {name} (see docs/repo.md)}}"'
               for name in plan.launcher_env]
-    if plan.multi_host and not dep.spec.kv_transfer.interface:  # interface_at_launch
-        checks += [f': "${{{h.interface_var}:?set {h.interface_var} to the NIC the hosts reach '
-                   f'each other on (kv_transfer.interface_at_launch)}}"' for h in plan.hosts]
+    checks += [f': "${{{h.interface_var}:?set {h.interface_var} to the NIC the hosts reach '
+               f'each other on (kv_transfer.interface_at_launch)}}"'
+               for h in plan.hosts if h.interface_required and not h.interface]
     passed = [f'-e {name}="${{{name}:-}}"' for name in (
         *(h.host_var for h in plan.hosts), *(h.interface_var for h in plan.hosts),
         envvars.PDTRT_SSH_PORT)] if plan.multi_host else []
-    nic = kv_interface(dep.spec, cross_host=plan.multi_host)
     arrays = []
     for h in plan.hosts:
         place = f'--host "${{{h.host_var}}}:{slots[h.gpu]}" ' if plan.multi_host else ""
+        nic = f'"${{{h.interface_var}:-{h.interface}}}"'
         arrays.append((_array(h), f'{place}"${{FORWARD[@]}}" '
-                       f'-x {envvars.TRTLLM_UCX_INTERFACE}="${{{h.interface_var}:-{nic}}}"'))
+                       f'-x {envvars.TRTLLM_UCX_INTERFACE}={nic}'))
     return {
         "name": dep.spec.name, "target": target, "image": plan.image,
         "world_size": plan.world_size, "last_rank": last,

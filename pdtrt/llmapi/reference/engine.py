@@ -51,6 +51,17 @@ class Sampling:
     bad_words: tuple[tuple[int, ...], ...] = ()
     logprobs: bool = False  # report each sampled token's log-probability
 
+    @property
+    def penalised(self) -> bool:
+        """A repetition, presence or frequency penalty applies."""
+        return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
+                or self.frequency_penalty != 0.0)
+
+    @property
+    def reads_history(self) -> bool:
+        """Picking a token needs the prompt and output so far (penalties, bad words)."""
+        return self.penalised or bool(self.bad_words)
+
 
 def process(logits: torch.Tensor, params: Sampling, tokens: Sequence[int], num_generated: int,
             end_id: int | None) -> torch.Tensor:
@@ -67,9 +78,7 @@ def process(logits: torch.Tensor, params: Sampling, tokens: Sequence[int], num_g
     scores = logits.float()
     if not params.greedy:
         scores = scores / params.temperature
-    penalised = (params.repetition_penalty != 1.0 or params.presence_penalty != 0.0
-                 or params.frequency_penalty != 0.0)
-    if penalised and tokens:
+    if params.penalised and tokens:
         counts = torch.bincount(torch.tensor(list(tokens)), minlength=scores.numel())
         counts = counts[:scores.numel()]
         seen = counts > 0

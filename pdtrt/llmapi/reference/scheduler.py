@@ -168,9 +168,7 @@ def _sampled(seq: SeqRequest, logits: torch.Tensor
 def _sample(seq: SeqRequest, logits: torch.Tensor) -> tuple[int, float]:
     """The next token of ``seq`` and its log-probability (NaN unless asked)."""
     s = seq.sampling
-    needs_tokens = bool(s.bad_words) or s.repetition_penalty != 1.0 or \
-        s.presence_penalty != 0.0 or s.frequency_penalty != 0.0
-    scores = process(logits, s, seq.prompt + seq.generated if needs_tokens else (),
+    scores = process(logits, s, seq.prompt + seq.generated if s.reads_history else (),
                      len(seq.generated), seq.end_id)
     generator = None if s.greedy else \
         torch.Generator().manual_seed(draw_seed(s.seed, len(seq.generated)))
