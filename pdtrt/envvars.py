@@ -13,6 +13,8 @@ pdtrt reads:
 - ``PDTRT_SERVER_GRPC_URL`` -- read by the router inside Triton when ``router.phase_transport``
   is ``grpc``: its own server's gRPC ``HOST:PORT``, which ``pdtrt serve`` and a trtllm-1.2
   ``launch.sh`` set for the server they start.
+- ``PDTRT_API_KEY`` -- the OpenAI front's API key (``pdtrt serve`` / ``pdtrt front``
+  ``--api-key`` win): when set, every ``/v1`` request needs ``Authorization: Bearer KEY``.
 
 Later stages will *write* UCX / TensorRT-LLM variables for the processes they start
 (``UCX_TLS``, ``UCX_NET_DEVICES``, ``TRTLLM_USE_UCX_KVCACHE``, ...); they are listed here too.
@@ -41,9 +43,10 @@ PDTRT_TRTLLM_EXAMPLES = "PDTRT_TRTLLM_EXAMPLES"
 CUDA_VERSION = "CUDA_VERSION"
 PDTRT_FAULT_INJECTION = "PDTRT_FAULT_INJECTION"
 PDTRT_SERVER_GRPC_URL = "PDTRT_SERVER_GRPC_URL"  # a server's own gRPC HOST:PORT, for its router
+PDTRT_API_KEY = "PDTRT_API_KEY"  # the OpenAI front's bearer token
 
 READ = (PDTRT_DEBUG, PDTRT_TRTLLM_EXAMPLES, CUDA_VERSION, PDTRT_FAULT_INJECTION,
-        PDTRT_SERVER_GRPC_URL)
+        PDTRT_SERVER_GRPC_URL, PDTRT_API_KEY)
 
 TRTLLM_USE_UCX_KVCACHE = "TRTLLM_USE_UCX_KVCACHE"
 TRTLLM_ORCHESTRATOR = "TRTLLM_ORCHESTRATOR"

@@ -17,6 +17,8 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     ├── KVTransferError           a request's KV cache could not be moved between instances
     ├── InvalidRequestError       a served model refuses one request's input (inside Triton)
     ├── PhaseError                a prefill / decode / aggregated phase failed a router request
+    ├── ApiError                  the OpenAI front refuses or fails one HTTP request (its
+    │                             ``status`` and OpenAI error ``type``; :mod:`pdtrt.front`)
     ├── BuildError                an engine build cannot be planned or did not complete
     │   ├── BuildRejected         invalid flag / setting combination for the target (before any run)
     │   ├── GPUMismatchError      the local GPU cannot build the phase's engine (compute capability)
@@ -51,6 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "ApiError",
     "BenchError",
     "BuildError",
     "BuildRejected",
@@ -181,6 +184,26 @@ class InvalidRequestError(PdtrtError):
 class PhaseError(PdtrtError):
     """A phase model (prefill, decode, aggregated) answered one router request with an error;
     the router ends that request with it (``decode failed: ...``)."""
+
+
+class ApiError(PdtrtError):
+    """One request to the OpenAI-compatible front cannot be served as asked: it becomes that
+    request's OpenAI-shaped error body (``{"error": {message, type, param, code}}``) with HTTP
+    ``status``; the front keeps serving."""
+
+    def __init__(self, message: str, *, status: int = 400, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None,
+                 hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def to_openai(self) -> dict[str, object]:
+        text = self.message if self.hint is None else f"{self.message} ({self.hint})"
+        return {"error": {"message": text, "type": self.type, "param": self.param,
+                          "code": self.code}}
 
 
 class BuildError(PdtrtError):

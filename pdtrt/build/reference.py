@@ -44,6 +44,12 @@ __all__ = [
 
 CORPUS_RESOURCE = "data/corpus/reference.txt"
 SPECIAL_TOKENS = ("<pad>", "<s>", "</s>")  # ids 0, 1, 2
+# The reference tokenizer's chat template (Hugging Face's format), so the CPU deployment serves
+# /v1/chat/completions as a real checkpoint's tokenizer does: ChatML-like turns after BOS.
+REFERENCE_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n"
+    "{{ message['content'] }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n"
+    "{% endif %}")
 _WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                     "tokenizer.model")
@@ -117,6 +123,7 @@ def tokenizer_inputs(dep: Deployment) -> dict[str, str]:
     config = model_config_dict(dep)
     return {"corpus": hashlib.sha256(_corpus_text().encode()).hexdigest(),
             "trainer": _digest({"vocab_size": config["vocab_size"],
+                                "chat_template": REFERENCE_CHAT_TEMPLATE,
                                 **_versions("tokenizers", "transformers")})}
 
 
@@ -190,5 +197,6 @@ def write_reference_tokenizer(dep: Deployment, out_dir: Path) -> None:
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
         model_input_names=["input_ids", "attention_mask"],
         model_max_length=int(config.get("max_position_embeddings") or 2048))
+    fast.chat_template = REFERENCE_CHAT_TEMPLATE
     out_dir.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(out_dir)

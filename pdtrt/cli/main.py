@@ -20,6 +20,7 @@ from pdtrt.cli import (
     doctor,
     engines,
     estimate,
+    front,
     gpus,
     infer,
     model_info,
@@ -85,6 +86,7 @@ cli.add_command(engines.engines)
 cli.add_command(repo.repo)
 cli.add_command(serve.serve)
 cli.add_command(serve.stop)
+cli.add_command(front.front)
 cli.add_command(estimate.estimate_cmd)
 cli.add_command(simulate.simulate_cmd)
 cli.add_command(plan.plan_cmd)

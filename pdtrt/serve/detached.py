@@ -5,7 +5,8 @@
 --grpc HOST:PORT --http HOST:PORT --server-pid PID``, started by
 :func:`pdtrt.serve.launcher.spawn_supervisor`, its pid recorded in the work directory's
 ``serve.json``. It logs to ``WORKDIR/supervisor.log`` (its stderr), ends on SIGTERM (``pdtrt
-stop`` sends it first) and by itself once the server process has gone.
+stop`` sends it first) and by itself once the server process has gone. With ``--openai-port``
+it also serves the OpenAI front (:mod:`pdtrt.front`), its API key from ``PDTRT_API_KEY``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import signal
 import threading
 from pathlib import Path
 
+from pdtrt.envvars import PDTRT_API_KEY
+from pdtrt.front.options import FrontOptions
+from pdtrt.front.server import FrontServer
 from pdtrt.serve.supervisor import Supervisor
 
 __all__ = ["main"]
@@ -40,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--http", required=True, help="the server's HTTP HOST:PORT")
     parser.add_argument("--metrics", help="the server's Prometheus metrics URL")
     parser.add_argument("--server-pid", type=int, required=True)
+    parser.add_argument("--openai-host", default="127.0.0.1")
+    parser.add_argument("--openai-port", type=int, help="serve the OpenAI front on this port")
+    parser.add_argument("--chat-template", type=Path)
+    parser.add_argument("--stall-timeout", type=float, default=60.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s pdtrt supervisor: %(message)s")
@@ -47,9 +55,18 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     supervisor = Supervisor.for_server(args.repository, grpc_url=args.grpc, http_url=args.http,
                                        metrics_url=args.metrics)
+    front = None
+    if args.openai_port is not None:
+        front = FrontServer(FrontOptions(
+            repository=args.repository, grpc_url=args.grpc, host=args.openai_host,
+            port=args.openai_port, api_key=os.environ.get(PDTRT_API_KEY) or None,
+            chat_template=args.chat_template, stall_s=args.stall_timeout))
+        front.start()
     try:
         supervisor.run(stop, alive=lambda: _alive(args.server_pid))
     finally:
+        if front is not None:
+            front.stop()
         supervisor.close()
     return 0
 

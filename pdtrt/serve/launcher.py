@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,9 @@ from pdtrt.build.manifest import MANIFEST_NAME, EngineLayout
 from pdtrt.build.plan import plan_build
 from pdtrt.build.run import run_build
 from pdtrt.enums import Phase
+from pdtrt.envvars import PDTRT_API_KEY
 from pdtrt.errors import ServerError
+from pdtrt.front.options import FrontOptions
 from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.serve.model_control import explicit_load_args
 from pdtrt.serve.triton_server import Endpoints, ServerConfig, remove_shm_regions
@@ -38,7 +41,8 @@ from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.registry import target_support
 
 __all__ = ["Prepared", "kv_environment", "pools_grpc_port", "pools_warnings", "prepare",
-           "read_state", "server_config", "spawn_supervisor", "stop_detached", "write_state"]
+           "read_state", "server_config", "spawn_supervisor", "stop_detached", "wait_front",
+           "write_state"]
 
 STATE_FILE = "serve.json"
 SUPERVISOR_LOG = "supervisor.log"
@@ -173,19 +177,47 @@ def write_state(workdir: Path, pid: int, endpoints: Endpoints, log_path: Path,
 
 
 def spawn_supervisor(workdir: Path, repository: Path, endpoints: Endpoints,
-                     server_pid: int) -> int:
+                     server_pid: int, front: FrontOptions | None = None) -> int:
     """Start the detached server's supervisor (:mod:`pdtrt.serve.detached`) in a session of
     its own, logging to ``WORKDIR/supervisor.log``; returns its pid. It ends by itself when
-    the server has gone."""
+    the server has gone. With ``front`` it also serves the OpenAI front (its API key goes
+    through the environment, not the command line)."""
+    args = [sys.executable, "-m", "pdtrt.serve.detached", "--repository", str(repository),
+            "--grpc", endpoints.grpc_url, "--http", endpoints.http_url,
+            "--metrics", endpoints.metrics_url, "--server-pid", str(server_pid)]
+    env = dict(os.environ)
+    env.pop(PDTRT_API_KEY, None)
+    if front is not None:
+        args += ["--openai-host", front.host, "--openai-port", str(front.port),
+                 "--stall-timeout", str(front.stall_s)]
+        if front.chat_template is not None:
+            args += ["--chat-template", str(front.chat_template.resolve())]
+        if front.api_key is not None:
+            env[PDTRT_API_KEY] = front.api_key
     with open(workdir / SUPERVISOR_LOG, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pdtrt.serve.detached", "--repository", str(repository),
-             "--grpc", endpoints.grpc_url, "--http", endpoints.http_url,
-             "--metrics", endpoints.metrics_url,
-             "--server-pid", str(server_pid)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     return proc.pid
+
+
+def wait_front(front: FrontOptions, workdir: Path, supervisor_pid: int,
+               timeout_s: float = 60.0) -> str:
+    """Wait until the detached supervisor's OpenAI front answers ``/health``; its base URL.
+    Raises :class:`ServerError` (naming the supervisor's log) when it does not."""
+    base = f"http://{front.host}:{front.port}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(base + "/health", timeout=2):
+                return base + "/v1"
+        except OSError:
+            pass
+        if not Path(f"/proc/{supervisor_pid}").exists():
+            break
+        time.sleep(0.2)
+    raise ServerError(f"the OpenAI front on {front.host}:{front.port} did not come up",
+                      hint=f"see {workdir / SUPERVISOR_LOG}; the server runs on (stop it with "
+                      f"`pdtrt stop {workdir}`)")
 
 
 def read_state(workdir: Path) -> dict[str, object]:

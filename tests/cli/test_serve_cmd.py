@@ -42,9 +42,10 @@ def test_detach_then_stop(run, tmp_path):
     ports = [str(free_port()) for _ in range(3)]
     result = run("serve", str(repo), "--workdir", str(wd), "--host", "127.0.0.1",
                  "--grpc-port", ports[0], "--http-port", ports[1], "--metrics-port", ports[2],
-                 "--detach", "--json")
+                 "--detach", "--no-openai", "--json")
     assert result.exit_code == 0, result.output
     info = json.loads(result.stdout)
+    assert "openai" not in info["endpoints"] and info["warnings"] == []
     assert info["endpoints"]["grpc"] == f"127.0.0.1:{ports[0]}"
     assert info["detached"] is True and (wd / "serve.json").is_file()
     state = json.loads((wd / "serve.json").read_text())

@@ -1,0 +1,274 @@
+"""The OpenAI-compatible HTTP front: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``.
+
+An aiohttp application over one :class:`~pdtrt.front.deployment.EngineClient`. Each request is
+validated (:mod:`pdtrt.front.protocol`), tokenized (:mod:`pdtrt.front.text`), generated
+(:mod:`pdtrt.front.generation`) and answered as one JSON body or as server-sent events
+(``data: {chunk}`` ... ``data: [DONE]``), in OpenAI's shapes: ``chat.completion`` /
+``chat.completion.chunk`` / ``text_completion``, ``usage`` always on a whole answer and on a
+stream's last chunk when ``stream_options.include_usage``. Errors are OpenAI's error body with
+its status codes (400 bad request, 401 key, 404 model or path, 500/503 the deployment, 504 a
+silent deployment); an error after a stream began is one ``data: {"error": ...}`` event, then
+``[DONE]``. The server is run with aiohttp's ``handler_cancellation``, so a client that hangs up
+cancels its handler, and leaving the generation stops the request on the server (KV freed).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from pdtrt.errors import ApiError
+from pdtrt.front import generation
+from pdtrt.front.deployment import Deployment, EngineClient, engine_inputs
+from pdtrt.front.protocol import (
+    ChatBody,
+    CompletionBody,
+    Sampling,
+    chat_sampling,
+    completion_sampling,
+    parse_body,
+)
+from pdtrt.front.text import FrontTokenizer
+
+__all__ = ["FrontConfig", "make_app"]
+
+log = logging.getLogger(__name__)
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrontConfig:
+    deployment: Deployment
+    tokenizer: FrontTokenizer
+    engine: EngineClient
+    api_key: str | None = None
+    stall_s: float = 60.0  # a deployment silent this long fails the request (504)
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    kind: str  # "chat" | "completion"
+    request_id: str
+    prompt: list[int]
+    sampling: Sampling
+    max_tokens: int
+
+
+def _error_response(exc: ApiError) -> web.Response:
+    return web.json_response(exc.to_openai(), status=exc.status)
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return _error_response(exc)
+    except web.HTTPException as exc:  # aiohttp's own 404 / 405
+        if exc.status < 400:
+            raise
+        return _error_response(ApiError(f"{request.method} {request.path}: {exc.reason}",
+                                        status=exc.status, code=str(exc.status)))
+
+
+def _auth(api_key: str | None) -> Any:
+    @web.middleware
+    async def auth(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        if api_key is not None and request.path.startswith("/v1"):
+            given = request.headers.get("Authorization", "")
+            token = given[7:] if given.startswith("Bearer ") else ""
+            if not hmac.compare_digest(token.encode(), api_key.encode()):
+                return _error_response(ApiError(
+                    "Incorrect API key provided" if token else
+                    "You didn't provide an API key (Authorization: Bearer KEY)",
+                    status=401, code="invalid_api_key"))
+        return await handler(request)
+    return auth
+
+
+class _Front:
+    def __init__(self, config: FrontConfig) -> None:
+        self.config = config
+        self.created = int(time.time())
+
+    def _model_card(self) -> dict[str, Any]:
+        return {"id": self.config.deployment.model_id, "object": "model",
+                "created": self.created, "owned_by": "pdtrt"}
+
+    async def models(self, _request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [self._model_card()]})
+
+    async def model(self, request: web.Request) -> web.Response:
+        self._check_model(request.match_info["model"])
+        return web.json_response(self._model_card())
+
+    async def health(self, _request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    def _check_model(self, name: str) -> None:
+        if name not in self.config.deployment.names:
+            raise ApiError(f"The model `{name}` does not exist; this front serves "
+                           f"`{self.config.deployment.model_id}`", status=404, param="model",
+                           code="model_not_found")
+
+    def _prepare(self, body: ChatBody | CompletionBody) -> _Prepared:
+        self._check_model(body.model)
+        tok = self.config.tokenizer
+        if isinstance(body, ChatBody):
+            sampling = chat_sampling(body)
+            prompt = tok.chat([{"role": m.role, "content": m.text(i)}
+                               for i, m in enumerate(body.messages)])
+            kind, prefix = "chat", "chatcmpl-"
+        else:
+            sampling = completion_sampling(body)
+            prompt = _completion_prompt(body, tok)
+            kind, prefix = "completion", "cmpl-"
+        max_tokens = self.config.deployment.output_budget(len(prompt), sampling.max_tokens)
+        return _Prepared(kind, prefix + secrets.token_hex(12), prompt, sampling, max_tokens)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, self._prepare(parse_body(await request.read(),
+                                                                   ChatBody)))
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, self._prepare(parse_body(await request.read(),
+                                                                   CompletionBody)))
+
+    def _deltas(self, p: _Prepared, outcome: generation.Outcome) -> Any:
+        cfg = self.config
+        inputs = engine_inputs(p.prompt, p.sampling, max_tokens=p.max_tokens,
+                               end_id=cfg.tokenizer.eos_id, pad_id=cfg.tokenizer.pad_id)
+        return generation.run(cfg.engine, cfg.tokenizer, request_id=p.request_id,
+                              inputs=inputs, max_tokens=p.max_tokens, stops=p.sampling.stop,
+                              logprobs=p.sampling.logprobs, outcome=outcome,
+                              stall_s=cfg.stall_s)
+
+    async def _serve(self, request: web.Request, p: _Prepared) -> web.StreamResponse:
+        outcome = generation.Outcome(num_prompt=len(p.prompt))
+        shape = _Shape(p, self.config.deployment.model_id, int(time.time()),
+                       self.config.tokenizer)
+        if not p.sampling.stream:
+            lps: list[tuple[int, float]] = []
+            async for delta in self._deltas(p, outcome):
+                if delta.logprobs is not None:
+                    lps.extend(zip(delta.token_ids, delta.logprobs, strict=False))
+            return web.json_response(shape.whole(outcome, lps))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})
+        await response.prepare(request)
+
+        async def send(data: dict[str, Any] | str) -> None:
+            text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+            await response.write(f"data: {text}\n\n".encode())
+
+        try:
+            if p.kind == "chat":
+                await send(shape.chunk({"role": "assistant", "content": ""}, None, None))
+            async for delta in self._deltas(p, outcome):
+                if delta.text or delta.logprobs:
+                    await send(shape.chunk_of(delta))
+            await send(shape.chunk(None, outcome.finish_reason, None))
+            if p.sampling.include_usage:
+                await send(shape.usage_chunk(outcome))
+        except ApiError as exc:
+            log.warning("request %s failed after its stream began: %s", p.request_id,
+                        exc.message)
+            await send(exc.to_openai())
+        await send("[DONE]")
+        await response.write_eof()
+        return response
+
+
+def _completion_prompt(body: CompletionBody, tok: FrontTokenizer) -> list[int]:
+    prompt = body.prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt):
+        return [int(x) for x in prompt]
+    if isinstance(prompt, list):
+        if len(prompt) != 1:
+            raise ApiError(f"'prompt' has {len(prompt)} prompts; send one per request",
+                           param="prompt")
+        prompt = prompt[0]
+    if not prompt:
+        raise ApiError("'prompt' is empty", param="prompt")
+    return tok.encode(str(prompt))
+
+
+class _Shape:
+    """OpenAI's response objects for one request."""
+
+    def __init__(self, p: _Prepared, model: str, created: int, tok: FrontTokenizer) -> None:
+        self.p, self.model, self.created, self.tok = p, model, created, tok
+        self.chat = p.kind == "chat"
+        self.usage_in_chunks = p.sampling.include_usage
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.p.request_id, "object": obj, "created": self.created,
+                "model": self.model}
+
+    def _logprobs(self, pairs: list[tuple[int, float]]) -> dict[str, Any]:
+        texts = [self.tok.token_text(t) for t, _ in pairs]
+        if self.chat:
+            return {"content": [{"token": s, "logprob": lp, "bytes": list(s.encode()),
+                                 "top_logprobs": []} for s, (_, lp) in zip(texts, pairs,
+                                                                           strict=True)]}
+        offsets = [sum(len(s) for s in texts[:i]) for i in range(len(texts))]
+        return {"tokens": texts, "token_logprobs": [lp for _, lp in pairs],
+                "top_logprobs": None, "text_offset": offsets}
+
+    def chunk(self, delta: dict[str, Any] | str | None, finish: str | None,
+              pairs: list[tuple[int, float]] | None) -> dict[str, Any]:
+        lps = None if pairs is None else self._logprobs(pairs)
+        if self.chat:
+            choice = {"index": 0, "delta": delta if isinstance(delta, dict) else {},
+                      "logprobs": lps, "finish_reason": finish}
+            out = {**self._head("chat.completion.chunk"), "choices": [choice]}
+        else:
+            choice = {"index": 0, "text": delta if isinstance(delta, str) else "",
+                      "logprobs": lps, "finish_reason": finish}
+            out = {**self._head("text_completion"), "choices": [choice]}
+        if self.usage_in_chunks:
+            out["usage"] = None
+        return out
+
+    def chunk_of(self, delta: generation.Delta) -> dict[str, Any]:
+        pairs = (None if delta.logprobs is None
+                 else list(zip(delta.token_ids, delta.logprobs, strict=False)))
+        return self.chunk({"content": delta.text} if self.chat else delta.text, None, pairs)
+
+    def usage_chunk(self, outcome: generation.Outcome) -> dict[str, Any]:
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        return {**self._head(obj), "choices": [], "usage": outcome.usage}
+
+    def whole(self, outcome: generation.Outcome,
+              pairs: list[tuple[int, float]]) -> dict[str, Any]:
+        text = "".join(outcome.text)
+        lps = self._logprobs(pairs) if self.p.sampling.logprobs else None
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                      "logprobs": lps, "finish_reason": outcome.finish_reason}
+            head = self._head("chat.completion")
+        else:
+            choice = {"index": 0, "text": text, "logprobs": lps,
+                      "finish_reason": outcome.finish_reason}
+            head = self._head("text_completion")
+        return {**head, "choices": [choice], "usage": outcome.usage}
+
+
+def make_app(config: FrontConfig) -> web.Application:
+    front = _Front(config)
+    app = web.Application(middlewares=[_errors, _auth(config.api_key)],
+                          client_max_size=16 * 2**20)
+    app.router.add_get("/health", front.health)
+    app.router.add_get("/v1/models", front.models)
+    app.router.add_get("/v1/models/{model:.+}", front.model)
+    app.router.add_post("/v1/completions", front.completions)
+    app.router.add_post("/v1/chat/completions", front.chat)
+    return app

@@ -1,0 +1,180 @@
+"""The front's HTTP surface on a fake engine (pdtrt.front.app): OpenAI shapes, SSE, errors,
+keys, and a client that leaves stopping its request. The real deployment: test_openai_e2e."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from pdtrt.front.app import FrontConfig, make_app
+from tests.front.fakes import FakeEngine, byte_tokenizer, deployment
+
+CHAT = {"model": "org/model", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _serve(engine: FakeEngine, check, *, api_key=None, stall_s=60.0):
+    config = FrontConfig(deployment=deployment(), tokenizer=byte_tokenizer(), engine=engine,
+                         api_key=api_key, stall_s=stall_s)
+
+    async def main():
+        server = TestServer(make_app(config), handler_cancellation=True)
+        async with TestClient(server) as client:
+            return await check(client)
+
+    return asyncio.run(main())
+
+
+async def _events(response) -> list:
+    raw = (await response.read()).decode()
+    assert raw.endswith("data: [DONE]\n\n")
+    return [json.loads(line[6:]) for line in raw.split("\n\n")
+            if line.startswith("data: ") and line != "data: [DONE]"]
+
+
+def test_a_chat_completion_in_openais_shape():
+    async def check(client):
+        r = await client.post("/v1/chat/completions", json={**CHAT, "logprobs": True})
+        return r.status, await r.json()
+
+    engine = FakeEngine(reply="héllo")
+    status, body = _serve(engine, check)
+    assert status == 200 and body["object"] == "chat.completion"
+    assert body["id"].startswith("chatcmpl-") and body["model"] == "org/model"
+    choice = body["choices"][0]
+    assert choice["message"] == {"role": "assistant", "content": "héllo"}
+    assert choice["finish_reason"] == "stop"  # ended before max_tokens: the end id
+    assert [e["logprob"] for e in choice["logprobs"]["content"]] == [-0.5] * 6  # per token
+    prompt = byte_tokenizer().chat([{"role": "user", "content": "hi"}])
+    assert body["usage"] == {"prompt_tokens": len(prompt), "completion_tokens": 6,
+                             "total_tokens": len(prompt) + 6}
+    assert engine.sent[0]["inputs"]["input_ids"].tolist() == [prompt]
+
+
+def test_a_streamed_chat_completion_with_usage():
+    async def check(client):
+        r = await client.post("/v1/chat/completions", json={
+            **CHAT, "stream": True, "max_tokens": 4, "stream_options": {"include_usage": True}})
+        assert r.headers["Content-Type"] == "text/event-stream"
+        return await _events(r)
+
+    events = _serve(FakeEngine(reply="hello"), check)
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events if e["choices"])
+    assert text == "hell"
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 4
+    assert all(e["object"] == "chat.completion.chunk" for e in events)
+    assert all("usage" in e for e in events)  # null on every chunk but the last
+
+
+def test_completions_streamed_and_not():
+    async def check(client):
+        whole = await (await client.post("/v1/completions", json={
+            "model": "dep", "prompt": "x", "max_tokens": 3, "logprobs": 0})).json()
+        events = await _events(await client.post("/v1/completions", json={
+            "model": "dep", "prompt": ["x"], "stream": True}))
+        return whole, events
+
+    whole, events = _serve(FakeEngine(reply="abcdef"), check)
+    assert whole["object"] == "text_completion" and whole["choices"][0]["text"] == "abc"
+    assert whole["choices"][0]["logprobs"]["token_logprobs"] == [-0.5] * 3
+    assert whole["choices"][0]["finish_reason"] == "length"
+    assert "".join(e["choices"][0]["text"] for e in events) == "abcdef"
+
+
+def test_a_stop_string_cuts_the_text_and_stops_the_request_on_the_server():
+    async def check(client):
+        whole = await (await client.post("/v1/chat/completions", json={
+            **CHAT, "stop": ["wor"]})).json()
+        events = await _events(await client.post("/v1/chat/completions", json={
+            **CHAT, "stop": "o w", "stream": True}))
+        return whole, events
+
+    engine = FakeEngine(reply="hello world")
+    whole, events = _serve(engine, check)
+    assert whole["choices"][0]["message"]["content"] == "hello "
+    assert whole["choices"][0]["finish_reason"] == "stop"
+    streamed = "".join(e["choices"][0]["delta"].get("content", "") for e in events)
+    assert streamed == "hell" and events[-1]["choices"][0]["finish_reason"] == "stop"
+    assert len(engine.stopped) == 2 and engine.finished == []
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_a_client_that_hangs_up_stops_its_request(stream):
+    engine = FakeEngine(reply="x" * 50, step_s=0.05)
+
+    async def check(client):
+        r = await client.post("/v1/chat/completions", json={**CHAT, "stream": stream})
+        if stream:
+            await r.content.readuntil(b"\n\n")
+        r.close()
+        for _ in range(100):
+            if engine.stopped:
+                break
+            await asyncio.sleep(0.02)
+
+    async def check_whole(client):
+        task = asyncio.ensure_future(client.post("/v1/chat/completions", json=CHAT))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        for _ in range(100):
+            if engine.stopped:
+                break
+            await asyncio.sleep(0.02)
+
+    _serve(engine, check if stream else check_whole)
+    assert len(engine.stopped) == 1 and engine.finished == []
+
+
+def test_an_error_before_and_after_the_stream_began():
+    async def check(client):
+        r = await client.post("/v1/chat/completions", json=CHAT)
+        events = await _events(await client.post("/v1/chat/completions",
+                                                 json={**CHAT, "stream": True}))
+        return r.status, await r.json(), events
+
+    status, body, events = _serve(FakeEngine(error="decode failed: boom", fail_after=2), check)
+    assert status == 500 and body["error"]["type"] == "server_error"
+    assert body["error"]["message"] == "decode failed: boom"
+    assert events[-1] == {"error": {"message": "decode failed: boom", "type": "server_error",
+                                    "param": None, "code": None}}
+
+
+def test_a_silent_deployment_is_a_504_and_the_request_is_stopped():
+    engine = FakeEngine(reply="abc", step_s=5.0)
+
+    async def check(client):
+        r = await client.post("/v1/chat/completions", json=CHAT)
+        return r.status, await r.json()
+
+    status, body = _serve(engine, check, stall_s=0.2)
+    assert status == 504 and "sent nothing for 0.2 s" in body["error"]["message"]
+    assert engine.stopped
+
+
+def test_api_key_models_and_unknown_paths():
+    async def check(client):
+        out = {}
+        out["no_key"] = await client.get("/v1/models")
+        out["bad_key"] = await client.get("/v1/models", headers={"Authorization": "Bearer no"})
+        auth = {"Authorization": "Bearer s3cret"}
+        out["models"] = await client.get("/v1/models", headers=auth)
+        out["health"] = await client.get("/health")
+        out["model"] = await client.get("/v1/models/org/model", headers=auth)
+        out["missing_model"] = await client.post("/v1/chat/completions", headers=auth,
+                                                 json={**CHAT, "model": "gpt-4"})
+        out["path"] = await client.get("/v1/nothing", headers=auth)
+        return {k: (r.status, await r.json()) for k, r in out.items()}
+
+    got = _serve(FakeEngine(), check, api_key="s3cret")
+    assert got["no_key"][0] == 401 and got["no_key"][1]["error"]["code"] == "invalid_api_key"
+    assert got["bad_key"][0] == 401
+    assert got["models"] == (200, {"object": "list", "data": [got["model"][1]]})
+    assert got["model"][1]["id"] == "org/model" and got["health"][0] == 200
+    assert got["missing_model"][0] == 404
+    assert got["missing_model"][1]["error"]["code"] == "model_not_found"
+    assert got["path"][0] == 404 and "error" in got["path"][1]

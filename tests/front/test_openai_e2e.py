@@ -1,0 +1,138 @@
+"""The OpenAI front on the real reference deployment (Triton 2.51, UCX between the phases),
+driven by real clients: the ``openai`` SDK and ``curl``. Oracle: the ``ensemble`` through
+tritonclient and transformers' generate() on the same checkpoint (greedy)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import shutil
+import subprocess
+from urllib.parse import urlparse
+
+import pytest
+from e2e_client import metric, wait_for
+
+from pdtrt.client import GenerateRequest, LLMClient
+from tests.serve.test_e2e import oracle  # noqa: F401 -- the module-scoped fixture, reused
+
+pytestmark = [pytest.mark.triton, pytest.mark.slow]
+openai = pytest.importorskip("openai", reason="the openai SDK is a dev dependency")
+
+MODEL = "pdtrt/tiny-llama"
+PROMPT = "The quick brown fox jumps over the lazy dog"
+
+
+@pytest.fixture(scope="module")
+def front(reference_server):
+    from pdtrt.front.options import FrontOptions
+    from pdtrt.front.server import FrontServer
+
+    server, prepared = reference_server
+    fs = FrontServer(FrontOptions(repository=prepared.repository,
+                                  grpc_url=server.endpoints.grpc_url))
+    url = fs.start()
+    yield url
+    fs.stop()
+
+
+@pytest.fixture(scope="module")
+def client(front):
+    return openai.OpenAI(base_url=front, api_key="unused", max_retries=0, timeout=120)
+
+
+def _ensemble(reference_server, prompt: str, n: int) -> str:
+    with LLMClient(reference_server[0].endpoints.grpc_url) as tc:
+        result = tc.generate(GenerateRequest(prompt=prompt, max_tokens=n, stream=False),
+                             timeout_s=120).raise_for_error()
+    return result.text
+
+
+def test_completions_streamed_and_not_equal_the_ensemble_and_generate(
+        reference_server, oracle, client):  # noqa: F811
+    _tok, expected = oracle
+    ids, _pieces, text = expected(PROMPT, 12)
+    whole = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0)
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, stream=True))
+    assert whole.choices[0].text == streamed == text == _ensemble(reference_server, PROMPT, 12)
+    assert whole.usage.completion_tokens == len(ids) and whole.usage.prompt_tokens == len(
+        _tok.encode(PROMPT))
+    assert whole.choices[0].finish_reason == ("length" if len(ids) == 12 else "stop")
+
+
+def test_chat_streamed_and_not_uses_the_chat_template(reference_server, oracle,  # noqa: F811
+                                                      client):
+    tok, expected = oracle
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": PROMPT}]
+    rendered = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert rendered.startswith(tok.bos_token)  # the template writes BOS; the ensemble adds it
+    _ids, _pieces, text = expected(rendered[len(tok.bos_token):], 10)
+    whole = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=10,
+                                           temperature=0, logprobs=True)
+    chunks = list(client.chat.completions.create(
+        model=MODEL, messages=messages, max_completion_tokens=10, temperature=0, stream=True,
+        stream_options={"include_usage": True}))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert whole.choices[0].message.content == streamed == text
+    assert len(whole.choices[0].logprobs.content) == whole.usage.completion_tokens
+    assert all(e.logprob <= 0 for e in whole.choices[0].logprobs.content)
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == \
+        whole.usage.completion_tokens
+
+
+def test_seeded_sampling_repeats_and_another_seed_differs(client):
+    def sample(seed):
+        return client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16,
+                                         temperature=1.0, seed=seed).choices[0].text
+
+    assert sample(11) == sample(11)
+    assert sample(11) != sample(12)
+
+
+def test_errors_reach_the_sdk_as_its_exceptions(client):
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-4o", messages=[{"role": "user",
+                                                                  "content": "hi"}])
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model=MODEL, prompt="x " * 600, max_tokens=4)
+    assert "this deployment takes at most" in str(err.value)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")
+def test_curl_reads_the_sse_stream(front):
+    body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Hello"}],
+                       "max_tokens": 5, "temperature": 0, "stream": True})
+    out = subprocess.run(["curl", "-sSN", "--max-time", "60", f"{front}/chat/completions",
+                          "-H", "Content-Type: application/json", "-d", body],
+                         capture_output=True, text=True, timeout=90, check=True).stdout
+    events = [e for e in out.split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_a_client_that_hangs_up_frees_its_kv(reference_server, front):
+    """A streamed chat that its client drops after a few chunks: the front stops it at the
+    router (TensorRT-LLM's stop request), the decode sequence ends, no KV stays held."""
+    metrics = reference_server[0].endpoints.metrics_url
+    cancelled = metric(metrics, "pdtrt_router_cancelled_total")
+    decode_cancelled = metric(metrics, "pdtrt_engine_cancelled_total", model="decode")
+    url = urlparse(front)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    conn.request("POST", "/v1/chat/completions", json.dumps({
+        "model": MODEL, "messages": [{"role": "user", "content": "Tell me everything"}],
+        "max_tokens": 300, "ignore_eos": True, "stream": True}),
+        {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200
+    for _ in range(4):
+        assert response.readline()
+    conn.sock.close()  # hang up mid-stream
+    conn.close()
+    assert wait_for(lambda: metric(metrics, "pdtrt_router_cancelled_total") == cancelled + 1)
+    assert wait_for(lambda: metric(metrics, "pdtrt_engine_cancelled_total", model="decode")
+                    == decode_cancelled + 1)
+    assert wait_for(lambda: metric(metrics, "pdtrt_engine_active_sequences", model="decode")
+                    == 0)
+    assert wait_for(lambda: metric(metrics, "pdtrt_kv_held_buffers", model="prefill") == 0)
