@@ -1,5 +1,7 @@
-"""The Grafana dashboard of a deployment: TTFT, per-phase queue time, KV transfer, in-flight
-sequences and KV usage per pool, errors -- over the metrics the deployment really exports.
+"""The Grafana dashboard of a deployment: p50/p90/p99 of TTFT, time per output token, end to
+end and each phase (the router's histograms), failovers and ejections, per-phase queue time,
+KV transfer, in-flight sequences and KV usage per pool, errors -- over the metrics the
+deployment really exports.
 
 Every query reads only names from :mod:`pdtrt.deploy.metrics` for the deployment's target
 (tests check each expression against :func:`pdtrt.deploy.metrics.exported`), filtered to one
@@ -46,11 +48,9 @@ class Panel:
 
 
 def _not_yet(gpu: bool) -> str:
-    lines = ["- **Inter-token latency**: no metric counts decode tokens or decode time yet.",
-             "- **Percentiles** of TTFT and queue time: pdtrt exports sums, not histograms; "
-             "the panels show means.",
-             "- **Router failovers**: counted (`pdtrt_router_retries_total`, "
-             "`pdtrt_router_endpoint_healthy`), not drawn yet."]
+    lines = ["- **Per-token inter-token latency**: the router observes each request's mean "
+             "(TPOT, above); every token's gap is seen only by the OpenAI front "
+             "(`pdtrt_front_itl_seconds`), which the front pod does not run yet."]
     if gpu:
         lines.append("- **KV-transfer time and bytes**: TensorRT-LLM's backend does not report "
                      "them in orchestrator mode.")
@@ -63,6 +63,35 @@ def _ratio(num: str, den: str, sel: str, by: str = "") -> str:
             f"sum{group} (rate({den}{{{sel}}}{RATE}))")
 
 
+_QUANTILES = (0.5, 0.9, 0.99)
+
+
+def _percentiles(family: str, sel: str) -> tuple[Query, ...]:
+    """p50 / p90 / p99 of a histogram family over the rate window."""
+    return tuple(Query(f"histogram_quantile({q}, sum by (le) (rate({family}_bucket{{{sel}}}"
+                       f"{RATE})))", f"p{round(q * 100)}") for q in _QUANTILES)
+
+
+# (row, title, family, unit, what): the router's per-request histograms, drawn as percentiles
+_HISTOGRAM_PANELS = (
+    ("Latency (router, per request)", "Time to first token", m.REQUEST_TTFT, "s",
+     "From the router taking the request to its first token sent."),
+    ("Latency (router, per request)", "Time per output token (TPOT)", m.REQUEST_TPOT, "s",
+     "A request's mean gap between output tokens: (last - first token) / (tokens - 1)."),
+    ("Latency (router, per request)", "End to end", m.REQUEST_E2E, "s",
+     "From the router taking the request to its final response."),
+    ("Latency (router, per request)", "Router queue", m.REQUEST_QUEUE, "s",
+     "From the router taking the request to its first phase call (endpoint choice, retried "
+     "prefills)."),
+    ("Phases (per request)", "Prefill", m.REQUEST_PREFILL, "s",
+     "The prefill call to its answer (first token and KV handle) at the router."),
+    ("Phases (per request)", "KV transfer", m.REQUEST_KV_TRANSFER, "s",
+     "The decode call to its first response: the KV pull and the hand-over to decode."),
+    ("Phases (per request)", "Decode", m.REQUEST_DECODE, "s",
+     "The decode's first response to its last."),
+)
+
+
 def panels(target: Target, sel: str) -> tuple[Panel, ...]:
     """The panels of a ``target`` deployment; ``sel`` is the PromQL label filter of it."""
     comp = PROM_COMPONENT
@@ -73,11 +102,32 @@ def panels(target: Target, sel: str) -> tuple[Panel, ...]:
               queries=(Query(f"sum (rate({m.ROUTER_REQUESTS}{{{sel}}}{RATE}))", "routed"),
                        Query(f"sum (rate({m.ROUTER_ERRORS}{{{sel}}}{RATE}))", "errors"),
                        Query(f"sum (rate({m.ROUTER_CANCELLED}{{{sel}}}{RATE}))", "cancelled"))),
-        Panel(row="Requests (front)", title="Time to first token (mean)", unit="s",
-              description="Router-side TTFT: from the router taking the request to its first "
-              "token streamed (mean over the rate window).",
-              queries=(Query(_ratio(m.ROUTER_TTFT_SECONDS, m.ROUTER_REQUESTS, sel), "TTFT"),)),
-        Panel(row="Phases", title="Queue time per request, by phase", unit="s",
+        Panel(row="Requests (front)", title="Tokens per request", unit="short",
+              description="Prompt and output tokens per request that succeeded (p50, p90).",
+              queries=tuple(Query(f"histogram_quantile({q}, sum by (le) (rate({fam}_bucket"
+                                  f"{{{sel}}}{RATE})))", f"{what} p{round(q * 100)}")
+                            for fam, what in ((m.REQUEST_INPUT_TOKENS, "in"),
+                                              (m.REQUEST_OUTPUT_TOKENS, "out"))
+                            for q in (0.5, 0.9, 0.99))),
+        Panel(row="Requests (front)", title="Failovers and ejections", unit="short",
+              description="Phase calls retried on another endpoint (by phase), requests sent "
+              "to the aggregated path after a failure, calls ended by a silent endpoint, and "
+              "endpoint ejections, over the window.",
+              queries=(Query(f"sum by (phase) (increase({m.ROUTER_RETRIES}{{{sel}}}{RATE}))",
+                             "retries {{phase}}"),
+                       Query(f"sum (increase({m.ROUTER_FALLBACKS}{{{sel}}}{RATE}))",
+                             "fallbacks"),
+                       Query(f"sum (increase({m.ROUTER_STALLED}{{{sel}}}{RATE}))", "stalled"),
+                       Query(f"sum by (endpoint) (increase({m.ROUTER_EJECTIONS}{{{sel}}}{RATE}))",
+                             "ejected {{endpoint}}"))),
+        Panel(row="Requests (front)", title="Healthy endpoints, by phase", unit="short",
+              description="Endpoints answering their health probes (ejected ones count 0).",
+              queries=(Query(f"sum by (phase) ({m.ROUTER_HEALTHY}{{{sel}}})", "{{phase}}"),)),
+        *(Panel(row=row, title=f"{title} (p50, p90, p99)", unit=unit, description=what,
+                queries=_percentiles(family, sel))
+          for row, title, family, unit, what in _HISTOGRAM_PANELS),
+        Panel(row="Phases (per request)", title="Engine queue time per request, by phase",
+              unit="s",
               description="Time a request waited in each phase before it was scheduled, as the "
               "router measures it (the prefill queue drives the prefill autoscaler).",
               queries=(Query(_ratio(m.PREFILL_QUEUE_SECONDS, m.ROUTER_REQUESTS, sel), "prefill"),
@@ -85,11 +135,11 @@ def panels(target: Target, sel: str) -> tuple[Panel, ...]:
     ]
     if not gpu:
         out += [
-            Panel(row="Phases", title="KV transfer time per pull (mean)", unit="s",
+            Panel(row="Phases (per request)", title="KV transfer time per pull (mean)", unit="s",
                   description="Seconds a decode pod spent pulling one request's KV cache "
                   "from a prefill pod over UCX.",
                   queries=(Query(_ratio(m.KV_TRANSFER_SECONDS, m.KV_TRANSFERS, sel), "pull"),)),
-            Panel(row="Phases", title="KV transfer throughput", unit="Bps",
+            Panel(row="Phases (per request)", title="KV transfer throughput", unit="Bps",
                   description="KV-cache bytes the decode pods pulled per second.",
                   queries=(Query(f"sum (rate({m.KV_TRANSFER_BYTES}{{{sel}}}{RATE}))",
                                  "bytes/s"),)),

@@ -15,18 +15,20 @@ autoscalers may query, and nothing else.
   ``nv_trt_llm_disaggregated_serving_metrics`` is left out on purpose: the backend does not
   report it in orchestrator mode, the mode pdtrt's trtllm-0.21 launch uses.
 
-What is *not* exported yet, so no panel can show it honestly: inter-token latency (no token
-counter or decode-time sum), TTFT and queue-time percentiles (sums only, no histograms),
-KV-transfer time and bytes on trtllm-0.21. The router's failover and endpoint-health metrics
-(``pdtrt_router_retries_total``, ``pdtrt_router_endpoint_*``) are exported but no panel or
-autoscaler uses them yet.
+The router's per-request histograms (:mod:`pdtrt.runtime.router.timeline`: queue, prefill,
+KV transfer, decode, TTFT, mean inter-token time, end to end, tokens in and out) are families
+of Prometheus type histogram: a query reads their ``_bucket`` / ``_sum`` / ``_count`` series
+(:func:`family_of` maps a series back to its family). What is *not* exported yet, so no panel
+can show it honestly: the per-token inter-token latency distribution (only the OpenAI front
+sees every token, ``pdtrt_front_itl_seconds``, and the Kubernetes front pod does not run the
+front yet), KV-transfer time and bytes on trtllm-0.21.
 """
 
 from __future__ import annotations
 
 from pdtrt.enums import Target
 
-__all__ = ["PROMETHEUS", "ROUTER", "exported"]
+__all__ = ["HISTOGRAMS", "PROMETHEUS", "ROUTER", "exported", "family_of"]
 
 # pdtrt's router model (pdtrt.runtime.router.model)
 ROUTER_REQUESTS = "pdtrt_router_requests_total"
@@ -35,8 +37,28 @@ ROUTER_CANCELLED = "pdtrt_router_cancelled_total"
 ROUTER_TTFT_SECONDS = "pdtrt_router_ttft_seconds_total"
 PREFILL_QUEUE_SECONDS = "pdtrt_prefill_queue_seconds_total"
 DECODE_QUEUE_SECONDS = "pdtrt_decode_queue_seconds_total"
+ROUTER_RETRIES = "pdtrt_router_retries_total"  # label phase
+ROUTER_FALLBACKS = "pdtrt_router_fallbacks_total"
+ROUTER_STALLED = "pdtrt_router_stalled_calls_total"  # labels phase, endpoint
+ROUTER_EJECTIONS = "pdtrt_router_endpoint_ejections_total"  # labels phase, endpoint
+ROUTER_HEALTHY = "pdtrt_router_endpoint_healthy"  # gauge; labels phase, endpoint
+# histograms of every request that succeeded (pdtrt.runtime.router.timeline)
+REQUEST_QUEUE = "pdtrt_request_queue_seconds"
+REQUEST_PREFILL = "pdtrt_request_prefill_seconds"
+REQUEST_KV_TRANSFER = "pdtrt_request_kv_transfer_seconds"
+REQUEST_DECODE = "pdtrt_request_decode_seconds"
+REQUEST_TTFT = "pdtrt_request_ttft_seconds"
+REQUEST_TPOT = "pdtrt_request_tpot_seconds"
+REQUEST_E2E = "pdtrt_request_e2e_seconds"
+REQUEST_INPUT_TOKENS = "pdtrt_request_input_tokens"
+REQUEST_OUTPUT_TOKENS = "pdtrt_request_output_tokens"
+HISTOGRAMS = frozenset({REQUEST_QUEUE, REQUEST_PREFILL, REQUEST_KV_TRANSFER, REQUEST_DECODE,
+                        REQUEST_TTFT, REQUEST_TPOT, REQUEST_E2E, REQUEST_INPUT_TOKENS,
+                        REQUEST_OUTPUT_TOKENS})
 ROUTER = frozenset({ROUTER_REQUESTS, ROUTER_ERRORS, ROUTER_CANCELLED, ROUTER_TTFT_SECONDS,
-                    PREFILL_QUEUE_SECONDS, DECODE_QUEUE_SECONDS})
+                    PREFILL_QUEUE_SECONDS, DECODE_QUEUE_SECONDS, ROUTER_RETRIES,
+                    ROUTER_FALLBACKS, ROUTER_STALLED, ROUTER_EJECTIONS, ROUTER_HEALTHY}
+                   | HISTOGRAMS)
 
 # pdtrt's LLM-API engine model (pdtrt.runtime.engine.model); the KV ones from the reference
 ENGINE_ACTIVE = "pdtrt_engine_active_sequences"
@@ -79,3 +101,15 @@ _BY_TARGET = {
 def exported(target: Target) -> frozenset[str]:
     """Every metric name a deployment of ``target`` exports (Prometheus's ``up`` included)."""
     return _BY_TARGET[target]
+
+
+_SERIES_SUFFIXES = ("_bucket", "_sum", "_count")
+
+
+def family_of(series: str) -> str:
+    """The metric family of a series name: a histogram's ``_bucket`` / ``_sum`` / ``_count``
+    series belong to it; any other name is its own family."""
+    for suffix in _SERIES_SUFFIXES:
+        if series.endswith(suffix) and series[:-len(suffix)] in HISTOGRAMS:
+            return series[:-len(suffix)]
+    return series

@@ -14,13 +14,15 @@ cancels its handler, and leaving the generation stops the request on the server 
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from contextlib import aclosing
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -28,6 +30,7 @@ from aiohttp import web
 from pdtrt.errors import ApiError
 from pdtrt.front import generation
 from pdtrt.front.deployment import Deployment, EngineClient, engine_inputs
+from pdtrt.front.metrics import CONTENT_TYPE, FrontMetrics, RequestTimer
 from pdtrt.front.protocol import (
     ChatBody,
     CompletionBody,
@@ -42,6 +45,8 @@ __all__ = ["FrontConfig", "make_app"]
 
 log = logging.getLogger(__name__)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# a stream's status when it ended in an error (its HTTP status was 200)
+_STREAM_STATUS = web.RequestKey("pdtrt_status", int)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +56,7 @@ class FrontConfig:
     engine: EngineClient
     api_key: str | None = None
     stall_s: float = 60.0  # a deployment silent this long fails the request (504)
+    metrics: FrontMetrics = field(default_factory=FrontMetrics)
 
 
 @dataclass(frozen=True)
@@ -66,17 +72,24 @@ def _error_response(exc: ApiError) -> web.Response:
     return web.json_response(exc.to_openai(), status=exc.status)
 
 
-@web.middleware
-async def _errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
-    try:
-        return await handler(request)
-    except ApiError as exc:
-        return _error_response(exc)
-    except web.HTTPException as exc:  # aiohttp's own 404 / 405
-        if exc.status < 400:
-            raise
-        return _error_response(ApiError(f"{request.method} {request.path}: {exc.reason}",
-                                        status=exc.status, code=str(exc.status)))
+def _errors(metrics: FrontMetrics) -> Any:
+    @web.middleware
+    async def errors(request: web.Request, handler: _Handler) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except ApiError as exc:
+            response = _error_response(exc)
+        except web.HTTPException as exc:  # aiohttp's own 404 / 405
+            if exc.status < 400:
+                raise
+            response = _error_response(ApiError(f"{request.method} {request.path}: "
+                                                f"{exc.reason}", status=exc.status,
+                                                code=str(exc.status)))
+        if request.path.startswith("/v1/") and request.method == "POST":
+            status = request.get(_STREAM_STATUS, response.status)
+            metrics.requests.labels(endpoint=request.path, status=str(status)).inc()
+        return response
+    return errors
 
 
 def _auth(api_key: str | None) -> Any:
@@ -113,6 +126,10 @@ class _Front:
     async def health(self, _request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    async def prometheus(self, _request: web.Request) -> web.Response:
+        return web.Response(body=self.config.metrics.render(),
+                            headers={"Content-Type": CONTENT_TYPE})
+
     def _check_model(self, name: str) -> None:
         if name not in self.config.deployment.names:
             raise ApiError(f"The model `{name}` does not exist; this front serves "
@@ -135,21 +152,40 @@ class _Front:
         return _Prepared(kind, prefix + secrets.token_hex(12), prompt, sampling, max_tokens)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, self._prepare(parse_body(await request.read(),
-                                                                   ChatBody)))
+        return await self._measured(request, self._prepare(parse_body(await request.read(),
+                                                                      ChatBody)))
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._serve(request, self._prepare(parse_body(await request.read(),
-                                                                   CompletionBody)))
+        return await self._measured(request, self._prepare(parse_body(await request.read(),
+                                                                      CompletionBody)))
 
-    def _deltas(self, p: _Prepared, outcome: generation.Outcome) -> Any:
+    async def _measured(self, request: web.Request, p: _Prepared) -> web.StreamResponse:
+        """:meth:`_serve`, counted in flight, and a hang-up counted as one."""
+        metrics = self.config.metrics
+        metrics.in_flight.inc()
+        try:
+            return await self._serve(request, p)
+        except (asyncio.CancelledError, ConnectionError):
+            metrics.disconnects.inc()
+            raise
+        finally:
+            metrics.in_flight.dec()
+
+    async def _deltas(self, p: _Prepared, outcome: generation.Outcome) -> Any:
+        """The request's deltas, each token response timed into the front's histograms."""
         cfg = self.config
         inputs = engine_inputs(p.prompt, p.sampling, max_tokens=p.max_tokens,
                                end_id=cfg.tokenizer.eos_id, pad_id=cfg.tokenizer.pad_id)
-        return generation.run(cfg.engine, cfg.tokenizer, request_id=p.request_id,
-                              inputs=inputs, max_tokens=p.max_tokens, stops=p.sampling.stop,
-                              logprobs=p.sampling.logprobs, outcome=outcome,
-                              stall_s=cfg.stall_s)
+        timer = RequestTimer(cfg.metrics, asyncio.get_running_loop().time)
+        deltas = generation.run(cfg.engine, cfg.tokenizer, request_id=p.request_id,
+                                inputs=inputs, max_tokens=p.max_tokens, stops=p.sampling.stop,
+                                logprobs=p.sampling.logprobs, outcome=outcome,
+                                stall_s=cfg.stall_s)
+        async with aclosing(deltas):
+            async for delta in deltas:
+                timer.tokens(len(delta.token_ids))
+                yield delta
+        timer.finish(num_in=outcome.num_prompt, num_out=outcome.num_completion)
 
     async def _serve(self, request: web.Request, p: _Prepared) -> web.StreamResponse:
         outcome = generation.Outcome(num_prompt=len(p.prompt))
@@ -181,6 +217,7 @@ class _Front:
         except ApiError as exc:
             log.warning("request %s failed after its stream began: %s", p.request_id,
                         exc.message)
+            request[_STREAM_STATUS] = exc.status
             await send(exc.to_openai())
         await send("[DONE]")
         await response.write_eof()
@@ -264,9 +301,10 @@ class _Shape:
 
 def make_app(config: FrontConfig) -> web.Application:
     front = _Front(config)
-    app = web.Application(middlewares=[_errors, _auth(config.api_key)],
+    app = web.Application(middlewares=[_errors(config.metrics), _auth(config.api_key)],
                           client_max_size=16 * 2**20)
     app.router.add_get("/health", front.health)
+    app.router.add_get("/metrics", front.prometheus)
     app.router.add_get("/v1/models", front.models)
     app.router.add_get("/v1/models/{model:.+}", front.model)
     app.router.add_post("/v1/completions", front.completions)

@@ -71,10 +71,12 @@ class Incoming:
 
 
 class MetricKind(StrEnum):
-    """Kinds of Triton custom metrics (``pb_utils.MetricFamily.COUNTER`` / ``GAUGE``)."""
+    """Kinds of Triton custom metrics (``pb_utils.MetricFamily.COUNTER`` / ``GAUGE`` /
+    ``HISTOGRAM``; the Python backend of Triton 2.51 has all three)."""
 
     COUNTER = "COUNTER"
     GAUGE = "GAUGE"
+    HISTOGRAM = "HISTOGRAM"
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class MetricSpec:
     name: str  # Prometheus name on Triton's metrics port
     description: str
     kind: MetricKind
+    buckets: tuple[float, ...] = ()  # a histogram's bucket upper bounds
 
 
 class Triton(Protocol):
@@ -346,8 +349,10 @@ class BackendTriton:
                 return None
             self._families.append(family)
             keys = []
+            extra = ({"buckets": list(spec.buckets)} if spec.kind is MetricKind.HISTOGRAM
+                     else {})
             for labels in label_sets:  # the models get keys; the seam keeps the objects
-                self._metrics.append(family.Metric(labels=dict(labels)))
+                self._metrics.append(family.Metric(labels=dict(labels), **extra))
                 keys.append(len(self._metrics) - 1)
             return keys
 
@@ -361,6 +366,11 @@ class BackendTriton:
         with _LOCK:
             if not self._released:
                 self._metrics[metric].set(value)
+
+    def observe(self, metric: Any, value: float) -> None:
+        with _LOCK:
+            if not self._released:
+                self._metrics[metric].observe(value)
 
     # -- the model's end ---------------------------------------------------------------------
     def on_server_stop(self, callback: Callable[[], None]) -> None:
@@ -415,9 +425,9 @@ class Metrics:
     :meth:`add` / :meth:`set`. A backend without custom metrics makes every call a no-op.
 
     Each update is a round trip to the server through the stub. With ``flush_s`` > 0, counter
-    increments are summed here and sent by a thread of their own every ``flush_s`` seconds
-    (and by :meth:`flush`), so the endpoint lags by up to ``flush_s``; gauges are always set
-    at once.
+    increments are summed here and histogram observations kept, and both are sent by a thread
+    of their own every ``flush_s`` seconds (and by :meth:`flush`), so the endpoint lags by up
+    to ``flush_s``; gauges are always set at once.
     """
 
     def __init__(self, triton: Triton, specs: Mapping[str, MetricSpec],
@@ -433,6 +443,7 @@ class Metrics:
         self._set_lock = threading.Lock()
         self._flush_s = flush_s
         self._pending: dict[Any, float] = {}  # metric -> increments not sent yet
+        self._observed: list[tuple[Any, float]] = []  # histogram observations not sent yet
         self._pending_lock = threading.Lock()  # not _set_lock: that one is held across a set
         self._flusher: threading.Thread | None = None
         for key, sets in by.items():
@@ -453,17 +464,34 @@ class Metrics:
             return
         with self._pending_lock:
             self._pending[metric] = self._pending.get(metric, 0.0) + value
-            if self._flusher is None:
-                self._flusher = threading.Thread(target=self._flush_every, daemon=True,
-                                                 name="pdtrt-metrics")
-                self._flusher.start()
+            self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        if self._flusher is None:  # under _pending_lock
+            self._flusher = threading.Thread(target=self._flush_every, daemon=True,
+                                             name="pdtrt-metrics")
+            self._flusher.start()
+
+    def observe(self, key: str, value: float, **labels: str) -> None:
+        """One observation of a histogram."""
+        if (metric := self._find(key, labels)) is None:
+            return
+        if self._flush_s <= 0:
+            self._triton.observe(metric, value)
+            return
+        with self._pending_lock:
+            self._observed.append((metric, value))
+            self._start_flusher()
 
     def flush(self) -> None:
-        """Send the summed increments now."""
+        """Send the summed increments and the kept observations now."""
         with self._pending_lock:
             pending, self._pending = self._pending, {}
+            observed, self._observed = self._observed, []
         for metric, value in pending.items():
             self._triton.increment(metric, value)
+        for metric, value in observed:
+            self._triton.observe(metric, value)
 
     def _flush_every(self) -> None:
         while True:

@@ -54,22 +54,29 @@ def _exprs(example_objects, base: str) -> list[str]:
 def test_dashboard_queries_only_exported_metrics(deps, objects, example):
     target = deps[example].spec.target
     exprs = _exprs(objects(example), names_for(deps[example].spec.name).base)
-    used = {name for e in exprs for name in METRIC_NAME.findall(e)}
+    used = {m.family_of(name) for e in exprs for name in METRIC_NAME.findall(e)}
     assert used <= m.exported(target), used - m.exported(target)
     assert len(exprs) >= 15
+    for family in m.HISTOGRAMS:  # each gets its percentiles
+        assert any(f"histogram_quantile(0.99, sum by (le) (rate({family}_bucket" in e
+                   for e in exprs), family
 
 
 @pytest.mark.parametrize("example", EXAMPLE_NAMES)
 def test_dashboard_shows_what_the_issue_asks_for(deps, example):
     board = dashboard(names_for(example), deps[example].spec.target)
     titles = [p["title"] for p in board["panels"]]
-    for wanted in ("Time to first token (mean)", "Queue time per request, by phase",
-                   "Errors per second", "Not shown yet"):
+    for wanted in ("Time to first token (p50, p90, p99)", "Time per output token (TPOT) (p50, "
+                   "p90, p99)", "End to end (p50, p90, p99)", "Router queue (p50, p90, p99)",
+                   "Prefill (p50, p90, p99)", "KV transfer (p50, p90, p99)",
+                   "Decode (p50, p90, p99)", "Failovers and ejections",
+                   "Engine queue time per request, by phase", "Errors per second",
+                   "Not shown yet"):
         assert wanted in titles
     assert ("KV transfer throughput" in titles) is (example == "reference-cpu")
     assert ("KV-cache usage, by pod" in titles) is (example != "reference-cpu")
     text = next(p for p in board["panels"] if p["type"] == "text")["options"]["content"]
-    assert "Inter-token latency" in text and "failovers" in text
+    assert "Per-token inter-token latency" in text and "pdtrt_front_itl_seconds" in text
     ids = [p["id"] for p in board["panels"]]
     assert ids == list(range(1, len(ids) + 1))
     spans = {(p["gridPos"]["x"], p["gridPos"]["y"]) for p in board["panels"]}

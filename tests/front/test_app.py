@@ -102,6 +102,20 @@ def test_a_stop_string_cuts_the_text_and_stops_the_request_on_the_server():
     assert len(engine.stopped) == 2 and engine.finished == []
 
 
+async def _until_stopped(engine: FakeEngine) -> None:
+    """Wait (2 s at most) until the front has stopped a request at the engine."""
+    for _ in range(100):
+        if engine.stopped:
+            return
+        await asyncio.sleep(0.02)
+
+
+async def _hang_up_a_stream(client) -> None:
+    r = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    await r.content.readuntil(b"\n\n")
+    r.close()
+
+
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 def test_a_client_that_hangs_up_stops_its_request(stream):
     engine = FakeEngine(reply="x" * 50, step_s=0.05)
@@ -111,20 +125,14 @@ def test_a_client_that_hangs_up_stops_its_request(stream):
         if stream:
             await r.content.readuntil(b"\n\n")
         r.close()
-        for _ in range(100):
-            if engine.stopped:
-                break
-            await asyncio.sleep(0.02)
+        await _until_stopped(engine)
 
     async def check_whole(client):
         task = asyncio.ensure_future(client.post("/v1/chat/completions", json=CHAT))
         await asyncio.sleep(0.3)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        for _ in range(100):
-            if engine.stopped:
-                break
-            await asyncio.sleep(0.02)
+        await _until_stopped(engine)
 
     _serve(engine, check if stream else check_whole)
     assert len(engine.stopped) == 1 and engine.finished == []
@@ -178,3 +186,49 @@ def test_api_key_models_and_unknown_paths():
     assert got["missing_model"][0] == 404
     assert got["missing_model"][1]["error"]["code"] == "model_not_found"
     assert got["path"][0] == 404 and "error" in got["path"][1]
+
+
+def _sample(text: str, name: str, **labels: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_the_fronts_histograms_count_every_token_and_request():
+    engine = FakeEngine(reply="abcde", error=None)
+
+    async def check(client):
+        await _events(await client.post("/v1/chat/completions", json={**CHAT, "stream": True}))
+        await client.post("/v1/completions", json={"model": "dep", "prompt": "x", "n": 3})
+        failing = FakeEngine(error="boom", fail_after=1)
+        engine.error, engine.fail_after = failing.error, failing.fail_after
+        await _events(await client.post("/v1/chat/completions", json={**CHAT, "stream": True}))
+        return (await (await client.get("/metrics")).read()).decode()
+
+    text = _serve(engine, check)
+    assert _sample(text, "pdtrt_front_ttft_seconds_count") == 2  # both streams got a token
+    assert _sample(text, "pdtrt_front_itl_seconds_count") == 4  # 5 tokens: 4 gaps
+    assert _sample(text, "pdtrt_front_e2e_seconds_count") == 1  # only the one that ended well
+    assert _sample(text, "pdtrt_front_output_tokens_sum") == 5
+    chat = "/v1/chat/completions"
+    assert _sample(text, "pdtrt_front_requests_total", endpoint=chat, status="200") == 1
+    assert _sample(text, "pdtrt_front_requests_total", endpoint=chat, status="500") == 1
+    assert _sample(text, "pdtrt_front_requests_total", endpoint="/v1/completions",
+                   status="400") == 1
+    assert _sample(text, "pdtrt_front_requests_in_flight") == 0
+
+
+def test_a_hang_up_is_counted():
+    engine = FakeEngine(reply="x" * 50, step_s=0.05)
+
+    async def check(client):
+        await _hang_up_a_stream(client)
+        await _until_stopped(engine)
+        await asyncio.sleep(0.05)
+        return (await (await client.get("/metrics")).read()).decode()
+
+    text = _serve(engine, check)
+    assert _sample(text, "pdtrt_front_disconnects_total") == 1
+    assert _sample(text, "pdtrt_front_requests_in_flight") == 0

@@ -8,6 +8,7 @@ import http.client
 import json
 import shutil
 import subprocess
+import urllib.request
 from urllib.parse import urlparse
 
 import pytest
@@ -136,3 +137,29 @@ def test_a_client_that_hangs_up_frees_its_kv(reference_server, front):
     assert wait_for(lambda: metric(metrics, "pdtrt_engine_active_sequences", model="decode")
                     == 0)
     assert wait_for(lambda: metric(metrics, "pdtrt_kv_held_buffers", model="prefill") == 0)
+
+
+def test_each_request_lands_in_the_router_and_front_histograms(reference_server, front, client):
+    """One chat through the front: one observation in each of the router's per-request
+    histograms on Triton's metrics port (histograms of Triton 2.51's Python backend), and
+    every token gap in the front's own ITL histogram."""
+    metrics = reference_server[0].endpoints.metrics_url
+    names = ("queue", "prefill", "kv_transfer", "decode", "ttft", "tpot", "e2e")
+    before = {n: metric(metrics, f"pdtrt_request_{n}_seconds_count") for n in names}
+    out_before = metric(metrics, "pdtrt_request_output_tokens_sum")
+    front_metrics = front.removesuffix("/v1") + "/metrics"
+    itl_before = metric(front_metrics, "pdtrt_front_itl_seconds_count")
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Count to ten"}], max_tokens=8,
+        temperature=0, extra_body={"ignore_eos": True}, stream=True)
+    pieces = [c for c in reply if c.choices]
+    assert pieces[-1].choices[0].finish_reason == "length"
+    # the router's counters reach the metrics port within its flush interval
+    assert wait_for(lambda: all(metric(metrics, f"pdtrt_request_{n}_seconds_count")
+                                == before[n] + 1 for n in names), timeout_s=10), {
+        n: metric(metrics, f"pdtrt_request_{n}_seconds_count") - before[n] for n in names}
+    assert metric(metrics, "pdtrt_request_output_tokens_sum") == out_before + 8
+    assert metric(front_metrics, "pdtrt_front_itl_seconds_count") == itl_before + 7
+    text = urllib.request.urlopen(metrics, timeout=10).read().decode()
+    assert "# TYPE pdtrt_request_ttft_seconds histogram" in text
+    assert 'pdtrt_request_ttft_seconds_bucket{model="router",le="+Inf"}' in text

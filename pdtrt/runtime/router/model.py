@@ -39,8 +39,10 @@ writes a short one per phase (docs/serve.md, "Held KV").
 All of Triton goes through the injected seam (:class:`~pdtrt.runtime.triton_io.Triton`) and
 the time it reads through an injected clock (the liveness deadline and the probe interval are
 the event loop's timers), so this module runs under fakes in unit tests. Prometheus metrics on
-Triton's metrics port: requests, errors, cancellations, TTFT, per-phase queue time, and per
-endpoint: calls, health, ejections and re-admissions.
+Triton's metrics port: requests, errors, cancellations, TTFT, per-phase queue time, per
+endpoint: calls, health, ejections and re-admissions; and per request that succeeded, histograms
+of where its time went (queue, prefill, KV transfer, decode, TTFT, mean inter-token time,
+end to end, tokens in and out: :mod:`pdtrt.runtime.router.timeline`).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from pdtrt.runtime.router.pool import Endpoint, EndpointPool, outstanding
 from pdtrt.runtime.router.reload_losses import IN_FLIGHT_METRIC, LOST_METRIC, read_lost
 from pdtrt.runtime.router.reply import Reply
 from pdtrt.runtime.router.retry import Action, Failure, decide
+from pdtrt.runtime.router.timeline import HISTOGRAMS, Timeline, observe
 from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
 from pdtrt.runtime.triton_io import Incoming, MetricKind, Metrics, MetricSpec, Triton, model_params
 
@@ -177,7 +180,8 @@ class TritonPythonModel:
                         for spec in specs if spec.url}
         endpoint_labels = [{"phase": str(role), "endpoint": e.label}
                            for role, pool in self.pools.items() for e in pool.endpoints]
-        self.metrics = Metrics(self.triton, _METRICS, {"model": args["model_name"]}, by={
+        self.metrics = Metrics(self.triton, {**_METRICS, **HISTOGRAMS},
+                               {"model": args["model_name"]}, by={
             "retries": [{"phase": str(role)} for role in PHASE_ROLES],
             **{key: endpoint_labels for key in ("calls", "healthy", "ejections",
                                                 "readmissions", "stalled")}},
@@ -319,6 +323,9 @@ class TritonPythonModel:
                 await self._aggregated(request, reply)
             else:
                 await self._disaggregated(request, reply)
+            if reply.done and not reply.stopped:
+                observe(self.metrics, reply.timeline, end_s=self.clock(),
+                        num_in=len(request.prompt), num_out=len(reply.tokens))
         except (InvalidRequestError, PhaseError) as exc:
             self.metrics.add("errors")
             reply.fail(exc.message)
@@ -366,6 +373,7 @@ class TritonPythonModel:
             sent = reply.num_streamed
             try:
                 endpoint = await self._choose(Role.AGGREGATED, tried)
+                reply.timeline.call(self.clock())
                 await self._relay(endpoint, RequestType.CONTEXT_AND_GENERATION,
                                   request.phase_inputs(streaming=True),
                                   _phase_id(request.request_id), request, reply)
@@ -430,13 +438,16 @@ class TritonPythonModel:
             endpoint = None
             try:
                 endpoint = await self._choose(Role.PREFILL, tried)
-                return await self._prefill_once(request, endpoint)
+                return await self._prefill_once(request, endpoint, reply.timeline)
             except PhaseError as exc:
                 await self._after_failure(Role.PREFILL, request, reply, exc, endpoint=endpoint,
                                           tried=tried, num_sent=0)
 
-    async def _prefill_once(self, request: RouterRequest, endpoint: Endpoint) -> _Prefill:
+    async def _prefill_once(self, request: RouterRequest, endpoint: Endpoint,
+                            timeline: Timeline) -> _Prefill:
         phase_id = _phase_id(request.request_id)
+        timeline.prefill_sent_s = self.clock()
+        timeline.call(timeline.prefill_sent_s)
         first: tuple[int, ...] = ()
         logprobs = None
         params = None
@@ -455,6 +466,7 @@ class TritonPythonModel:
                     self._queue_metric("prefill_queue_s", r)
         if error is not None:
             raise PhaseError(_failure(Role.PREFILL, endpoint, error))
+        timeline.prefill_done_s = self.clock()
         return _Prefill(first, params, endpoint, phase_id, logprobs)
 
     async def _decode(self, request: RouterRequest, reply: Reply, prefill: _Prefill,
@@ -464,6 +476,8 @@ class TritonPythonModel:
         assert prefill.context_phase_params is not None
         inputs = request.phase_inputs(streaming=True,
                                       context_phase_params=prefill.context_phase_params)
+        reply.timeline.decode_sent_s = self.clock()
+        reply.timeline.decode_first_s = reply.timeline.decode_last_s = None  # a retried one
         await self._relay(endpoint, RequestType.GENERATION_ONLY, inputs, prefill.phase_id,
                           request, reply)
 
@@ -492,6 +506,8 @@ class TritonPythonModel:
                     stopping = True
                     await self._stop(endpoint, request, phase_id)
                 elif "output_ids" in r.outputs:
+                    if request_type is RequestType.GENERATION_ONLY:
+                        reply.timeline.decode_response(self.clock())
                     if seen == 0:
                         self._queue_metric("decode_queue_s", r)
                     tokens = _tokens(r)

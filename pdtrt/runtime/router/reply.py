@@ -19,6 +19,7 @@ import numpy as np
 
 from pdtrt.errors import PhaseError
 from pdtrt.runtime.request_parsing import RouterRequest
+from pdtrt.runtime.router.timeline import Timeline
 from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, log_prob_outputs, token_outputs
 
 __all__ = ["Reply"]
@@ -46,6 +47,7 @@ class Reply:
         self.num_streamed = 0  # of which already sent (streaming)
         self.done = False  # the final response went out
         self._cancelled = False
+        self.timeline = Timeline(arrived_s=start_s)  # where its time went
         self._asked_s = -math.inf  # when Triton was last asked whether the client cancelled
 
     def cancelled(self, *, now: bool = False) -> bool:
@@ -63,6 +65,11 @@ class Reply:
         if now or t - self._asked_s >= CANCEL_CHECK_S:
             self._asked_s = t
             self._cancelled = self.triton.is_cancelled(self.incoming)
+        return self._cancelled
+
+    @property
+    def stopped(self) -> bool:
+        """The client cancelled or stopped it, as far as known (no round trip to the server)."""
         return self._cancelled
 
     def stop(self) -> None:
@@ -104,6 +111,7 @@ class Reply:
         if new:
             self._first_token_out()
             self.triton.send(self.incoming, self._outputs(new, self.num_streamed))
+            self.timeline.token_out(self.clock())
             self.num_streamed = len(self.tokens)
 
     def finish(self, request: RouterRequest) -> None:
@@ -111,9 +119,11 @@ class Reply:
         if not request.streaming:
             full = self.tokens if request.exclude_input else [*request.prompt, *self.tokens]
             self.triton.send(self.incoming, self._outputs(full, 0), final=True)
+            self.timeline.token_out(self.clock())
         elif rest := self.tokens[self.num_streamed:]:
             self._first_token_out()
             self.triton.send(self.incoming, self._outputs(rest, self.num_streamed), final=True)
+            self.timeline.token_out(self.clock())
         else:
             self.triton.close(self.incoming)
         self.done = True
