@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import threading
 import time
 from collections import deque
@@ -71,8 +72,10 @@ class Incoming:
 
 
 class MetricKind(StrEnum):
-    """Kinds of Triton custom metrics (``pb_utils.MetricFamily.COUNTER`` / ``GAUGE`` /
-    ``HISTOGRAM``; the Python backend of Triton 2.51 has all three)."""
+    """Kinds of metrics: Triton custom metrics (``pb_utils.MetricFamily.COUNTER`` /
+    ``GAUGE``), and ``HISTOGRAM``, which :class:`Metrics` exports as Prometheus's histogram
+    series made of counters (``<name>_bucket{le}``, ``<name>_sum``, ``<name>_count``; see
+    there why not Triton's own histogram kind)."""
 
     COUNTER = "COUNTER"
     GAUGE = "GAUGE"
@@ -349,10 +352,8 @@ class BackendTriton:
                 return None
             self._families.append(family)
             keys = []
-            extra = ({"buckets": list(spec.buckets)} if spec.kind is MetricKind.HISTOGRAM
-                     else {})
             for labels in label_sets:  # the models get keys; the seam keeps the objects
-                self._metrics.append(family.Metric(labels=dict(labels), **extra))
+                self._metrics.append(family.Metric(labels=dict(labels)))
                 keys.append(len(self._metrics) - 1)
             return keys
 
@@ -366,11 +367,6 @@ class BackendTriton:
         with _LOCK:
             if not self._released:
                 self._metrics[metric].set(value)
-
-    def observe(self, metric: Any, value: float) -> None:
-        with _LOCK:
-            if not self._released:
-                self._metrics[metric].observe(value)
 
     # -- the model's end ---------------------------------------------------------------------
     def on_server_stop(self, callback: Callable[[], None]) -> None:
@@ -425,9 +421,17 @@ class Metrics:
     :meth:`add` / :meth:`set`. A backend without custom metrics makes every call a no-op.
 
     Each update is a round trip to the server through the stub. With ``flush_s`` > 0, counter
-    increments are summed here and histogram observations kept, and both are sent by a thread
-    of their own every ``flush_s`` seconds (and by :meth:`flush`), so the endpoint lags by up
-    to ``flush_s``; gauges are always set at once.
+    increments are summed here and sent by a thread of their own every ``flush_s`` seconds
+    (and by :meth:`flush`), so the endpoint lags by up to ``flush_s``; gauges are always set
+    at once.
+
+    A ``HISTOGRAM`` spec becomes Prometheus's histogram series as counters: ``<name>_bucket``
+    with one ``le`` label per bucket bound and ``+Inf`` (cumulative), ``<name>_sum`` and
+    ``<name>_count``; :meth:`observe` adds to them like any counter, so observations are
+    batched too (at most buckets + 2 round trips per flush, whatever the request rate), and
+    ``histogram_quantile`` reads them as it reads a native histogram. Not Triton 2.51's own
+    ``MetricFamily.HISTOGRAM``: with it, the router's BLS calls stalled after a few hundred
+    requests in tests/serve/test_e2e.py (stub threads waiting in ``exec``; not root-caused).
     """
 
     def __init__(self, triton: Triton, specs: Mapping[str, MetricSpec],
@@ -436,14 +440,16 @@ class Metrics:
                  flush_s: float = 0.0) -> None:
         self._triton = triton
         by = by or {}
-        self._metrics = {key: metric for key, spec in specs.items() if key not in by
+        self._histograms = {key: _Histogram.make(triton, spec, labels)
+                            for key, spec in specs.items() if spec.kind is MetricKind.HISTOGRAM}
+        self._metrics = {key: metric for key, spec in specs.items()
+                         if key not in by and key not in self._histograms
                          if (metric := triton.metric(spec, labels)) is not None}
         self._labelled: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
         self._gauges: dict[int, float] = {}  # id(metric) -> the value last set
         self._set_lock = threading.Lock()
         self._flush_s = flush_s
         self._pending: dict[Any, float] = {}  # metric -> increments not sent yet
-        self._observed: list[tuple[Any, float]] = []  # histogram observations not sent yet
         self._pending_lock = threading.Lock()  # not _set_lock: that one is held across a set
         self._flusher: threading.Thread | None = None
         for key, sets in by.items():
@@ -457,8 +463,10 @@ class Metrics:
         return self._metrics.get(key)
 
     def add(self, key: str, value: float = 1.0, **labels: str) -> None:
-        if (metric := self._find(key, labels)) is None:
-            return
+        if (metric := self._find(key, labels)) is not None:
+            self._add(metric, value)
+
+    def _add(self, metric: Any, value: float) -> None:
         if self._flush_s <= 0:
             self._triton.increment(metric, value)
             return
@@ -472,26 +480,25 @@ class Metrics:
                                              name="pdtrt-metrics")
             self._flusher.start()
 
-    def observe(self, key: str, value: float, **labels: str) -> None:
-        """One observation of a histogram."""
-        if (metric := self._find(key, labels)) is None:
+    def observe(self, key: str, value: float) -> None:
+        """One observation of a histogram: its buckets from the first bound >= ``value`` on,
+        its sum and its count."""
+        hist = self._histograms.get(key)
+        if hist is None:
             return
-        if self._flush_s <= 0:
-            self._triton.observe(metric, value)
-            return
-        with self._pending_lock:
-            self._observed.append((metric, value))
-            self._start_flusher()
+        for bound, metric in hist.buckets:
+            if value <= bound:
+                self._add(metric, 1.0)
+        for metric, amount in ((hist.sum, value), (hist.count, 1.0)):
+            if metric is not None:
+                self._add(metric, amount)
 
     def flush(self) -> None:
-        """Send the summed increments and the kept observations now."""
+        """Send the summed increments now."""
         with self._pending_lock:
             pending, self._pending = self._pending, {}
-            observed, self._observed = self._observed, []
         for metric, value in pending.items():
             self._triton.increment(metric, value)
-        for metric, value in observed:
-            self._triton.observe(metric, value)
 
     def _flush_every(self) -> None:
         while True:
@@ -507,6 +514,28 @@ class Metrics:
             if self._gauges.get(id(metric)) != value:
                 self._triton.set_gauge(metric, value)
                 self._gauges[id(metric)] = value
+
+
+@dataclass(frozen=True)
+class _Histogram:
+    """The counters of one histogram: ``(bound, bucket)`` pairs (``+Inf`` last), sum, count."""
+
+    buckets: tuple[tuple[float, Any], ...]
+    sum: Any
+    count: Any
+
+    @classmethod
+    def make(cls, triton: Triton, spec: MetricSpec, labels: Mapping[str, str]) -> _Histogram:
+        bounds = (*spec.buckets, math.inf)
+        made = triton.metric_family(
+            MetricSpec(f"{spec.name}_bucket", f"{spec.description} (cumulative buckets)",
+                       MetricKind.COUNTER),
+            [{**labels, "le": "+Inf" if b == math.inf else f"{b:g}"} for b in bounds]) or []
+        return cls(buckets=tuple(zip(bounds, made, strict=False)),
+                   sum=triton.metric(MetricSpec(f"{spec.name}_sum", f"{spec.description} "
+                                                "(sum)", MetricKind.COUNTER), labels),
+                   count=triton.metric(MetricSpec(f"{spec.name}_count", f"{spec.description}"
+                                                  " (count)", MetricKind.COUNTER), labels))
 
 
 def _label_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

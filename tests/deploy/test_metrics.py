@@ -114,6 +114,6 @@ def test_a_running_reference_server_exports_every_name(reference_server):
     """The reference target's names -- pdtrt's and Triton's -- on a real server's metrics port
     (``up`` is Prometheus's own)."""
     text = urllib.request.urlopen(reference_server[0].endpoints.metrics_url).read().decode()
-    served = set(re.findall(r"^# TYPE (\S+) ", text, re.M))
+    served = {m.family_of(n) for n in re.findall(r"^# TYPE (\S+) ", text, re.M)}
     wanted = m.exported(Target.REFERENCE) - m.PROMETHEUS
     assert wanted <= served, wanted - served

@@ -117,7 +117,6 @@ class FakeTriton:
         self.phases: Phases = phases or (lambda call: ())
         self.calls: list[PhaseCall] = []
         self.metrics: dict[str, float] = {}
-        self.observations: dict[str, list[float]] = {}  # histogram -> its observations
         self.released = False  # the model's finalize() released the seam
         self._on_stop: list[Callable[[], None]] = []
         self._lock = threading.Lock()
@@ -198,10 +197,6 @@ class FakeTriton:
 
     def set_gauge(self, metric: str, value: float) -> None:
         self.metrics[metric] = value
-
-    def observe(self, metric: str, value: float) -> None:
-        with self._lock:
-            self.observations.setdefault(metric, []).append(value)
 
     def on_server_stop(self, callback: Callable[[], None]) -> None:
         self._on_stop.append(callback)

@@ -9,11 +9,15 @@ from tests.runtime.fake_clock import FakeClock
 from tests.runtime.fake_triton import tokens_out
 from tests.runtime.test_router_model import OUTPUT, PARAMS, engines, request, route
 
-HIST = "pdtrt_request_{}"
-
 
 def _observed(triton, name):
-    return triton.observations.get(HIST.format(name), [])
+    """The observations of histogram ``pdtrt_request_<name>`` as far as its series tell:
+    [] when none, [sum] for one."""
+    count = triton.metrics.get(f"pdtrt_request_{name}_count", 0)
+    if count == 0:
+        return []
+    assert count == 1, f"{name}: {count} observations"
+    return [triton.metrics[f"pdtrt_request_{name}_sum"]]
 
 
 def test_each_phase_of_a_disaggregated_request_is_observed_once(router):
@@ -70,6 +74,17 @@ def test_failed_and_cancelled_requests_are_not_observed(router):
     route(model2, cancelled)
     assert _observed(triton, "e2e_seconds") == [] and _observed(triton2, "e2e_seconds") == []
     assert triton.metrics["pdtrt_router_errors_total"] == 1
+
+
+def test_buckets_are_cumulative_with_an_inf_bucket(router):
+    model, triton = router(engines())
+    route(model, request(prompt_len=20, max_new=4))
+    buckets = {k: v for k, v in triton.metrics.items()
+               if k.startswith("pdtrt_request_input_tokens_bucket")}
+    assert buckets["pdtrt_request_input_tokens_bucket{le=16}"] == 0
+    assert buckets["pdtrt_request_input_tokens_bucket{le=32}"] == 1
+    assert buckets["pdtrt_request_input_tokens_bucket{le=+Inf}"] == 1
+    assert sum(buckets.values()) == 13  # 32 .. 131072 and +Inf hold the one observation
 
 
 def test_histograms_are_declared_with_their_buckets():

@@ -3,10 +3,11 @@
 The router marks, on its own clock, when a request came, when its first phase call went out,
 when the prefill call went out and answered, when the decode call went out and sent its first
 and last response, when the client got its first and last token. At the end of a request that
-succeeded, :func:`observe` turns the marks into one observation per histogram -- Triton 2.51's
-Python backend has histogram metrics (``pb_utils.MetricFamily.HISTOGRAM`` with ``buckets``;
-the stub of the embedded server has them), so they are on Triton's metrics port beside
-Triton's own, and Prometheus's ``histogram_quantile`` gives p50/p90/p99 over any window:
+succeeded, :func:`observe` turns the marks into one observation per histogram --
+Prometheus histogram series made of Triton counters (:class:`~pdtrt.runtime.triton_io.Metrics`:
+``_bucket{le}``, ``_sum``, ``_count``; why not Triton's own histogram kind is said there), on
+Triton's metrics port, where
+Prometheus's ``histogram_quantile`` gives p50/p90/p99 over any window:
 
 ====================================  ===========================================================
 ``pdtrt_request_queue_seconds``       arrival at the router -> its first phase call sent (endpoint
