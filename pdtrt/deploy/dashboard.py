@@ -66,10 +66,10 @@ def _ratio(num: str, den: str, sel: str, by: str = "") -> str:
 _QUANTILES = (0.5, 0.9, 0.99)
 
 
-def _percentiles(family: str, sel: str) -> tuple[Query, ...]:
-    """p50 / p90 / p99 of a histogram family over the rate window."""
+def _percentiles(family: str, sel: str, what: str = "") -> tuple[Query, ...]:
+    """p50 / p90 / p99 of a histogram family over the rate window (legend ``what pNN``)."""
     return tuple(Query(f"histogram_quantile({q}, sum by (le) (rate({family}_bucket{{{sel}}}"
-                       f"{RATE})))", f"p{round(q * 100)}") for q in _QUANTILES)
+                       f"{RATE})))", f"{what} p{round(q * 100)}".strip()) for q in _QUANTILES)
 
 
 # (row, title, family, unit, what): the router's per-request histograms, drawn as percentiles
@@ -103,12 +103,10 @@ def panels(target: Target, sel: str) -> tuple[Panel, ...]:
                        Query(f"sum (rate({m.ROUTER_ERRORS}{{{sel}}}{RATE}))", "errors"),
                        Query(f"sum (rate({m.ROUTER_CANCELLED}{{{sel}}}{RATE}))", "cancelled"))),
         Panel(row="Requests (front)", title="Tokens per request", unit="short",
-              description="Prompt and output tokens per request that succeeded (p50, p90).",
-              queries=tuple(Query(f"histogram_quantile({q}, sum by (le) (rate({fam}_bucket"
-                                  f"{{{sel}}}{RATE})))", f"{what} p{round(q * 100)}")
-                            for fam, what in ((m.REQUEST_INPUT_TOKENS, "in"),
-                                              (m.REQUEST_OUTPUT_TOKENS, "out"))
-                            for q in (0.5, 0.9, 0.99))),
+              description="Prompt and output tokens per request that succeeded (p50, p90, "
+              "p99).",
+              queries=(*_percentiles(m.REQUEST_INPUT_TOKENS, sel, "in"),
+                       *_percentiles(m.REQUEST_OUTPUT_TOKENS, sel, "out"))),
         Panel(row="Requests (front)", title="Failovers and ejections", unit="short",
               description="Phase calls retried on another endpoint (by phase), requests sent "
               "to the aggregated path after a failure, calls ended by a silent endpoint, and "

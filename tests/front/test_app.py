@@ -197,13 +197,12 @@ def _sample(text: str, name: str, **labels: str) -> float:
 
 
 def test_the_fronts_histograms_count_every_token_and_request():
-    engine = FakeEngine(reply="abcde", error=None)
+    engine = FakeEngine(reply="abcde")
 
     async def check(client):
         await _events(await client.post("/v1/chat/completions", json={**CHAT, "stream": True}))
         await client.post("/v1/completions", json={"model": "dep", "prompt": "x", "n": 3})
-        failing = FakeEngine(error="boom", fail_after=1)
-        engine.error, engine.fail_after = failing.error, failing.fail_after
+        engine.error, engine.fail_after = "boom", 1  # the next request fails mid-stream
         await _events(await client.post("/v1/chat/completions", json={**CHAT, "stream": True}))
         return (await (await client.get("/metrics")).read()).decode()
 

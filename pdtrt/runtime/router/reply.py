@@ -109,9 +109,8 @@ class Reply:
         """Send the tokens not sent yet, if any, as one (non-final) response."""
         new = self.tokens[self.num_streamed:]
         if new:
-            self._first_token_out()
             self.triton.send(self.incoming, self._outputs(new, self.num_streamed))
-            self.timeline.token_out(self.clock())
+            self._tokens_out()
             self.num_streamed = len(self.tokens)
 
     def finish(self, request: RouterRequest) -> None:
@@ -119,11 +118,10 @@ class Reply:
         if not request.streaming:
             full = self.tokens if request.exclude_input else [*request.prompt, *self.tokens]
             self.triton.send(self.incoming, self._outputs(full, 0), final=True)
-            self.timeline.token_out(self.clock())
+            self.timeline.token_out(self.clock())  # no streamed TTFT: it is the whole answer
         elif rest := self.tokens[self.num_streamed:]:
-            self._first_token_out()
             self.triton.send(self.incoming, self._outputs(rest, self.num_streamed), final=True)
-            self.timeline.token_out(self.clock())
+            self._tokens_out()
         else:
             self.triton.close(self.incoming)
         self.done = True
@@ -154,6 +152,9 @@ class Reply:
             log.exception("cannot send the error of request %r: %s", self.incoming.request_id,
                           message)
 
-    def _first_token_out(self) -> None:
+    def _tokens_out(self) -> None:
+        """Streamed tokens went out: marked on the timeline; the first ones are the TTFT."""
+        self.timeline.token_out(self.clock())
         if self.num_streamed == 0:
-            self.metrics.add("ttft_s", self.clock() - self.start_s)
+            assert self.timeline.first_token_s is not None
+            self.metrics.add("ttft_s", self.timeline.first_token_s - self.start_s)

@@ -6,12 +6,13 @@ and last response, when the client got its first and last token. At the end of a
 succeeded, :func:`observe` turns the marks into one observation per histogram --
 Prometheus histogram series made of Triton counters (:class:`~pdtrt.runtime.triton_io.Metrics`:
 ``_bucket{le}``, ``_sum``, ``_count``; why not Triton's own histogram kind is said there), on
-Triton's metrics port, where
-Prometheus's ``histogram_quantile`` gives p50/p90/p99 over any window:
+Triton's metrics port, where Prometheus's ``histogram_quantile`` gives p50/p90/p99 over any
+window:
 
 ====================================  ===========================================================
 ``pdtrt_request_queue_seconds``       arrival at the router -> its first phase call sent (endpoint
-                                      choice; a retried prefill's failed attempts count here)
+                                      choice); a retried prefill's failed attempts count neither
+                                      here nor in prefill, which times the last attempt
 ``pdtrt_request_prefill_seconds``     the prefill call sent -> its answer (first token and KV
                                       handle) back at the router
 ``pdtrt_request_kv_transfer_seconds`` the decode call sent -> the decode's first response: the
@@ -21,7 +22,7 @@ Prometheus's ``histogram_quantile`` gives p50/p90/p99 over any window:
 ``pdtrt_request_tpot_seconds``        (last token - first token) / (tokens - 1): the request's
                                       mean inter-token time (per-token gaps: the OpenAI front's
                                       ``pdtrt_front_itl_seconds``; one observation per token here
-                                      would cost the router a round trip to the server per token)
+                                      would put bucket work on the relay path of every token)
 ``pdtrt_request_e2e_seconds``         arrival -> the final response
 ``pdtrt_request_input_tokens``        prompt tokens
 ``pdtrt_request_output_tokens``       output tokens
