@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pdtrt.bench.failures import Failures, all_failed_error
 from pdtrt.bench.records import RequestRecord
 from pdtrt.bench.runner import RunPlan, run_plan
+from pdtrt.bench.server_side import MetricsProbe, ServerBreakdown
 from pdtrt.bench.stats import Summary, summarize
 from pdtrt.bench.tokenizer_choice import TokenizerChoice
 from pdtrt.bench.workload import RequestPlan
@@ -80,6 +81,7 @@ class RunResult:
     concurrency: int | None  # closed loop
     records: tuple[RequestRecord, ...]
     summary: Summary
+    server: ServerBreakdown | None = None  # the router's histograms (``--metrics-url``)
 
     @property
     def label(self) -> str:
@@ -96,9 +98,12 @@ class RunResult:
         return f"{self.model}-{load}"
 
     def to_dict(self) -> dict[str, object]:
-        return {"model": self.model, "rate_per_s": self.rate_per_s,
-                "concurrency": self.concurrency, "summary": self.summary.to_dict(),
-                "failures": self.failures.to_dict()}
+        out: dict[str, object] = {
+            "model": self.model, "rate_per_s": self.rate_per_s, "concurrency": self.concurrency,
+            "summary": self.summary.to_dict(), "failures": self.failures.to_dict()}
+        if self.server is not None:
+            out["server"] = self.server.to_dict()
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,11 +155,16 @@ def run_bench(client: LLMClient, config: BenchConfig, *,
               clock: Callable[[], float] = time.monotonic,
               sleep: Callable[[float], None] = time.sleep,
               on_run: Callable[[str, int | None], Callable[[int, int | None], None] | None]
-              | None = None) -> BenchReport:
+              | None = None,
+              probe: MetricsProbe | None = None) -> BenchReport:
     """Run every (rate, model) of ``config``. ``on_run(label, total)`` may return a progress
-    callback for that run. Raises the client's errors for an unreachable server or model."""
+    callback for that run. With ``probe``, each run also gets the server's breakdown of its
+    measured requests (:mod:`pdtrt.bench.server_side`). Raises the client's errors for an
+    unreachable server or model, and the probe's for an endpoint that cannot be scraped."""
     for model in config.models:
         client.check(model)
+    if probe is not None:
+        probe.check()
     loads: list[float | None] = list(config.rates_per_s) if config.loop is LoopKind.OPEN \
         else [None]
     runs = []
@@ -173,11 +183,13 @@ def run_bench(client: LLMClient, config: BenchConfig, *,
             concurrency = config.concurrency if rate is None else None
             progress = on_run(run_label(model, rate, concurrency), plan.total) if on_run \
                 else None
-            records = run_plan(client, plan, clock=clock, sleep=sleep, on_progress=progress)
+            records = run_plan(client, plan, clock=clock, sleep=sleep, on_progress=progress,
+                               on_measured=probe.start if probe is not None else None)
             runs.append(RunResult(
                 model=model, rate_per_s=rate,
                 concurrency=concurrency,
                 records=tuple(records),
+                server=probe.stop() if probe is not None else None,
                 summary=summarize(records, slo=config.slo,
                                   cost_per_hour_usd=config.cost_per_hour_usd)))
     return BenchReport(config=config, runs=tuple(runs))

@@ -111,9 +111,10 @@ def _streams_needed(plan: RunPlan, warmup: list[tuple[PlannedRequest, GenerateRe
 
 def run_plan(client: LLMClient, plan: RunPlan, *, clock: Callable[[], float] = time.monotonic,
              sleep: Callable[[float], None] = time.sleep,
-             on_progress: Callable[[int, int | None], None] | None = None
-             ) -> list[RequestRecord]:
-    """Run ``plan``; returns every request's record (warm-up first). Raises the client's
+             on_progress: Callable[[int, int | None], None] | None = None,
+             on_measured: Callable[[], None] | None = None) -> list[RequestRecord]:
+    """Run ``plan``; returns every request's record (warm-up first). ``on_measured()`` is
+    called once the warm-up has ended, before the first measured request. Raises the client's
     errors (server unavailable, unknown model) before sending anything."""
     client.check(plan.model)
     out = _Collector(plan.total, on_progress)
@@ -145,6 +146,8 @@ def run_plan(client: LLMClient, plan: RunPlan, *, clock: Callable[[], float] = t
         out.wait_idle()
 
     client.open_streams(_streams_needed(plan, out.results))
+    if on_measured is not None:
+        on_measured()
     t0[0] = clock()
     if plan.loop is LoopKind.OPEN:
         for i, at_s in enumerate(plan.arrivals_s):

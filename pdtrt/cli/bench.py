@@ -12,6 +12,7 @@ import click
 from pdtrt.bench import COMPARED, ArrivalProcess, run_bench
 from pdtrt.bench.options import DEFAULT_REQUESTS, BenchOptions, parse_rates, resolve_config
 from pdtrt.bench.outputs import write_report
+from pdtrt.bench.server_side import MetricsProbe
 from pdtrt.bench.tokenizer_choice import choose_tokenizer
 from pdtrt.cli.bench_render import progress_bar, render_report
 from pdtrt.cli.infer import url_option
@@ -69,6 +70,11 @@ from pdtrt.errors import BenchError
               help="Per-request TPOT/ITL target, ms (overrides the spec).")
 @click.option("--slo-percentile", type=click.Choice(["50", "90", "95", "99"]),
               help="Share of requests that must meet the SLOs, as a percentile (default 90).")
+@click.option("--metrics-url", metavar="URL",
+              help="Triton's metrics endpoint (http://HOST:PORT/metrics; `pdtrt serve` prints "
+              "it): scraped around each run for the server-side breakdown -- the router's "
+              "queue, prefill, KV transfer, decode, TTFT, TPOT and E2E per request, beside "
+              "the client's numbers.")
 @click.option("--output-dir", type=click.Path(path_type=Path, file_okay=False),
               help="Where report.json, records CSVs and plots go (default pdtrt-bench-TIME/).")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Write PNG plots.")
@@ -79,14 +85,16 @@ def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: s
           dataset: Path | None, tokenizer_dir: Path | None, seed: int, stream: bool,
           timeout_s: float,
           spec_path: Path | None, slo_ttft_ms: float | None, slo_itl_ms: float | None,
-          slo_percentile: str | None, output_dir: Path | None, plots: bool,
-          as_json: bool) -> None:
+          slo_percentile: str | None, metrics_url: str | None, output_dir: Path | None,
+          plots: bool, as_json: bool) -> None:
     """Load-test a Triton server: TTFT, ITL, TPOT, E2E, throughput, goodput, $/Mtok.
 
     \b
     Open loop:   --rate 2 (Poisson) or --rates 1,2,4 (sweep)
     Closed loop: --concurrency 8 (the default is 1 user)
     Compare:     --compare runs ensemble and ensemble_aggregated on one schedule
+    Server side: --metrics-url http://HOST:8002/metrics adds the router's
+                 per-phase breakdown (queue, prefill, KV transfer, decode)
     Results go to --output-dir: report.json, records-*.csv, ttft_cdf.png,
     itl_cdf.png, token_timeline.png (and sweep.png).
     """
@@ -116,7 +124,9 @@ def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: s
         if choice.note and not as_json:
             click.echo(f"note: {choice.note}", err=True)
         on_run = None if as_json else stack.enter_context(progress_bar())
-        report = replace(run_bench(client, config, on_run=on_run), tokenizer=choice)
+        probe = MetricsProbe(metrics_url) if metrics_url else None
+        report = replace(run_bench(client, config, on_run=on_run, probe=probe),
+                         tokenizer=choice)
     files = write_report(report, out_dir, plots=plots)
     error = report.error()
     if as_json:

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pdtrt.bench import BenchReport, Summary
+from pdtrt.bench import BenchReport, RunResult, Summary
 from pdtrt.bench.outputs import ReportFiles
 from pdtrt.cli.render import console
 
@@ -38,6 +38,21 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
+def _server_side(run: RunResult) -> Table | str:
+    """The router's histograms over ``run``: one row per family (ms, or tokens)."""
+    server = run.server
+    assert server is not None
+    if not server.families:
+        return f"{run.label}: no server-side breakdown: {server.note}"
+    table = Table(title=f"server side, {run.label} (router histograms; quantiles from "
+                  "buckets)")
+    for col in ("per request", "count", "mean", "p50", "p90", "p99"):
+        table.add_column(col, justify="left" if col == "per request" else "right")
+    for f in server.families:
+        scale, unit = (1e3, "ms") if f.unit == "seconds" else (1.0, "tokens")
+        cells = ["-" if v is None else f"{v * scale:.1f}" for v in (f.mean, f.p50, f.p90, f.p99)]
+        table.add_row(f"{f.label} ({unit})", str(f.count), *cells)
+    return table
 
 
 def _rows(slo_pct: int) -> list[tuple[str, Callable[[Summary], float | None], str]]:
@@ -118,6 +133,9 @@ def render_report(report: BenchReport, files: ReportFiles) -> None:
                        f"{_ms(slo.ttft_ms)} ms, TPOT <= {_ms(slo.itl_ms)} ms): {verdict}")
     else:
         out.print(_side_by_side(report))
+    for run in report.runs:
+        if run.server is not None:
+            out.print(_server_side(run))
     for run in report.runs:
         failures = run.failures
         if failures.num_failed:

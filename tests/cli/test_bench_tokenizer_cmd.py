@@ -84,3 +84,47 @@ def test_bench_reports_partial_failures_and_fails_when_all_do(run, reference_ser
     data = json.loads(as_json.stdout)  # one JSON document: the report, with its error
     assert data["error"]["error"] == "BenchError" and data["runs"][0]["failures"][
         "num_failed"] == 2
+
+
+@pytest.mark.triton
+def test_bench_prints_the_routers_breakdown_of_the_measured_requests(run, reference_server,
+                                                                     tmp_path):
+    """--metrics-url: each run's requests as the router saw them, warm-up excluded (its counts
+    are exactly the measured requests'); a model that bypasses the router says so."""
+    server, _prepared = reference_server
+    args = ("bench", "--url", server.endpoints.grpc_url, "--compare", "--concurrency", "2",
+            "--requests", "5", "--warmup", "2", "--isl", "12", "--osl", "6", "--no-plots",
+            "--metrics-url", server.endpoints.metrics_url, "--output-dir", str(tmp_path))
+    result = run(*args, "--json")
+    assert result.exit_code == 0, result.output
+    disagg, aggregated = json.loads(result.stdout)["runs"]
+    server_side = {f["family"].removeprefix("pdtrt_request_"): f
+                   for f in disagg["server"]["families"]}
+    assert list(server_side)[:4] == ["queue_seconds", "prefill_seconds",
+                                     "kv_transfer_seconds", "decode_seconds"]
+    summary = disagg["summary"]
+    for every in ("queue_seconds", "prefill_seconds", "e2e_seconds", "input_tokens"):
+        assert server_side[every]["count"] == 5, every  # not the warm-up's 2 more
+    assert server_side["input_tokens"]["mean"] == 12
+    out = server_side["output_tokens"]
+    # greedy may end a prompt at its first token (the end id): tokens as the client counted
+    assert out["count"] == 5 and round(out["mean"] * 5) == summary["output_tokens"]
+    assert server_side["ttft_seconds"]["count"] == summary["ttft_ms"]["count"]
+    client_ttft_ms = disagg["summary"]["ttft_ms"]["mean"]
+    # the router's TTFT is inside the client's (the ensemble's pre/postprocessing and gRPC)
+    assert 0 < server_side["ttft_seconds"]["mean"] * 1e3 < client_ttft_ms
+    assert aggregated["server"]["families"] == []
+    assert "does not pass through pdtrt's router" in aggregated["server"]["note"]
+    text = run(*(a if a != "--compare" else "--no-plots" for a in args))
+    assert text.exit_code == 0, text.output
+    assert "server side, ensemble @ concurrency 2" in text.stdout
+    row = next(line for line in text.stdout.splitlines() if "kv_transfer (ms)" in line)
+    assert row.split("│")[2].strip() in {"4", "5"}
+
+
+def test_an_unreachable_metrics_url_fails_before_any_request(run, llm_server, tmp_path):
+    result = run("bench", "--url", llm_server, "--requests", "1", "--no-plots",
+                 "--metrics-url", "http://127.0.0.1:9/metrics", "--output-dir", str(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert "cannot scrape http://127.0.0.1:9/metrics" in result.stderr
+    assert not list(tmp_path.iterdir())
