@@ -112,6 +112,7 @@ class KVTransferBackend(StrEnum):
 class PhaseTransport(StrEnum):
     """How the router calls the phase models of its own Triton server."""
 
+    AUTO = "auto"  # grpc where the target gives the router its server's address, else bls
     BLS = "bls"  # Triton's in-process business-logic scripting calls
     GRPC = "grpc"  # the server's own gRPC port, as for a pool in another server
 

@@ -37,7 +37,8 @@ def ensemble_inputs(text: str, max_tokens: int, *, stream: bool = True) -> list:
 def generate(url: str, model: str, inputs: list, *, request_id: str = "r",
              parameters: dict | None = None, output: str = "text_output",
              timeout_s: float = 120.0, cancel_after: int | None = None) -> Stream:
-    """Stream one request; ``cancel_after`` N responses stops the stream cancelling it."""
+    """Stream one request; ``cancel_after`` N responses stops the stream cancelling it. Raises
+    :class:`queue.Empty` when ``timeout_s`` passes without a response (never hangs)."""
     results: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
     out = Stream()
@@ -64,7 +65,9 @@ def generate(url: str, model: str, inputs: list, *, request_id: str = "r",
                 client.stop_stream(cancel_requests=True)
                 return out
     finally:
-        client.stop_stream()
+        # a stream that did not end (a timeout, an exception) is cancelled: tritonclient's plain
+        # stop_stream waits for the server to end it, forever when the server is wedged
+        client.stop_stream(cancel_requests=not out.final_seen)
         client.close()
 
 
@@ -74,6 +77,24 @@ def engine_inputs(ids: list[int], n: int, extra=()) -> list:
             _input("input_lengths", np.array([[len(ids)]], dtype=np.int32), "INT32"),
             _input("request_output_len", np.array([[n]], dtype=np.int32), "INT32"),
             _input("streaming", np.array([[True]]), "BOOL"), *extra]
+
+
+def cancel_mid_prefill(url: str, tag: str, streams: int = 50) -> None:
+    """``streams`` clients each stream a long prompt to ``router`` and cancel (gRPC stream
+    cancellation) 0.2 s later, while the prefills run."""
+    prompt = [1] + list(range(100, 300))  # long enough that the prefill takes a while
+    clients = [grpcclient.InferenceServerClient(url) for _ in range(streams)]
+    try:
+        for i, client in enumerate(clients):
+            client.start_stream(callback=lambda result, error: None)
+            client.async_stream_infer("router", engine_inputs(prompt, 32),
+                                      request_id=f"{tag}-{i}", enable_empty_final_response=True)
+        time.sleep(0.2)
+        for client in clients:
+            client.stop_stream(cancel_requests=True)
+    finally:
+        for client in clients:
+            client.close()
 
 
 def metric(metrics_url: str, name: str, **labels: str) -> float:

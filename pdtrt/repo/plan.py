@@ -56,7 +56,7 @@ from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.base import TargetSupport
 from pdtrt.targets.registry import target_support
 
-__all__ = ["plan_repo", "tokenizer_dir_of"]
+__all__ = ["phase_transport", "plan_repo", "tokenizer_dir_of"]
 
 
 def _abs(path: Path) -> Path:
@@ -167,6 +167,15 @@ def _listed(endpoints: tuple[EndpointSpec, ...]) -> str:
     return format_endpoints(endpoints)
 
 
+def phase_transport(spec: DeploymentSpec) -> PhaseTransport:
+    """``router.phase_transport`` resolved: ``auto`` is grpc, except on trtllm-0.21 (its MPI
+    launch does not give the router its server's address), where it is bls."""
+    chosen = spec.router.phase_transport
+    if chosen is not PhaseTransport.AUTO:
+        return chosen
+    return PhaseTransport.BLS if spec.target is Target.TRTLLM_0_21 else PhaseTransport.GRPC
+
+
 def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
             limits: dict[Phase, PhaseLimits]) -> ModelPlan:
     """pdtrt's router: decoupled like the target's engine models, whose calls it forwards.
@@ -174,7 +183,8 @@ def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
     what tools that know one endpoint per pool read); ``prefill_endpoints`` all of them when
     there are several."""
     spec = dep.spec
-    if spec.router.phase_transport is PhaseTransport.GRPC and spec.target is Target.TRTLLM_0_21:
+    transport = phase_transport(spec)
+    if transport is PhaseTransport.GRPC and spec.target is Target.TRTLLM_0_21:
         raise RepoError("router.phase_transport grpc is not supported on trtllm-0.21 (its MPI "
                         "launch does not give the router its server's address)",
                         hint="set router.phase_transport: bls, or use target trtllm-1.2")
@@ -203,7 +213,7 @@ def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
             (Param.PROBE_TIMEOUT_S, param_number(health.probe_timeout_s)),
             (Param.PROBE_INTERVAL_S, param_number(health.probe_interval_s)),
             (Param.ERROR_OUTPUT, support.engine_error_output),
-            (Param.PHASE_TRANSPORT, str(router.phase_transport)),
+            (Param.PHASE_TRANSPORT, str(transport)),
             (Param.PHASE_INPUT_NAMES, ",".join(
                 f"{core}:{name}" for core, name in engine_input_renames(spec.target).items())),
             (Param.MAX_INPUT_LEN, str(min(limits[p].max_input_len for p in phases))),

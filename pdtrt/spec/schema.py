@@ -288,10 +288,14 @@ class RouterSection(_Section):
         default=2, ge=1, description="Endpoints tried per phase of one request (1: no "
         "retry on another endpoint).")
     phase_transport: Annotated[PhaseTransport, _enum(
-        "How the router calls the phase models of its own server: bls (Triton's in-process "
-        "calls) or grpc (the server's own gRPC port, as for a pool in another server: about a "
-        "third less router CPU per token, benchmarks/router_bench.md). Pools in other servers "
-        "always use gRPC.")] = PhaseTransport.BLS
+        "How the router calls the phase models of its own server: grpc (the server's own "
+        "gRPC port, as for a pool in another server), bls (Triton's in-process calls) or auto "
+        "(grpc, except on trtllm-0.21, whose launch cannot give the router its server's "
+        "address). Decoupled BLS streams can deadlock Triton's Python-backend stub when "
+        "several run at once (python_backend r24.10-main, docs/serve.md 'The BLS "
+        "deadlock'); gRPC also costs about a third less router CPU per token "
+        "(benchmarks/router_bench.md). Pools in other servers always use gRPC.")
+    ] = PhaseTransport.AUTO
     aggregated_endpoints: tuple[EndpointSection, ...] = Field(
         default=(), strict=False,
         description="Endpoints of the aggregated path (short prompts, fallback); omit for "

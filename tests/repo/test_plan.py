@@ -133,7 +133,7 @@ def test_reference_parameters_follow_the_runtime_contract(tmp_path):
         "prefill_endpoints": "", "decode_endpoints": "", "aggregated_endpoints": "",
         "fallback_to_aggregated": "false", "max_attempts": "2", "liveness_s": "1",
         "probe_timeout_s": "4", "probe_interval_s": "2",
-        "phase_error_output": "pdtrt_error", "phase_transport": "bls", "phase_input_names": "",
+        "phase_error_output": "pdtrt_error", "phase_transport": "grpc", "phase_input_names": "",
         "max_input_len": "384", "max_seq_len": "512"}
     assert _params(plan, "preprocessing") == {"pdtrt_role": "preprocessing",
                                               "tokenizer_dir": str(layout / "tokenizer")}
@@ -257,6 +257,26 @@ def test_a_pools_repository_holds_only_the_pools_with_an_endpoint(tmp_path):
     with pytest.raises(RepoError, match="no pool with an endpoint"):
         plan_repo(load_deployment(EXAMPLES / "reference-cpu.yaml"), mode=RepoMode.POOLS,
                   engines_root=tmp_path)
+
+
+@pytest.mark.parametrize(("example", "chosen", "written"), [
+    ("reference-cpu.yaml", None, "grpc"),
+    ("llama3-8b-h100-l40s.yaml", None, "grpc"),
+    ("llama3-8b-h100-l40s-trtllm-0.21.yaml", None, "bls"),
+    ("reference-cpu.yaml", "bls", "bls"),
+])
+def test_phase_transport_auto_is_grpc_except_on_trtllm_0_21(tmp_path, example, chosen, written):
+    """BLS streams can deadlock Triton 2.51's stub (docs/serve.md, "The BLS deadlock"): the
+    router calls its own server over gRPC unless the target cannot give it the address or
+    the spec asks for bls."""
+    text = (EXAMPLES / example).read_text()
+    if chosen:
+        text = text.replace("\nrouter:\n", f"\nrouter:\n  phase_transport: {chosen}\n", 1)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text)
+    plan = plan_repo(load_deployment(spec), mode=RepoMode.DISAGGREGATED, engines_root=tmp_path)
+    [router] = [m for m in plan.models if m.name == "router"]
+    assert dict(router.parameters)[Param.PHASE_TRANSPORT] == written
 
 
 def test_grpc_phase_transport_is_refused_on_trtllm_0_21(tmp_path):

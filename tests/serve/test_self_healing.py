@@ -43,8 +43,11 @@ def served(reference_engines, tmp_path_factory):
         # a request whose id starts with "wedge-" blocks the router's event loop for good
         info = serve_detached(EXAMPLES / "reference-cpu.yaml", root, work,
                               env={"PDTRT_FAULT_INJECTION": f"event_loop:router:{WEDGE}"})
-        try:  # a first request: the server must be up before phases are killed under it
-            generate(info["endpoints"]["grpc"], "ensemble", ensemble_inputs(PROMPT, 4))
+        try:  # first requests: the server must be up before phases are killed under it
+            for _ in range(2):
+                generate(info["endpoints"]["grpc"], "ensemble", ensemble_inputs(PROMPT, 4))
+            time.sleep(1)  # an abort a moment after the first responses (seen 2026-12-06)
+            assert readiness(info["endpoints"]["http"]) == 200
             break
         except Exception:
             log = (work / "server.log").read_text(errors="replace")

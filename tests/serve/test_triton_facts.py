@@ -66,7 +66,7 @@ def _stream(url: str, model: str, request_id: str, n: int, *, cancel_after: int 
                 client.stop_stream(cancel_requests=True)
                 return seen
     finally:
-        client.stop_stream()
+        client.stop_stream(cancel_requests=True)  # never waits on a stream that did not end
         client.close()
 
 
