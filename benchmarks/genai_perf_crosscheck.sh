@@ -8,18 +8,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="$ROOT/.venv/bin/python"
 WORK="$(mktemp -d /tmp/pdtrt-genai-perf-XXXX)"
-GP_VENV="${GP_VENV:-/tmp/pdtrt-genai-perf-venv}"
-if [ ! -x "$GP_VENV/bin/genai-perf" ]; then
-  python3 -m venv "$GP_VENV"
-  # its own venv: genai-perf brings pandas and other pins pdtrt's .venv must not see
-  "$GP_VENV/bin/pip" install -q genai-perf==0.0.16 "tritonclient[grpc]==2.51.0"
-fi
-# perf_analyzer from the tritonclient 2.51 wheel needs libb64 and libcudart: the embedded
-# Triton's copies work through plain names
-SITE="$("$PY" -c 'import site; print(site.getsitepackages()[0])')"
-mkdir -p "$WORK/libs"
-ln -sf "$SITE"/nvidia_pytriton.libs/libb64-*.so.0d "$WORK/libs/libb64.so.0d"
-ln -sf "$SITE"/nvidia_pytriton.libs/libcudart-*.so.12* "$WORK/libs/libcudart.so.12"
+# genai-perf and the libraries its perf_analyzer needs
+source "$ROOT/benchmarks/genai_perf_env.sh"
 # a word-level tokenizer: every whitespace word is one token (fake_llm's output words too)
 "$PY" - "$WORK/tok" <<'PYEOF'
 import sys

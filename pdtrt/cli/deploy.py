@@ -9,6 +9,7 @@ import click
 
 from pdtrt.cli.render import emit_json, json_option
 from pdtrt.deploy.generate import generate_k8s
+from pdtrt.deploy.layout import GRPC_PORT, HTTP_PORT, OPENAI_PORT
 from pdtrt.deploy.names import PodRole
 from pdtrt.deploy.network import PodNetwork
 from pdtrt.deploy.plan import DeployOptions
@@ -121,8 +122,9 @@ def k8s(spec_file: Path, out: Path, force: bool, name: str | None, namespace: st
         click.echo(f"  {rp.role:<8} {plan.names.workload(rp.role):<{width}} {count:<9} "
                    f"{where:<34} {rp.image}")
     front = plan.names.service(PodRole.FRONT)
-    click.echo(f"  clients: Service {front} (HTTP 8000, gRPC 8001); models volume: "
-               f"PersistentVolumeClaim {plan.models_claim} (yours)")
+    click.echo(f"  clients: Service {front} (HTTP {HTTP_PORT}, gRPC {GRPC_PORT}, OpenAI "
+               f"{OPENAI_PORT}/v1; optional key: Secret {plan.names.api_key_secret}); models "
+               f"volume: PersistentVolumeClaim {plan.models_claim} (yours)")
     click.echo(f"  dashboard: {out / 'grafana' / (plan.names.base + '.json')}; autoscaler "
                f"metrics: {out / 'prometheus-adapter' / 'values.yaml'}")
     click.echo(f"apply: kubectl apply -k {out}")

@@ -1,5 +1,7 @@
 """The Grafana dashboard of a deployment: p50/p90/p99 of TTFT, time per output token, end to
-end and each phase (the router's histograms), failovers and ejections, per-phase queue time,
+end and each phase (the router's histograms), of the OpenAI front's TTFT, inter-token latency
+(every token's gap) and end to end, its requests by status, failovers and ejections, per-phase
+queue time,
 KV transfer, in-flight sequences and KV usage per pool, errors -- over the metrics the
 deployment really exports.
 
@@ -47,14 +49,13 @@ class Panel:
     row: str = ""  # the row it sits under
 
 
-def _not_yet(gpu: bool) -> str:
-    lines = ["- **Per-token inter-token latency**: the router observes each request's mean "
-             "(TPOT, above); every token's gap is seen only by the OpenAI front "
-             "(`pdtrt_front_itl_seconds`), which the front pod does not run yet."]
+def _not_yet(gpu: bool) -> str | None:
+    """What no metric of the deployment carries (None: nothing)."""
+    lines = []
     if gpu:
         lines.append("- **KV-transfer time and bytes**: TensorRT-LLM's backend does not report "
                      "them in orchestrator mode.")
-    return "Not exported yet, so not shown:\n\n" + "\n".join(lines)
+    return "Not exported yet, so not shown:\n\n" + "\n".join(lines) if lines else None
 
 
 def _ratio(num: str, den: str, sel: str, by: str = "") -> str:
@@ -90,6 +91,16 @@ _HISTOGRAM_PANELS = (
     ("Phases (per request)", "Decode", m.REQUEST_DECODE, "s",
      "The decode's first response to its last."),
 )
+# the OpenAI front's histograms (pdtrt.front.metrics), drawn the same way
+_FRONT_HISTOGRAM_PANELS = (
+    ("OpenAI front", "Inter-token latency (OpenAI front)", m.FRONT_ITL, "s",
+     "Every gap between two token responses of a request, as the OpenAI front receives them "
+     "(the per-token distribution; the router's TPOT is one mean per request)."),
+    ("OpenAI front", "Time to first token (OpenAI front)", m.FRONT_TTFT, "s",
+     "From the front receiving the HTTP request (tokenization included) to its first token."),
+    ("OpenAI front", "End to end (OpenAI front)", m.FRONT_E2E, "s",
+     "From the front receiving the HTTP request to its last token."),
+)
 
 
 def panels(target: Target, sel: str) -> tuple[Panel, ...]:
@@ -121,9 +132,21 @@ def panels(target: Target, sel: str) -> tuple[Panel, ...]:
         Panel(row="Requests (front)", title="Healthy endpoints, by phase", unit="short",
               description="Endpoints answering their health probes (ejected ones count 0).",
               queries=(Query(f"sum by (phase) ({m.ROUTER_HEALTHY}{{{sel}}})", "{{phase}}"),)),
+        Panel(row="OpenAI front", title="OpenAI requests per second, by status", unit="reqps",
+              description="Requests the OpenAI front answered, by HTTP status; clients that "
+              "hung up before the end (stopped on the server); requests being generated.",
+              queries=(Query(f"sum by (status) (rate({m.FRONT_REQUESTS}{{{sel}}}{RATE}))",
+                             "{{status}}"),
+                       Query(f"sum (rate({m.FRONT_DISCONNECTS}{{{sel}}}{RATE}))", "hung up"),
+                       Query(f"sum ({m.FRONT_IN_FLIGHT}{{{sel}}})", "in flight"))),
+        Panel(row="OpenAI front", title="Tokens per request (OpenAI front)", unit="short",
+              description="Prompt tokens (chat template included) and output tokens per "
+              "request through the front (p50, p90, p99).",
+              queries=(*_percentiles(m.FRONT_INPUT_TOKENS, sel, "in"),
+                       *_percentiles(m.FRONT_OUTPUT_TOKENS, sel, "out"))),
         *(Panel(row=row, title=f"{title} (p50, p90, p99)", unit=unit, description=what,
                 queries=_percentiles(family, sel))
-          for row, title, family, unit, what in _HISTOGRAM_PANELS),
+          for row, title, family, unit, what in _FRONT_HISTOGRAM_PANELS + _HISTOGRAM_PANELS),
         Panel(row="Phases (per request)", title="Engine queue time per request, by phase",
               unit="s",
               description="Time a request waited in each phase before it was scheduled, as the "
@@ -197,8 +220,9 @@ def panels(target: Target, sel: str) -> tuple[Panel, ...]:
               description="Time requests waited in Triton's scheduler before execution.",
               queries=(Query(f"{_ratio(m.QUEUE_DURATION_US, m.INFERENCE_SUCCESS, sel, 'model')}"
                              " / 1e6", "{{model}}"),)),
-        Panel(row="Triton", title="Not shown yet", description="", text=_not_yet(gpu)),
     ]
+    if (missing := _not_yet(gpu)) is not None:
+        out.append(Panel(row="Triton", title="Not shown yet", description="", text=missing))
     return tuple(out)
 
 

@@ -31,7 +31,7 @@ from typing import Any
 from pdtrt.deploy.autoscale import adapter_values, hpa, pool_metric
 from pdtrt.deploy.dashboard import SIDECAR_LABEL, dashboard_configmap, dashboard_text
 from pdtrt.deploy.k8s import deployment, pdb, service, service_account, specs_configmap
-from pdtrt.deploy.monitoring import podmonitor
+from pdtrt.deploy.monitoring import openai_podmonitor, podmonitor
 from pdtrt.deploy.plan import DeployOptions, DeployPlan, plan_deploy
 from pdtrt.deploy.problems import Obj, ref_of
 from pdtrt.deploy.render import GENERATED, dump_objects, dump_yaml
@@ -93,8 +93,8 @@ def _groups(plan: DeployPlan) -> dict[str, list[Obj]]:
         groups[f"{rp.role}.yaml"] = objs
     target = plan.dep.spec.target
     sidecar = plan.meta(plan.names.dashboard_configmap, extra_labels={SIDECAR_LABEL: "1"})
-    groups["monitoring.yaml"] = [podmonitor(plan), dashboard_configmap(plan.names, target,
-                                                                      sidecar)]
+    groups["monitoring.yaml"] = [podmonitor(plan), openai_podmonitor(plan),
+                                 dashboard_configmap(plan.names, target, sidecar)]
     return groups
 
 

@@ -23,6 +23,8 @@ from pdtrt import envvars
 from pdtrt.deploy.layout import (
     ENGINES_DIR,
     MODELS_DIR,
+    OPENAI_PORT,
+    OPENAI_PORT_NAME,
     PORTS,
     REPO_DIR,
     RUN_DIR,
@@ -47,6 +49,7 @@ SPEC_HASH_ANNOTATION = "pdtrt/spec-sha256"
 PRE_STOP_SLEEP_S = 10
 TERMINATION_GRACE_S = 90
 HOME = str(TMP_DIR)  # the root filesystem is read-only: caches go to the writable /tmp
+API_KEY_SECRET_KEY = "api-key"
 
 
 def service_account(plan: DeployPlan) -> Obj:
@@ -78,6 +81,8 @@ def _serve_command(rp: RolePlan) -> tuple[list[str], list[str]]:
             "--timeout", str(rp.startup_budget_s)]
     for name, port in PORTS.items():
         args += [f"--{name}-port", str(port)]
+    if rp.role is PodRole.FRONT:  # the OpenAI front, in the serve process (docs/openai.md)
+        args += ["--openai-port", str(OPENAI_PORT)]
     return ["pdtrt"], args
 
 
@@ -108,15 +113,29 @@ def _main_container(plan: DeployPlan, rp: RolePlan) -> Obj:
     command, args = _serve_command(rp)
     host = plan.options.network is PodNetwork.HOST and rp.role is not PodRole.FRONT
     ports = [{"name": n, "containerPort": p, "protocol": "TCP", **({"hostPort": p} if host else {})}
-             for n, p in PORTS.items()]
+             for n, p in _ports(rp.role).items()]
     env = [{"name": "HOME", "value": HOME}]
     env += [{"name": k, "value": v} for k, v in ucx_env(plan.dep.spec)]
     env += _hub_env(plan)
+    if rp.role is PodRole.FRONT:
+        env += _api_key_env(plan)
     return {"name": "triton", "image": rp.image, "command": command, "args": args, "env": env,
             "ports": ports, **probes(startup_budget_s=rp.startup_budget_s),
             "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SLEEP_S)]}}},
             "resources": rp.resources.to_k8s(), "volumeMounts": _mounts(),
             "securityContext": _container_security(rdma=rp.rdma)}
+
+
+def _ports(role: PodRole) -> dict[str, int]:
+    """Container port name -> number: Triton's, and on the front the OpenAI front's."""
+    return {**PORTS, OPENAI_PORT_NAME: OPENAI_PORT} if role is PodRole.FRONT else dict(PORTS)
+
+
+def _api_key_env(plan: DeployPlan) -> list[Obj]:
+    """The OpenAI front's API key (``PDTRT_API_KEY``, read by ``pdtrt serve``) from the Secret
+    ``<name>-openai-api-key`` (key ``api-key``) when it exists; without it the front is open."""
+    secret = {"name": plan.names.api_key_secret, "key": API_KEY_SECRET_KEY, "optional": True}
+    return [{"name": envvars.PDTRT_API_KEY, "valueFrom": {"secretKeyRef": secret}}]
 
 
 def _hub_env(plan: DeployPlan) -> list[Obj]:
@@ -186,10 +205,11 @@ def deployment(plan: DeployPlan, rp: RolePlan) -> Obj:
 
 
 def service(plan: DeployPlan, role: PodRole) -> Obj:
-    """The front's Service takes clients (HTTP and gRPC); a pool's takes the router's gRPC.
-    ClusterIP: Kubernetes balances *connections* across ready pods (docs/deploy.md)."""
-    names = ("http", "grpc") if role is PodRole.FRONT else ("grpc",)
-    ports = [{"name": n, "port": PORTS[n], "targetPort": n, "protocol": "TCP",
+    """The front's Service takes clients (HTTP, gRPC and the OpenAI API); a pool's takes the
+    router's gRPC. ClusterIP: Kubernetes balances *connections* across ready pods
+    (docs/deploy.md)."""
+    names = ("http", "grpc", OPENAI_PORT_NAME) if role is PodRole.FRONT else ("grpc",)
+    ports = [{"name": n, "port": _ports(role)[n], "targetPort": n, "protocol": "TCP",
               **({"appProtocol": "kubernetes.io/h2c"} if n == "grpc" else {})} for n in names]
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": plan.meta(plan.names.service(role), role),

@@ -6,7 +6,8 @@ Every pod mounts the same three things: its role's spec (a ConfigMap, read-only,
 and, when the spec names a local checkpoint, its ``config.json`` and tokenizer files under
 ``/models/checkpoint``), and a writable scratch directory (``/var/run/pdtrt``, an emptyDir)
 where the pod generates its Triton repository. Ports are Triton's defaults, fixed, because
-Services and the router's endpoints name them.
+Services and the router's endpoints name them; the front pod also serves the OpenAI API on
+:data:`OPENAI_PORT` (``pdtrt serve --openai-port``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 __all__ = ["CHECKPOINT_DIR", "ENGINES_DIR", "GRPC_PORT", "HTTP_PORT", "METRICS_PORT",
-           "MODELS_DIR", "PORTS", "REPO_DIR", "RUN_DIR", "SERVE_DIR", "SPEC_DIR", "TMP_DIR"]
+           "MODELS_DIR", "OPENAI_PORT", "OPENAI_PORT_NAME", "PORTS", "REPO_DIR", "RUN_DIR",
+           "SERVE_DIR", "SPEC_DIR", "TMP_DIR"]
 
 SPEC_DIR = PurePosixPath("/etc/pdtrt")
 MODELS_DIR = PurePosixPath("/models")
@@ -31,3 +33,6 @@ GRPC_PORT = 8001
 METRICS_PORT = 8002
 # container port name -> number; Services, probes and the PodMonitor refer to the names
 PORTS = {"http": HTTP_PORT, "grpc": GRPC_PORT, "metrics": METRICS_PORT}
+# the front pod's OpenAI-compatible front (its /v1 API and its own /metrics)
+OPENAI_PORT = 8080
+OPENAI_PORT_NAME = "openai"

@@ -18,17 +18,23 @@ autoscalers may query, and nothing else.
 The router's per-request histograms (:mod:`pdtrt.runtime.router.timeline`: queue, prefill,
 KV transfer, decode, TTFT, mean inter-token time, end to end, tokens in and out) are families
 of Prometheus type histogram: a query reads their ``_bucket`` / ``_sum`` / ``_count`` series
-(:func:`family_of` maps a series back to its family). What is *not* exported yet, so no panel
-can show it honestly: the per-token inter-token latency distribution (only the OpenAI front
-sees every token, ``pdtrt_front_itl_seconds``, and the Kubernetes front pod does not run the
-front yet), KV-transfer time and bytes on trtllm-0.21.
+(:func:`family_of` maps a series back to its family).
+
+- **pdtrt's OpenAI front** (:mod:`pdtrt.front.metrics`, ``prometheus_client``, on the front's
+  own port at ``/metrics``; every front pod runs it): requests by endpoint and status, clients
+  that hung up, requests in flight, and histograms of TTFT, every token's gap (the per-token
+  inter-token latency only the front sees), end to end and tokens in and out. Tests read them
+  back from the front's sources and from a real front's scrape.
+
+What is *not* exported yet, so no panel can show it honestly: KV-transfer time and bytes on
+trtllm-0.21.
 """
 
 from __future__ import annotations
 
 from pdtrt.enums import Target
 
-__all__ = ["HISTOGRAMS", "PROMETHEUS", "ROUTER", "exported", "family_of"]
+__all__ = ["FRONT", "HISTOGRAMS", "PROMETHEUS", "ROUTER", "exported", "family_of"]
 
 # pdtrt's router model (pdtrt.runtime.router.model)
 ROUTER_REQUESTS = "pdtrt_router_requests_total"
@@ -52,13 +58,26 @@ REQUEST_TPOT = "pdtrt_request_tpot_seconds"
 REQUEST_E2E = "pdtrt_request_e2e_seconds"
 REQUEST_INPUT_TOKENS = "pdtrt_request_input_tokens"
 REQUEST_OUTPUT_TOKENS = "pdtrt_request_output_tokens"
-HISTOGRAMS = frozenset({REQUEST_QUEUE, REQUEST_PREFILL, REQUEST_KV_TRANSFER, REQUEST_DECODE,
-                        REQUEST_TTFT, REQUEST_TPOT, REQUEST_E2E, REQUEST_INPUT_TOKENS,
-                        REQUEST_OUTPUT_TOKENS})
+ROUTER_HISTOGRAMS = frozenset({REQUEST_QUEUE, REQUEST_PREFILL, REQUEST_KV_TRANSFER,
+                               REQUEST_DECODE, REQUEST_TTFT, REQUEST_TPOT, REQUEST_E2E,
+                               REQUEST_INPUT_TOKENS, REQUEST_OUTPUT_TOKENS})
 ROUTER = frozenset({ROUTER_REQUESTS, ROUTER_ERRORS, ROUTER_CANCELLED, ROUTER_TTFT_SECONDS,
                     PREFILL_QUEUE_SECONDS, DECODE_QUEUE_SECONDS, ROUTER_RETRIES,
                     ROUTER_FALLBACKS, ROUTER_STALLED, ROUTER_EJECTIONS, ROUTER_HEALTHY}
-                   | HISTOGRAMS)
+                   | ROUTER_HISTOGRAMS)
+
+# pdtrt's OpenAI front (pdtrt.front.metrics), on its own port
+FRONT_REQUESTS = "pdtrt_front_requests_total"  # labels endpoint, status
+FRONT_DISCONNECTS = "pdtrt_front_disconnects_total"
+FRONT_IN_FLIGHT = "pdtrt_front_requests_in_flight"  # gauge
+FRONT_TTFT = "pdtrt_front_ttft_seconds"
+FRONT_ITL = "pdtrt_front_itl_seconds"
+FRONT_E2E = "pdtrt_front_e2e_seconds"
+FRONT_INPUT_TOKENS = "pdtrt_front_input_tokens"
+FRONT_OUTPUT_TOKENS = "pdtrt_front_output_tokens"
+FRONT_HISTOGRAMS = frozenset({FRONT_TTFT, FRONT_ITL, FRONT_E2E, FRONT_INPUT_TOKENS,
+                              FRONT_OUTPUT_TOKENS})
+FRONT = frozenset({FRONT_REQUESTS, FRONT_DISCONNECTS, FRONT_IN_FLIGHT}) | FRONT_HISTOGRAMS
 
 # pdtrt's LLM-API engine model (pdtrt.runtime.engine.model); the KV ones from the reference
 ENGINE_ACTIVE = "pdtrt_engine_active_sequences"
@@ -86,15 +105,18 @@ TRTLLM_REQUESTS = "nv_trt_llm_request_metrics"  # gauge; label request_type
 TRTLLM_KV_BLOCKS = "nv_trt_llm_kv_cache_block_metrics"  # gauge; label kv_cache_block_type
 TRTLLM_BACKEND = frozenset({TRTLLM_REQUESTS, TRTLLM_KV_BLOCKS})
 
+# every histogram family, the router's and the front's
+HISTOGRAMS = ROUTER_HISTOGRAMS | FRONT_HISTOGRAMS
+
 # Series Prometheus itself writes for every scrape target (1 when the scrape succeeded).
 UP = "up"
 PROMETHEUS = frozenset({UP})
 
 _BY_TARGET = {
-    Target.REFERENCE: ROUTER | ENGINE | TRITON | PROMETHEUS,
-    Target.TRTLLM_0_21: ROUTER | TRITON | TRITON_GPU | TRTLLM_BACKEND | PROMETHEUS,
+    Target.REFERENCE: ROUTER | FRONT | ENGINE | TRITON | PROMETHEUS,
+    Target.TRTLLM_0_21: ROUTER | FRONT | TRITON | TRITON_GPU | TRTLLM_BACKEND | PROMETHEUS,
     # pdtrt's LLM-API engine model publishes the engine model's metrics
-    Target.TRTLLM_1_2: ROUTER | ENGINE | TRITON | TRITON_GPU | PROMETHEUS,
+    Target.TRTLLM_1_2: ROUTER | FRONT | ENGINE | TRITON | TRITON_GPU | PROMETHEUS,
 }
 
 

@@ -74,6 +74,11 @@ class Names:
         return f"{self.base}-specs"
 
     @property
+    def api_key_secret(self) -> str:
+        """The Secret the user may create with the OpenAI front's API key (not generated)."""
+        return f"{self.base}-openai-api-key"
+
+    @property
     def dashboard_configmap(self) -> str:
         return f"{self.base}-grafana-dashboard"
 

@@ -21,6 +21,7 @@ from. The rules, in one place:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -28,7 +29,14 @@ from typing import Any
 
 from pdtrt.deploy.names import Names, PodRole, names_for
 from pdtrt.deploy.network import PodNetwork, transport_problems
-from pdtrt.deploy.resources import PodResources, front_resources, pool_resources
+from pdtrt.deploy.resources import (
+    FRONT_CPU_S_PER_TOKEN,
+    ROUTER_CPU_S_PER_TOKEN,
+    PodResources,
+    front_resources,
+    front_tok_per_s,
+    pool_resources,
+)
 from pdtrt.deploy.roles import RoleSpec, role_issues, role_spec
 from pdtrt.enums import Phase, Target
 from pdtrt.errors import DeployError
@@ -198,13 +206,22 @@ def plan_deploy(dep: Deployment, options: DeployOptions) -> DeployPlan:
     decode_max = next(p.max_replicas or p.replicas for p in pools
                       if p.role is PodRole.of(Phase.DECODE))
     front_res = front_resources(dep, max_decode_replicas=decode_max)
-    router_cores = front_res.cpus - 1
-    if target_support(spec.target).needs_gpu and router_cores > spec.router.instances:
-        warnings.append(
-            f"the router relays up to ~{router_cores} cores' worth of tokens at "
-            f"{decode_max} decode pods ({front_res.why}), but router.instances is "
-            f"{spec.router.instances}: one router instance uses one core; set "
-            f"router.instances: {router_cores} (docs/serve.md, Sizing the router)")
+    if target_support(spec.target).needs_gpu:
+        tok_s = front_tok_per_s(dep, max_decode_replicas=decode_max)
+        router_cores = math.ceil(tok_s * ROUTER_CPU_S_PER_TOKEN)
+        if router_cores > spec.router.instances:
+            warnings.append(
+                f"the router relays up to ~{router_cores} cores' worth of tokens at "
+                f"{decode_max} decode pods ({front_res.why}), but router.instances is "
+                f"{spec.router.instances}: one router instance uses one core; set "
+                f"router.instances: {router_cores} (docs/serve.md, Sizing the router)")
+        if tok_s * FRONT_CPU_S_PER_TOKEN > 1:
+            warnings.append(
+                f"the OpenAI front is one process (one core: ~{1 / FRONT_CPU_S_PER_TOKEN:,.0f} "
+                f"streamed tok/s at {FRONT_CPU_S_PER_TOKEN * 1e6:.0f} us/token), and "
+                f"{decode_max} decode pods make up to ~{tok_s:,.0f} tok/s: with every client "
+                "on /v1 it is the bottleneck; send the heavy clients to gRPC (port 8001) "
+                "(docs/openai.md)")
     front = RolePlan(
         role=PodRole.FRONT, spec=role_spec(spec, PodRole.FRONT, names), image=pdtrt_image,
         init_image=pdtrt_image, launcher=Launcher.PDTRT_SERVE, repo_mode="disaggregated",

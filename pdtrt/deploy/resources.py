@@ -17,7 +17,9 @@
   costs :data:`ROUTER_CPU_S_PER_TOKEN` of router CPU (``benchmarks/router_bench.md``, the
   fixed-rate capacity run), so it asks for the tokens/s of the decode pool at its autoscaler's
   maximum (pdtrt's estimate of one decode instance at its full batch, times the pods) times
-  that, plus one core for Triton and the pre/postprocessing -- at least :data:`CPU_POD_CPUS`.
+  that, plus the same tokens times :data:`FRONT_CPU_S_PER_TOKEN` for the OpenAI front (as if
+  every client came through it; one process, so one core at most), plus one core for Triton
+  and the pre/postprocessing -- at least :data:`CPU_POD_CPUS`.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from pdtrt.enums import Phase
 from pdtrt.spec.deployment import Deployment
 from pdtrt.targets.registry import target_support
 
-__all__ = ["GPU_RESOURCE", "ROUTER_CPU_S_PER_TOKEN", "PodResources", "decode_tok_per_s",
-           "front_resources", "pool_resources"]
+__all__ = ["FRONT_CPU_S_PER_TOKEN", "GPU_RESOURCE", "ROUTER_CPU_S_PER_TOKEN", "PodResources",
+           "decode_tok_per_s", "front_resources", "front_tok_per_s", "pool_resources"]
 
 GiB = 1 << 30
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -43,6 +45,9 @@ CPU_POD_CPUS = 2
 # Router CPU per relayed token: 290-330 µs measured with benchmarks/router_capacity.py (the
 # upper end, as docs/serve.md "Sizing the router" uses it).
 ROUTER_CPU_S_PER_TOKEN = 322e-6
+# OpenAI front CPU per streamed token (SSE): 335-444 µs measured with benchmarks/front_bench.py
+# at c = 32 and c = 1 (the upper end; benchmarks/front_bench.md). One front is one process.
+FRONT_CPU_S_PER_TOKEN = 444e-6
 
 
 def _gib(num_bytes: int) -> str:
@@ -88,19 +93,27 @@ def decode_tok_per_s(dep: Deployment) -> float:
     return est.output_tok_per_s / config.decode_instances
 
 
+def front_tok_per_s(dep: Deployment, *, max_decode_replicas: int) -> float:
+    """Output tokens/s the front relays when the decode pool runs ``max_decode_replicas``
+    instances at their full batch."""
+    return decode_tok_per_s(dep) * max_decode_replicas
+
+
 def front_resources(dep: Deployment, *, max_decode_replicas: int) -> PodResources:
     """The front pod (Triton, the router, pre/postprocessing): CPU for what the router relays
     when the decode pool runs ``max_decode_replicas`` instances (module docstring)."""
     if not target_support(dep.spec.target).needs_gpu:
         return PodResources(gpus=0, cpus=CPU_POD_CPUS, memory_bytes=CPU_POD_MEMORY_BYTES,
                             shm_bytes=CPU_POD_SHM_BYTES, why="CPU pod: fixed 4 GiB, 2 cores")
-    tok_s = decode_tok_per_s(dep) * max_decode_replicas
+    tok_s = front_tok_per_s(dep, max_decode_replicas=max_decode_replicas)
     router = tok_s * ROUTER_CPU_S_PER_TOKEN
-    cpus = max(CPU_POD_CPUS, math.ceil(1 + router))
-    why = (f"fixed 4 GiB; {cpus} cores: router {max_decode_replicas} decode pods x "
+    front = min(1.0, tok_s * FRONT_CPU_S_PER_TOKEN)  # one process: one core at most
+    cpus = max(CPU_POD_CPUS, math.ceil(1 + router + front))
+    why = (f"fixed 4 GiB; {cpus} cores: {max_decode_replicas} decode pods x "
            f"{tok_s / max_decode_replicas:.0f} tok/s (estimate at full batch) x "
-           f"{ROUTER_CPU_S_PER_TOKEN * 1e6:.0f} us/token = {router:.2f} cores, + 1 for Triton "
-           "and pre/postprocessing")
+           f"({ROUTER_CPU_S_PER_TOKEN * 1e6:.0f} us/token router = {router:.2f} cores + "
+           f"{FRONT_CPU_S_PER_TOKEN * 1e6:.0f} us/token OpenAI front = {front:.2f} cores), + 1 "
+           "for Triton and pre/postprocessing")
     return PodResources(gpus=0, cpus=cpus, memory_bytes=CPU_POD_MEMORY_BYTES,
                         shm_bytes=CPU_POD_SHM_BYTES, why=why)
 

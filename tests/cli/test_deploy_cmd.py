@@ -19,7 +19,7 @@ def test_k8s_writes_the_manifests_of_the_seed_scenario(run, tmp_path):
     result = run("deploy", "k8s", LLAMA, "--output", str(out))
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == [
-        f"wrote {out}: 15 objects of llama3-8b-h100-l40s-trtllm-0.21 (trtllm-0.21), valid against "
+        f"wrote {out}: 16 objects of llama3-8b-h100-l40s-trtllm-0.21 (trtllm-0.21), valid against "
         "Kubernetes 1.33.0",
         # the name column widens to the longest workload name
         f"  front    llama3-8b-h100-l40s-trtllm-0-21-front   1 pod     CPU{' ' * 32}"
@@ -28,20 +28,22 @@ def test_k8s_writes_the_manifests_of_the_seed_scenario(run, tmp_path):
         f"NVIDIA-H100-80GB-HBM3     {NGC}",
         "  decode   llama3-8b-h100-l40s-trtllm-0-21-decode  2-4 pods  1 GPU on NVIDIA-L40S"
         f"{' ' * 15}{NGC}",
-        "  clients: Service llama3-8b-h100-l40s-trtllm-0-21 (HTTP 8000, gRPC 8001); models volume: "
+        "  clients: Service llama3-8b-h100-l40s-trtllm-0-21 (HTTP 8000, gRPC 8001, OpenAI 8080/v1; "
+        "optional key: Secret llama3-8b-h100-l40s-trtllm-0-21-openai-api-key); models volume: "
         "PersistentVolumeClaim llama3-8b-h100-l40s-trtllm-0-21-models (yours)",
         f"  dashboard: {out}/grafana/llama3-8b-h100-l40s-trtllm-0-21.json; autoscaler metrics: "
         f"{out}/prometheus-adapter/values.yaml",
         f"apply: kubectl apply -k {out}"]
     warnings = result.stderr.splitlines()
-    assert len(warnings) == 3 and all(w.startswith("warning: ") for w in warnings)
+    assert len(warnings) == 4 and all(w.startswith("warning: ") for w in warnings)
     assert "UCX will use tcp between pods" in warnings[0]
     assert "set router.instances: 3" in warnings[1]  # 4 decode pods' tokens: ~3 router cores
+    assert "the OpenAI front is one process" in warnings[2]  # ~7,900 tok/s > one core's
     assert ("supported on the reference and trtllm-1.2 targets only, not on trtllm-0.21"
-            in warnings[2])
+            in warnings[3])
     valid = run("deploy", "validate", str(out))
     assert valid.exit_code == 0, valid.output
-    assert valid.stdout == f"ok: {out}: 15 objects, valid against Kubernetes 1.33.0\n"
+    assert valid.stdout == f"ok: {out}: 16 objects, valid against Kubernetes 1.33.0\n"
 
 
 def test_k8s_options_and_json(run, tmp_path):
@@ -61,10 +63,11 @@ def test_k8s_options_and_json(run, tmp_path):
     assert data["roles"]["prefill"]["autoscale"] == {
         "metric": "pdtrt_prefill_queue_seconds_per_request", "target": "250m",
         "why": "0.25 x slo.ttft_ms 1000 ms = 250 ms of prefill queue per request"}
-    # no transport warning (rdma is given): the router sizing (6 decode pods) and the target's
-    # remote-pool rule
-    assert len(data["warnings"]) == 2 and "set router.instances: 4" in data["warnings"][0]
-    assert data["roles"]["front"]["resources"]["requests"]["cpu"] == "5"
+    # no transport warning (rdma is given): the router sizing (6 decode pods), the OpenAI
+    # front's one core, and the target's remote-pool rule
+    assert len(data["warnings"]) == 3 and "set router.instances: 4" in data["warnings"][0]
+    assert "the OpenAI front is one process" in data["warnings"][1]
+    assert data["roles"]["front"]["resources"]["requests"]["cpu"] == "6"  # 3.83 + 1 + 1
     monitoring = list(yaml.safe_load_all((out / "monitoring.yaml").read_text()))
     assert monitoring[0]["metadata"] == {"name": "pd", "namespace": "llm", "labels": {
         "app.kubernetes.io/name": "pdtrt", "app.kubernetes.io/instance": "pd",

@@ -132,6 +132,7 @@ def test_invalid_objects_are_never_written(deps, tmp_path):
         generate_k8s(deps["reference-cpu"], out,
                      options=DeployOptions(monitor_labels={"release": "kube prometheus"}))
     assert err.value.problems == [
-        "PodMonitor/reference-cpu: metadata.labels.release: label value 'kube prometheus' is not "
-        "valid (at most 63 characters: letters, digits, '-', '_', '.', alphanumeric ends)"]
+        f"PodMonitor/{name}: metadata.labels.release: label value 'kube prometheus' is not "
+        "valid (at most 63 characters: letters, digits, '-', '_', '.', alphanumeric ends)"
+        for name in ("reference-cpu", "reference-cpu-openai")]
     assert not out.exists() and list(tmp_path.iterdir()) == []

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import pdtrt.front
 import pdtrt.runtime
 from pdtrt.deploy import metrics as m
 from pdtrt.deploy.autoscale import adapter_values, pool_metric
@@ -34,12 +35,30 @@ def runtime_metric_names() -> set[str]:
     return names
 
 
-def test_pdtrt_names_are_the_runtimes_own():
+def front_metric_names() -> set[str]:
+    """The families the OpenAI front declares with prometheus_client in pdtrt/front/metrics.py,
+    by the names a scrape shows: a ``Counter("x")`` is ``x_total``."""
+    path = Path(pdtrt.front.__file__).parent / "metrics.py"
+    kinds = {"Counter": "_total", "Gauge": "", "Histogram": ""}
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) in kinds
+                and node.args and isinstance(node.args[0], ast.Constant)):
+            names.add(node.args[0].value + kinds[node.func.id])
+    return names
+
+
+def test_pdtrt_names_are_the_runtimes_and_the_fronts_own():
     declared = runtime_metric_names()
     assert len(declared) >= 10  # the AST walk found the runtime's metric declarations
+    front = front_metric_names()
+    assert len(front) >= 8  # ... and the front's
     pdtrt_names = {n for t in Target for n in m.exported(t) if n.startswith("pdtrt_")}
-    assert pdtrt_names <= declared, pdtrt_names - declared
-    assert m.ROUTER | m.ENGINE == pdtrt_names
+    assert pdtrt_names - m.FRONT <= declared, pdtrt_names - m.FRONT - declared
+    assert m.FRONT == front
+    assert m.ROUTER | m.ENGINE | m.FRONT == pdtrt_names
+    for target in Target:  # every front pod runs the OpenAI front
+        assert m.FRONT <= m.exported(target)
 
 
 def _exprs(example_objects, base: str) -> list[str]:
@@ -71,12 +90,17 @@ def test_dashboard_shows_what_the_issue_asks_for(deps, example):
                    "Prefill (p50, p90, p99)", "KV transfer (p50, p90, p99)",
                    "Decode (p50, p90, p99)", "Failovers and ejections",
                    "Engine queue time per request, by phase", "Errors per second",
-                   "Not shown yet"):
+                   "Inter-token latency (OpenAI front) (p50, p90, p99)",
+                   "Time to first token (OpenAI front) (p50, p90, p99)",
+                   "End to end (OpenAI front) (p50, p90, p99)",
+                   "OpenAI requests per second, by status"):
         assert wanted in titles
     assert ("KV transfer throughput" in titles) is (example == "reference-cpu")
     assert ("KV-cache usage, by pod" in titles) is (example != "reference-cpu")
-    text = next(p for p in board["panels"] if p["type"] == "text")["options"]["content"]
-    assert "Per-token inter-token latency" in text and "pdtrt_front_itl_seconds" in text
+    # what no metric carries is said, not faked; per-token ITL is exported now
+    texts = [p["options"]["content"] for p in board["panels"] if p["type"] == "text"]
+    assert ("Not shown yet" in titles) is (example != "reference-cpu")
+    assert not any("inter-token" in t.lower() for t in texts)
     ids = [p["id"] for p in board["panels"]]
     assert ids == list(range(1, len(ids) + 1))
     spans = {(p["gridPos"]["x"], p["gridPos"]["y"]) for p in board["panels"]}
@@ -115,5 +139,5 @@ def test_a_running_reference_server_exports_every_name(reference_server):
     (``up`` is Prometheus's own)."""
     text = urllib.request.urlopen(reference_server[0].endpoints.metrics_url).read().decode()
     served = {m.family_of(n) for n in re.findall(r"^# TYPE (\S+) ", text, re.M)}
-    wanted = m.exported(Target.REFERENCE) - m.PROMETHEUS
+    wanted = m.exported(Target.REFERENCE) - m.PROMETHEUS - m.FRONT  # the front: its own port
     assert wanted <= served, wanted - served

@@ -115,7 +115,7 @@ def test_each_reference_pod_generates_the_repository_of_its_role(deps, tmp_path,
 def test_trtllm_pods_are_told_the_target_refuses_remote_pools(deps):
     plan = plan_deploy(deps[LLAMA], DeployOptions())
     assert not target_support(Target.TRTLLM_0_21).supports_remote_pools
-    assert plan.warnings[2] == (
+    assert plan.warnings[3] == (
         "the pods' specs break pdtrt's spec rules -- front (prefill.endpoint, decode.endpoint); "
         "prefill (prefill.endpoint); decode (decode.endpoint) -- so `pdtrt repo` in those pods' "
         "init containers will refuse them: pools in other Triton servers are supported on the "
@@ -208,7 +208,11 @@ def test_gpu_target_without_an_image(deps, monkeypatch):
 
 
 def test_the_front_asks_for_the_router_cores_the_decode_pool_can_keep_busy(deps):
-    from pdtrt.deploy.resources import ROUTER_CPU_S_PER_TOKEN, decode_tok_per_s
+    from pdtrt.deploy.resources import (
+        FRONT_CPU_S_PER_TOKEN,
+        ROUTER_CPU_S_PER_TOKEN,
+        decode_tok_per_s,
+    )
 
     llama = deps[LLAMA]
     per_pod = decode_tok_per_s(llama)
@@ -217,6 +221,8 @@ def test_the_front_asks_for_the_router_cores_the_decode_pool_can_keep_busy(deps)
               for n in (2, 4, 8)}
     for n, front in fronts.items():
         assert front.role is PodRole.FRONT
-        assert front.resources.cpus == max(2, math.ceil(1 + n * per_pod * ROUTER_CPU_S_PER_TOKEN))
+        tok_s = n * per_pod  # router CPU per token, + the OpenAI front's (one core at most)
+        assert front.resources.cpus == max(2, math.ceil(
+            1 + tok_s * ROUTER_CPU_S_PER_TOKEN + min(1, tok_s * FRONT_CPU_S_PER_TOKEN)))
     assert fronts[2].resources.cpus < fronts[8].resources.cpus  # more decode pods, more router
     assert plan_deploy(deps[REF], DeployOptions()).roles[0].resources.cpus == 2  # CPU target

@@ -19,7 +19,7 @@ def test_generated_objects_are_valid(objects, example, version):
     report = validate_objects(objects(example), kubernetes_version=version)
     assert report.schema_checked
     assert [p.render() for p in report.problems] == []
-    assert len(report.objects) == 15
+    assert len(report.objects) == 16
 
 
 def test_the_pinned_version_is_one_the_package_ships():
@@ -88,10 +88,10 @@ DEFECTS = [
       "characters, starting with a letter)"]),
     ("probe-port", "Deployment", "reference-cpu-front", (*CONTAINER, "ports", 0, "name"), "web",
      [f"Deployment/reference-cpu-front: spec.template.spec.containers[0].{probe}.httpGet.port: "
-      "no container port named 'http' (ports: ['grpc', 'metrics', 'web'])"
+      "no container port named 'http' (ports: ['grpc', 'metrics', 'openai', 'web'])"
       for probe in ("startupProbe", "readinessProbe", "livenessProbe")]
      + ["Service/reference-cpu: spec.ports[0].targetPort: Deployment/reference-cpu-front has no "
-        "container port named 'http' (ports: ['grpc', 'metrics', 'web'])"]),
+        "container port named 'http' (ports: ['grpc', 'metrics', 'openai', 'web'])"]),
 ]
 
 

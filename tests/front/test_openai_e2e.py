@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import shutil
 import subprocess
+import urllib.request
 from urllib.parse import urlparse
 
 import pytest
 from e2e_client import metric, wait_for
 
 from pdtrt.client import GenerateRequest, LLMClient
+from pdtrt.deploy.metrics import FRONT, family_of
 from tests.serve.test_e2e import oracle  # noqa: F401 -- the module-scoped fixture, reused
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
@@ -159,6 +162,10 @@ def test_each_request_lands_in_the_router_and_front_histograms(reference_server,
         n: metric(metrics, f"pdtrt_request_{n}_seconds_count") - before[n] for n in names}
     assert metric(metrics, "pdtrt_request_output_tokens_sum") == out_before + 8
     assert metric(front_metrics, "pdtrt_front_itl_seconds_count") == itl_before + 7
+    # every front family the dashboard may query is on the front's scrape
+    scrape = urllib.request.urlopen(front_metrics, timeout=10).read().decode()
+    served = {family_of(n) for n in re.findall(r"^# TYPE (\S+) ", scrape, re.M)}
+    assert FRONT <= served, FRONT - served
     # Prometheus's histogram series: the +Inf bucket holds every observation
     assert metric(metrics, "pdtrt_request_ttft_seconds_bucket", le="+Inf") == metric(
         metrics, "pdtrt_request_ttft_seconds_count")
