@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # genai-perf's OpenAI chat endpoint type against pdtrt's OpenAI front (issue 28): the CPU
 # reference deployment served by `pdtrt serve docs/examples/reference-cpu.yaml --detach` (its
-# front on a free port), genai-perf 0.0.16 `profile --service-kind openai --endpoint-type chat
+# front on a free port), genai-perf 0.0.16 `profile --endpoint-type chat
 # --streaming`, synthetic prompts of 64 tokens cut with the deployment's own tokenizer, 32
 # output tokens (ignore_eos), closed loop with 4 users, 40 requests. Prints genai-perf's
 # averages; results: docs/openai.md.
@@ -27,7 +27,7 @@ PYEOF
 MODEL="$(curl -sS "$OPENAI/models" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')"
 cd "$WORK"
 HF_HUB_OFFLINE=1 PATH="$GP_VENV/bin:$PATH" LD_LIBRARY_PATH="$WORK/libs" \
-  "$GP_VENV/bin/genai-perf" profile -m "$MODEL" --service-kind openai --endpoint-type chat \
+  "$GP_VENV/bin/genai-perf" profile -m "$MODEL" --endpoint-type chat \
   -u "${OPENAI%/v1}" --streaming --tokenizer "$TOK" --synthetic-input-tokens-mean 64 \
   --synthetic-input-tokens-stddev 0 --output-tokens-mean 32 --output-tokens-stddev 0 \
   --extra-inputs ignore_eos:true --concurrency 4 --request-count 40 --warmup-request-count 4 \

@@ -25,7 +25,7 @@ from pdtrt.serve.launcher import (
     wait_front,
     write_state,
 )
-from pdtrt.serve.supervisor import Supervisor
+from pdtrt.serve.supervisor import Supervisor, read_topology
 from pdtrt.serve.triton_server import TritonServer, free_port
 
 _MIN_READY_WAIT_S = 30.0  # for the first health round after a slow start
@@ -92,12 +92,15 @@ def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host
     warnings = pools_warnings(prepared, config)
     for text in warnings:
         click.echo(f"warning: {text}", err=True)
+    # what the supervisor reads (pools, paths) is checked before any process starts: a
+    # repository it cannot read must not leave a detached server behind
+    topology = read_topology(prepared.repository)
     server = TritonServer(config)
     say(f"starting Triton on {prepared.repository} (log: {config.log_path})")
     start = time.monotonic()
     endpoints = server.start(timeout_s=timeout_s)
     supervisor = Supervisor.for_server(prepared.repository, grpc_url=endpoints.grpc_url,
-                                       http_url=endpoints.http_url,
+                                       topology=topology, http_url=endpoints.http_url,
                                        metrics_url=endpoints.metrics_url)
     try:
         say("waiting until every phase has a healthy endpoint")

@@ -45,9 +45,9 @@ CPU_POD_CPUS = 2
 # Router CPU per relayed token: 290-330 µs measured with benchmarks/router_capacity.py (the
 # upper end, as docs/serve.md "Sizing the router" uses it).
 ROUTER_CPU_S_PER_TOKEN = 322e-6
-# OpenAI front CPU per streamed token (SSE): 335-444 µs measured with benchmarks/front_bench.py
+# OpenAI front CPU per streamed token (SSE): 270-470 µs measured with benchmarks/front_bench.py
 # at c = 32 and c = 1 (the upper end; benchmarks/front_bench.md). One front is one process.
-FRONT_CPU_S_PER_TOKEN = 444e-6
+FRONT_CPU_S_PER_TOKEN = 470e-6
 
 
 def _gib(num_bytes: int) -> str:

@@ -179,9 +179,11 @@ class Supervisor:
 
     @classmethod
     def for_server(cls, repository: Path, *, grpc_url: str, http_url: str,
-                   metrics_url: str | None = None) -> Supervisor:
+                   metrics_url: str | None = None,
+                   topology: Topology | None = None) -> Supervisor:
         return cls(repository, grpc_url=grpc_url, control=HttpModelControl(http_url),
-                   metrics=None if metrics_url is None else lambda: _fetch(metrics_url))
+                   metrics=None if metrics_url is None else lambda: _fetch(metrics_url),
+                   topology=topology)
 
     # -- one round ---------------------------------------------------------------------------
     def tick(self) -> Health:

@@ -13,6 +13,7 @@ from pdtrt.facts.embedded_triton import find_embedded_triton
 from pdtrt.serve.triton_server import free_port
 
 MODELS = Path(__file__).resolve().parent.parent / "triton_models"
+GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "repo"
 
 
 def test_serve_unknown_binary_is_exit_2(run, tmp_path):
@@ -31,6 +32,22 @@ def test_serve_spec_without_trtllm_engines_says_build_first(run, tmp_path):
     assert result.exit_code == 2
     assert "no engines for prefill, decode" in result.stderr
     assert "hint: build them on their GPUs first" in result.stderr
+
+
+def test_a_router_config_the_supervisor_cannot_read_fails_before_triton_starts(run, tmp_path):
+    """Found 2026-12-06: the error came after Triton had started, and `--detach` left that
+    server running with nobody to stop it."""
+    repo = tmp_path / "repo"
+    shutil.copytree(GOLDEN / "reference-cpu-disaggregated", repo)
+    config = repo / "router" / "config.pbtxt"
+    text = config.read_text()
+    assert 'string_value: "grpc"' in text
+    config.write_text(text.replace('string_value: "grpc"', 'string_value: "pigeon"', 1))
+    work = tmp_path / "wd"
+    result = run("serve", str(repo), "--workdir", str(work), "--detach", "--timeout", "5")
+    assert result.exit_code != 0
+    assert "router/config.pbtxt: phase_transport 'pigeon' is not bls or grpc" in result.stderr
+    assert not (work / "server.log").exists()  # no server was started
 
 
 @pytest.mark.triton
