@@ -42,9 +42,11 @@ SHM_PER_GPU_BYTES = 2 * GiB
 CPU_POD_SHM_BYTES = 1 * GiB
 CPU_PER_GPU = 4
 CPU_POD_CPUS = 2
-# Router CPU per relayed token: 290-330 µs measured with benchmarks/router_capacity.py (the
-# upper end, as docs/serve.md "Sizing the router" uses it).
-ROUTER_CPU_S_PER_TOKEN = 322e-6
+# Router CPU per relayed token when it calls its phases over gRPC -- always, from the front pod
+# (its pools are other pods), and the default in one server too: 211-232 µs measured with
+# benchmarks/router_capacity.py --phase-transport grpc at c = 64 (2026-12-05 and -06; the upper
+# end, as docs/serve.md "Sizing the router" uses it; over BLS it was 290-330 µs).
+ROUTER_CPU_S_PER_TOKEN = 232e-6
 # OpenAI front CPU per streamed token (SSE): 270-470 µs measured with benchmarks/front_bench.py
 # at c = 32 and c = 1 (the upper end; benchmarks/front_bench.md). One front is one process.
 FRONT_CPU_S_PER_TOKEN = 470e-6

@@ -37,7 +37,7 @@ def test_k8s_writes_the_manifests_of_the_seed_scenario(run, tmp_path):
     warnings = result.stderr.splitlines()
     assert len(warnings) == 4 and all(w.startswith("warning: ") for w in warnings)
     assert "UCX will use tcp between pods" in warnings[0]
-    assert "set router.instances: 3" in warnings[1]  # 4 decode pods' tokens: ~3 router cores
+    assert "set router.instances: 2" in warnings[1]  # 4 decode pods' tokens: ~2 router cores
     assert "the OpenAI front is one process" in warnings[2]  # ~7,900 tok/s > one core's
     assert ("supported on the reference and trtllm-1.2 targets only, not on trtllm-0.21"
             in warnings[3])
@@ -65,9 +65,9 @@ def test_k8s_options_and_json(run, tmp_path):
         "why": "0.25 x slo.ttft_ms 1000 ms = 250 ms of prefill queue per request"}
     # no transport warning (rdma is given): the router sizing (6 decode pods), the OpenAI
     # front's one core, and the target's remote-pool rule
-    assert len(data["warnings"]) == 3 and "set router.instances: 4" in data["warnings"][0]
+    assert len(data["warnings"]) == 3 and "set router.instances: 3" in data["warnings"][0]
     assert "the OpenAI front is one process" in data["warnings"][1]
-    assert data["roles"]["front"]["resources"]["requests"]["cpu"] == "6"  # 3.83 + 1 + 1
+    assert data["roles"]["front"]["resources"]["requests"]["cpu"] == "5"  # 2.76 + 1 + 1
     monitoring = list(yaml.safe_load_all((out / "monitoring.yaml").read_text()))
     assert monitoring[0]["metadata"] == {"name": "pd", "namespace": "llm", "labels": {
         "app.kubernetes.io/name": "pdtrt", "app.kubernetes.io/instance": "pd",
