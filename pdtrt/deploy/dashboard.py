@@ -129,6 +129,11 @@ def panels(target: Target, sel: str) -> tuple[Panel, ...]:
                        Query(f"sum (increase({m.ROUTER_STALLED}{{{sel}}}{RATE}))", "stalled"),
                        Query(f"sum by (endpoint) (increase({m.ROUTER_EJECTIONS}{{{sel}}}{RATE}))",
                              "ejected {{endpoint}}"))),
+        Panel(row="Requests (front)", title="Where prefills ran, by reason", unit="reqps",
+              description="Requests per second by prefill path -- aggregated, local (the "
+              "decode endpoint itself: conditional disaggregation) or remote -- and why.",
+              queries=(Query(f"sum by (path, reason) (rate({m.ROUTER_PREFILL_PATHS}{{{sel}}}"
+                             f"{RATE}))", "{{path}} ({{reason}})"),)),
         Panel(row="Requests (front)", title="Healthy endpoints, by phase", unit="short",
               description="Endpoints answering their health probes (ejected ones count 0).",
               queries=(Query(f"sum by (phase) ({m.ROUTER_HEALTHY}{{{sel}}})", "{{phase}}"),)),

@@ -48,6 +48,7 @@ ROUTER_FALLBACKS = "pdtrt_router_fallbacks_total"
 ROUTER_STALLED = "pdtrt_router_stalled_calls_total"  # labels phase, endpoint
 ROUTER_EJECTIONS = "pdtrt_router_endpoint_ejections_total"  # labels phase, endpoint
 ROUTER_HEALTHY = "pdtrt_router_endpoint_healthy"  # gauge; labels phase, endpoint
+ROUTER_PREFILL_PATHS = "pdtrt_router_prefill_path_total"  # labels path, reason
 # histograms of every request that succeeded (pdtrt.runtime.router.timeline)
 REQUEST_QUEUE = "pdtrt_request_queue_seconds"
 REQUEST_PREFILL = "pdtrt_request_prefill_seconds"
@@ -63,8 +64,8 @@ ROUTER_HISTOGRAMS = frozenset({REQUEST_QUEUE, REQUEST_PREFILL, REQUEST_KV_TRANSF
                                REQUEST_INPUT_TOKENS, REQUEST_OUTPUT_TOKENS})
 ROUTER = frozenset({ROUTER_REQUESTS, ROUTER_ERRORS, ROUTER_CANCELLED, ROUTER_TTFT_SECONDS,
                     PREFILL_QUEUE_SECONDS, DECODE_QUEUE_SECONDS, ROUTER_RETRIES,
-                    ROUTER_FALLBACKS, ROUTER_STALLED, ROUTER_EJECTIONS, ROUTER_HEALTHY}
-                   | ROUTER_HISTOGRAMS)
+                    ROUTER_FALLBACKS, ROUTER_STALLED, ROUTER_EJECTIONS, ROUTER_HEALTHY,
+                    ROUTER_PREFILL_PATHS} | ROUTER_HISTOGRAMS)
 
 # pdtrt's OpenAI front (pdtrt.front.metrics), on its own port
 FRONT_REQUESTS = "pdtrt_front_requests_total"  # labels endpoint, status

@@ -176,6 +176,25 @@ def phase_transport(spec: DeploymentSpec) -> PhaseTransport:
     return PhaseTransport.BLS if spec.target is Target.TRTLLM_0_21 else PhaseTransport.GRPC
 
 
+def _check_conditional(spec: DeploymentSpec, decode: PhaseLimits) -> None:
+    """Conditional disaggregation sends whole requests to the decode engine: only prompts it
+    takes in one step, and only on targets whose decode model is verified to take them."""
+    router = spec.router
+    if not (router.max_local_prefill_tokens or router.max_prefill_queue_depth):
+        return
+    if spec.target is Target.TRTLLM_0_21:
+        raise RepoError("conditional disaggregation (router.max_local_prefill_tokens, "
+                        "router.max_prefill_queue_depth) is not supported on trtllm-0.21: "
+                        "whether its decode model serves context_and_generation requests is "
+                        "not verified", hint="set both to 0, or use target trtllm-1.2")
+    if router.max_local_prefill_tokens > decode.max_num_tokens:
+        raise RepoError(f"router.max_local_prefill_tokens is {router.max_local_prefill_tokens} "
+                        f"but the decode engine takes at most {decode.max_num_tokens} tokens "
+                        "in one step (its max_num_tokens)",
+                        hint=f"set router.max_local_prefill_tokens to {decode.max_num_tokens} "
+                        "or less")
+
+
 def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
             limits: dict[Phase, PhaseLimits]) -> ModelPlan:
     """pdtrt's router: decoupled like the target's engine models, whose calls it forwards.
@@ -184,6 +203,7 @@ def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
     there are several."""
     spec = dep.spec
     transport = phase_transport(spec)
+    _check_conditional(spec, limits[Phase.DECODE])
     if transport is PhaseTransport.GRPC and spec.target is Target.TRTLLM_0_21:
         raise RepoError("router.phase_transport grpc is not supported on trtllm-0.21 (its MPI "
                         "launch does not give the router its server's address)",
@@ -214,6 +234,9 @@ def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
             (Param.PROBE_INTERVAL_S, param_number(health.probe_interval_s)),
             (Param.ERROR_OUTPUT, support.engine_error_output),
             (Param.PHASE_TRANSPORT, str(transport)),
+            (Param.MAX_LOCAL_PREFILL_TOKENS, str(router.max_local_prefill_tokens)),
+            (Param.MAX_PREFILL_QUEUE_DEPTH, param_number(router.max_prefill_queue_depth)),
+            (Param.LOCAL_PREFILL_LIMIT, str(limits[Phase.DECODE].max_num_tokens)),
             (Param.PHASE_INPUT_NAMES, ",".join(
                 f"{core}:{name}" for core, name in engine_input_renames(spec.target).items())),
             (Param.MAX_INPUT_LEN, str(min(limits[p].max_input_len for p in phases))),

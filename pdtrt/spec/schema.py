@@ -280,6 +280,18 @@ class RouterSection(_Section):
     aggregated_below_tokens: int = Field(
         default=0, ge=0, description="Prompts shorter than this go to the aggregated path "
         "(0 disables).")
+    max_local_prefill_tokens: int = Field(
+        default=0, ge=0, description="Conditional disaggregation: a request whose net-new "
+        "prompt (today the whole prompt: no prefix cache yet) is at most this many tokens is "
+        "prefilled by the decode endpoint itself -- one context_and_generation request, no "
+        "prefill call, no KV transfer (0 disables; at most the decode engine's "
+        "max_num_tokens). As trtllm-serve's conditional_disagg_config.max_local_prefill_length "
+        "and Dynamo's max_local_prefill_length; docs/serve.md.")
+    max_prefill_queue_depth: float = Field(
+        default=0, ge=0, description="Conditional disaggregation: while even the least loaded "
+        "healthy prefill endpoint has at least this many prefill calls in flight per instance, "
+        "a prompt the decode engine takes in one step (its max_num_tokens) is prefilled there "
+        "instead of queueing (0 disables).")
     fallback_to_aggregated: bool = Field(
         default=False, description="A request whose disaggregated path fails before any "
         "decode token reached the client (no healthy prefill or decode endpoint left) is "

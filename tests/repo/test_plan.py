@@ -134,6 +134,8 @@ def test_reference_parameters_follow_the_runtime_contract(tmp_path):
         "fallback_to_aggregated": "false", "max_attempts": "2", "liveness_s": "1",
         "probe_timeout_s": "4", "probe_interval_s": "2",
         "phase_error_output": "pdtrt_error", "phase_transport": "grpc", "phase_input_names": "",
+        "max_local_prefill_tokens": "0", "max_prefill_queue_depth": "0",
+        "local_prefill_limit": "256",  # the decode engine's max_num_tokens
         "max_input_len": "384", "max_seq_len": "512"}
     assert _params(plan, "preprocessing") == {"pdtrt_role": "preprocessing",
                                               "tokenizer_dir": str(layout / "tokenizer")}
@@ -277,6 +279,23 @@ def test_phase_transport_auto_is_grpc_except_on_trtllm_0_21(tmp_path, example, c
     plan = plan_repo(load_deployment(spec), mode=RepoMode.DISAGGREGATED, engines_root=tmp_path)
     [router] = [m for m in plan.models if m.name == "router"]
     assert dict(router.parameters)[Param.PHASE_TRANSPORT] == written
+
+
+@pytest.mark.parametrize(("example", "setting", "error"), [
+    ("reference-cpu.yaml", "max_local_prefill_tokens: 257",
+     "router.max_local_prefill_tokens is 257 but the decode engine takes at most 256 tokens"),
+    ("llama3-8b-h100-l40s-trtllm-0.21.yaml", "max_prefill_queue_depth: 4",
+     "conditional disaggregation (router.max_local_prefill_tokens, router.max_prefill_queue_"
+     "depth) is not supported on trtllm-0.21"),
+])
+def test_conditional_disaggregation_is_refused_where_the_decode_cannot_take_it(
+        tmp_path, example, setting, error):
+    text = (EXAMPLES / example).read_text()
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text.replace("\nrouter:\n", f"\nrouter:\n  {setting}\n", 1))
+    with pytest.raises(RepoError) as err:
+        plan_repo(load_deployment(spec), mode=RepoMode.DISAGGREGATED, engines_root=tmp_path)
+    assert err.value.message.startswith(error)
 
 
 def test_grpc_phase_transport_is_refused_on_trtllm_0_21(tmp_path):

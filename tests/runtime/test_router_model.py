@@ -297,6 +297,55 @@ def test_without_an_aggregated_model_every_prompt_is_disaggregated(router):
     assert [c.model for c in triton.calls] == ["prefill", "decode"]
 
 
+def _paths(triton) -> dict[str, float]:
+    return {k: v for k, v in triton.metrics.items()
+            if k.startswith("pdtrt_router_prefill_path_total{") and v}
+
+
+@pytest.mark.parametrize(("prompt_len", "models", "series"), [
+    (8, ["decode"], "path=local,reason=short_net_new"),
+    (9, ["prefill", "decode"], "path=remote,reason=long_net_new")],
+    ids=["short-local", "long-remote"])
+def test_a_short_net_new_prompt_is_prefilled_by_the_decode_endpoint(router, prompt_len, models,
+                                                                    series):
+    """Conditional disaggregation: one context_and_generation request to a decode endpoint,
+    no prefill call, no KV hand-off; the decision is counted with its reason."""
+    model, triton = router(engines(), max_local_prefill_tokens="8", local_prefill_limit="64")
+    req = request(prompt_len)
+    route(model, req)
+    assert [c.model for c in triton.calls] == models
+    assert req.tokens == OUTPUT and ended_once(req)
+    if models == ["decode"]:
+        assert triton.calls[0].request_type is RequestType.CONTEXT_AND_GENERATION
+    assert _paths(triton) == {f"pdtrt_router_prefill_path_total{{{series}}}": 1}
+
+
+def test_a_queued_prefill_pool_sends_a_prompt_the_decode_engine_takes_local(router):
+    model, triton = router(engines(), max_prefill_queue_depth="2", local_prefill_limit="64")
+    [prefill] = model.pools["prefill"].endpoints
+    prefill.num_outstanding = 2  # two calls in flight on its one instance
+    req = request(40)
+    route(model, req)
+    assert [c.model for c in triton.calls] == ["decode"] and req.tokens == OUTPUT
+    assert _paths(triton) == {
+        "pdtrt_router_prefill_path_total{path=local,reason=prefill_queued}": 1}
+    prefill.num_outstanding = 1
+    route(model, request(40, request_id="r2"))
+    assert [c.model for c in triton.calls][1:] == ["prefill", "decode"]
+
+
+def test_a_local_prefill_that_fails_falls_back_to_the_aggregated_path(router):
+    model, triton = router(engines(decode=lambda call: [Fail("decode is gone")]),
+                           max_local_prefill_tokens="8", local_prefill_limit="64",
+                           aggregated_model="aggregated", fallback_to_aggregated="true",
+                           max_attempts="1")
+    req = request(5)
+    route(model, req)
+    assert [c.model for c in triton.calls if not c.is_stop][:1] == ["decode"]
+    assert "aggregated" in [c.model for c in triton.calls]
+    assert req.tokens == OUTPUT and ended_once(req)
+
+
 def test_a_one_token_request_needs_no_decode(router):
     """Nor a stop of the prefill: TensorRT-LLM 1.2 ignores it for a finished request (the KV
     goes at the prefill's kv_transfer_timeout_ms)."""

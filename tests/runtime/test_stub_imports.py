@@ -36,9 +36,9 @@ def _loaded(module: str) -> list[str]:
     return json.loads(out.stdout)
 
 
-# the router: 24 -- its per-request timeline (issue 28), and it reads PDTRT_FAULT_INJECTION
-# (runtime.faults, envvars) for the wedged-loop test of its health probe
-@pytest.mark.parametrize(("role", "most"), [(Role.ROUTER, 24), (Role.PREFILL, 21),
+# the router: 25 -- its per-request timeline (issue 28), its prefill policy (issue 27), and it
+# reads PDTRT_FAULT_INJECTION (runtime.faults, envvars) for the wedged-loop test of its probe
+@pytest.mark.parametrize(("role", "most"), [(Role.ROUTER, 25), (Role.PREFILL, 21),
                                             (Role.DECODE, 21), (Role.AGGREGATED, 21),
                                             (Role.PREPROCESSING, 12), (Role.POSTPROCESSING, 13)])
 def test_a_stub_imports_no_heavy_library_and_few_pdtrt_modules(role, most):

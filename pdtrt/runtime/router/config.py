@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pdtrt import envvars
 from pdtrt.endpoints import EndpointSpec, parse_endpoints
 from pdtrt.engine_io import PHASE_ROLES, Param, Role
+from pdtrt.runtime.router.prefill_policy import PrefillPolicy
 
 __all__ = ["RouterConfig"]
 
@@ -30,7 +31,7 @@ DEFAULT_PROBE_INTERVAL_S = 2.0
 @dataclass(frozen=True, kw_only=True)
 class RouterConfig:
     pools: Mapping[Role, tuple[EndpointSpec, ...]]  # each of PHASE_ROLES (aggregated may be ())
-    aggregated_below: int  # prompts shorter than this take the aggregated path; 0: never
+    prefill_policy: PrefillPolicy  # where each request's prefill runs
     early_first_token: bool
     error_output: str  # the engines' in-band error output; "" for none
     fallback_to_aggregated: bool  # a failed disaggregated path falls back to the aggregated one
@@ -42,6 +43,11 @@ class RouterConfig:
     phase_input_names: Mapping[str, str] = field(default_factory=dict)
     # the phase models of this server: called over BLS ("") or over gRPC at this HOST:PORT
     local_grpc_url: str = ""
+
+    @property
+    def aggregated_below(self) -> int:
+        """Prompts shorter than this take the aggregated path; 0: never."""
+        return self.prefill_policy.aggregated_below
 
     @classmethod
     def from_params(cls, p: Mapping[str, str],
@@ -56,7 +62,11 @@ class RouterConfig:
                 raise ValueError(f"the router has no {role} endpoint: set '{_KEYS[role][0]}'")
         return cls(
             pools=pools,
-            aggregated_below=int(p.get(Param.AGGREGATED_BELOW_TOKENS) or 0),
+            prefill_policy=PrefillPolicy(
+                aggregated_below=int(p.get(Param.AGGREGATED_BELOW_TOKENS) or 0),
+                max_local_prefill=int(p.get(Param.MAX_LOCAL_PREFILL_TOKENS) or 0),
+                max_prefill_queue_depth=float(p.get(Param.MAX_PREFILL_QUEUE_DEPTH) or 0),
+                local_prefill_limit=int(p.get(Param.LOCAL_PREFILL_LIMIT) or 0)),
             early_first_token=p.get(Param.EARLY_FIRST_TOKEN, "true") == "true",
             error_output=p.get(Param.ERROR_OUTPUT, ""),
             fallback_to_aggregated=p.get(Param.FALLBACK_TO_AGGREGATED, "false") == "true",

@@ -72,6 +72,12 @@ from pdtrt.runtime.router.phase_client import (
     PhaseResponse,
 )
 from pdtrt.runtime.router.pool import Endpoint, EndpointPool, outstanding
+from pdtrt.runtime.router.prefill_policy import (
+    PATH_REASONS,
+    PrefillPath,
+    Reason,
+    choose_path,
+)
 from pdtrt.runtime.router.reload_losses import IN_FLIGHT_METRIC, LOST_METRIC, read_lost
 from pdtrt.runtime.router.reply import Reply
 from pdtrt.runtime.router.retry import Action, Failure, decide
@@ -90,6 +96,10 @@ _METRICS = {
                          "Sum of router-side time to first token, seconds", _COUNTER),
     "aggregated": MetricSpec("pdtrt_router_aggregated_total",
                              "Short requests sent to the aggregated path", _COUNTER),
+    # labelled by path and reason (prefill_policy.PATH_REASONS)
+    "paths": MetricSpec("pdtrt_router_prefill_path_total",
+                        "Requests by where their prefill ran -- aggregated, local (the decode "
+                        "endpoint itself) or remote (a prefill endpoint) -- and why", _COUNTER),
     "prefill_queue_s": MetricSpec("pdtrt_prefill_queue_seconds_total",
                                   "Sum of prefill queue time, seconds", _COUNTER),
     "decode_queue_s": MetricSpec("pdtrt_decode_queue_seconds_total",
@@ -183,6 +193,8 @@ class TritonPythonModel:
         self.metrics = Metrics(self.triton, {**_METRICS, **HISTOGRAMS},
                                {"model": args["model_name"]}, by={
             "retries": [{"phase": str(role)} for role in PHASE_ROLES],
+            "paths": [{"path": str(path), "reason": str(reason)}
+                      for path, reason in PATH_REASONS],
             **{key: endpoint_labels for key in ("calls", "healthy", "ejections",
                                                 "readmissions", "stalled")}},
             flush_s=METRICS_FLUSH_S)
@@ -318,9 +330,13 @@ class TritonPythonModel:
                 raise PhaseError(SHUTTING_DOWN)
             request = parse_router_request(incoming)
             assert isinstance(request, RouterRequest)
-            if self._is_short(request):
+            path, reason = self._path(request)
+            self.metrics.add("paths", path=str(path), reason=str(reason))
+            if path is PrefillPath.AGGREGATED:
                 self.metrics.add("aggregated")
                 await self._aggregated(request, reply)
+            elif path is PrefillPath.LOCAL:
+                await self._prefill_locally(request, reply)
             else:
                 await self._disaggregated(request, reply)
             if reply.done and not reply.stopped:
@@ -360,27 +376,46 @@ class TritonPythonModel:
             target.stop()
         reply.close()
 
-    def _is_short(self, request: RouterRequest) -> bool:
-        return (bool(self.pools[Role.AGGREGATED].endpoints)
-                and len(request.prompt) < self.config.aggregated_below)
+    def _path(self, request: RouterRequest) -> tuple[PrefillPath, Reason]:
+        """Where this request's prefill runs (:mod:`~pdtrt.runtime.router.prefill_policy`)."""
+        loads = [e.num_outstanding / e.spec.instances for e in self.pools[Role.PREFILL].healthy]
+        return choose_path(self.config.prefill_policy, prompt_tokens=len(request.prompt),
+                           has_aggregated=bool(self.pools[Role.AGGREGATED].endpoints),
+                           prefill_queue_depth=min(loads) if loads else None)
 
     async def _aggregated(self, request: RouterRequest, reply: Reply) -> None:
-        """The aggregated model runs both phases; its stream is relayed. Retried on another
-        aggregated endpoint while this attempt has sent the client nothing."""
+        """The aggregated model runs both phases; its stream is relayed."""
+        await self._whole(Role.AGGREGATED, request, reply)
+
+    async def _prefill_locally(self, request: RouterRequest, reply: Reply) -> None:
+        """A decode endpoint prefills the request itself and decodes it (conditional
+        disaggregation); when that cannot be completed and the router falls back, the
+        aggregated path serves it."""
+        try:
+            await self._whole(Role.DECODE, request, reply)
+            return
+        except _FallBack:
+            pass
+        reply.rollback()
+        await self._aggregated(request, reply)
+
+    async def _whole(self, role: Role, request: RouterRequest, reply: Reply) -> None:
+        """One ``context_and_generation`` request to an endpoint of ``role``'s pool, its stream
+        relayed. Retried on another endpoint of the pool while this attempt has sent the
+        client nothing; raises :class:`_FallBack` or the request's error otherwise."""
         tried: list[Endpoint] = []
         while True:
             endpoint = None
             sent = reply.num_streamed
             try:
-                endpoint = await self._choose(Role.AGGREGATED, tried)
+                endpoint = await self._choose(role, tried)
                 reply.timeline.call(self.clock())
                 await self._relay(endpoint, RequestType.CONTEXT_AND_GENERATION,
                                   request.phase_inputs(streaming=True),
                                   _phase_id(request.request_id), request, reply)
             except PhaseError as exc:
-                await self._after_failure(Role.AGGREGATED, request, reply, exc,
-                                          endpoint=endpoint, tried=tried,
-                                          num_sent=reply.num_streamed - sent)
+                await self._after_failure(role, request, reply, exc, endpoint=endpoint,
+                                          tried=tried, num_sent=reply.num_streamed - sent)
                 reply.rollback()
                 continue
             reply.finish(request)
