@@ -1,13 +1,16 @@
 """pdtrt's disaggregated router: a decoupled, asynchronous BLS model (docs/serve.md).
 
-Per request, one of two paths. **Aggregated**: a prompt shorter than
-``aggregated_below_tokens`` goes to the aggregated model, whose stream is relayed. **Prefill
-then decode**: a context-only request to a prefill endpoint returns the first token and the
-``context_phase_params``; the first token goes to the client at once (``early_first_token``);
-then a generation-only request to a decode endpoint streams the rest, relayed without repeating
-the first token. Many requests are in flight per instance (``async def execute``). Every
-failure becomes a request error, and every stream ends with exactly one final response
-(:class:`~pdtrt.runtime.router.reply.Reply` keeps both promises).
+Per request, one of three paths (:mod:`~pdtrt.runtime.router.prefill_policy` chooses, and
+counts the choice with its reason). **Aggregated**: a prompt shorter than
+``aggregated_below_tokens`` goes to the aggregated model, whose stream is relayed. **Local**
+(conditional disaggregation): a decode endpoint gets the whole request (context and
+generation) and prefills it itself. **Prefill then decode**: a context-only request to a
+prefill endpoint returns the first token and the ``context_phase_params``; the first token goes
+to the client at once (``early_first_token``); then a generation-only request to a decode
+endpoint streams the rest, relayed without repeating the first token. Many requests are in
+flight per instance (``async def execute``). Every failure becomes a request error, and every
+stream ends with exactly one final response (:class:`~pdtrt.runtime.router.reply.Reply` keeps
+both promises).
 
 Pools and failover (points 7-9): each phase has a pool of endpoints -- models of this server
 (BLS) or of other Triton servers (gRPC) -- and each call goes to the healthy endpoint with the
