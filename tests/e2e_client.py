@@ -97,6 +97,27 @@ def cancel_mid_prefill(url: str, tag: str, streams: int = 50) -> None:
             client.close()
 
 
+def hang_up_mid_stream(front_url: str, model: str, chunks: int = 4) -> None:
+    """A streamed chat to the OpenAI front at ``front_url`` whose client reads ``chunks`` SSE
+    lines and then closes its connection."""
+    import http.client
+    import json
+    from urllib.parse import urlparse
+
+    url = urlparse(front_url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    conn.request("POST", "/v1/chat/completions", json.dumps({
+        "model": model, "messages": [{"role": "user", "content": "Tell me everything"}],
+        "max_tokens": 300, "ignore_eos": True, "stream": True}),
+        {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200
+    for _ in range(chunks):
+        assert response.readline()
+    conn.sock.close()  # hang up mid-stream
+    conn.close()
+
+
 def metric(metrics_url: str, name: str, **labels: str) -> float:
     """Sum of a Prometheus metric's samples with these labels (0 when absent)."""
     text = urllib.request.urlopen(metrics_url, timeout=10).read()

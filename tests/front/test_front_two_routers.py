@@ -4,13 +4,9 @@ the front repeats its stop until the stream ends (docs/openai.md), and no KV sta
 
 from __future__ import annotations
 
-import http.client
-import json
-from urllib.parse import urlparse
-
 import pytest
 from conftest import EXAMPLES, serve_reference
-from e2e_client import metric, wait_for
+from e2e_client import hang_up_mid_stream, metric, wait_for
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -37,28 +33,13 @@ def two_routers(reference_engines, tmp_path_factory):
     server.stop()
 
 
-def _hang_up(front_url: str) -> None:
-    url = urlparse(front_url)
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
-    conn.request("POST", "/v1/chat/completions", json.dumps({
-        "model": MODEL, "messages": [{"role": "user", "content": "Tell me everything"}],
-        "max_tokens": 300, "ignore_eos": True, "stream": True}),
-        {"Content-Type": "application/json"})
-    response = conn.getresponse()
-    assert response.status == 200
-    for _ in range(4):
-        assert response.readline()
-    conn.sock.close()  # hang up mid-stream
-    conn.close()
-
-
 def test_clients_that_hang_up_are_stopped_whichever_instance_gets_the_stop(two_routers):
     server, prepared, front = two_routers
     metrics = server.endpoints.metrics_url
     assert (prepared.repository / "router" / "config.pbtxt").read_text().count("count: 2") == 1
     for attempt in range(4):  # stops land on either instance; each hang-up must end its decode
         want = metric(metrics, "pdtrt_engine_cancelled_total", model="decode") + 1
-        _hang_up(front)
+        hang_up_mid_stream(front, MODEL)
         assert wait_for(lambda want=want: metric(metrics, "pdtrt_engine_cancelled_total",
                                                  model="decode") == want,
                         timeout_s=30), f"hang-up {attempt}"

@@ -4,16 +4,14 @@ tritonclient and transformers' generate() on the same checkpoint (greedy)."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import shutil
 import subprocess
 import urllib.request
-from urllib.parse import urlparse
 
 import pytest
-from e2e_client import metric, wait_for
+from e2e_client import hang_up_mid_stream, metric, wait_for
 
 from pdtrt.client import GenerateRequest, LLMClient
 from pdtrt.deploy.metrics import FRONT, family_of
@@ -121,18 +119,7 @@ def test_a_client_that_hangs_up_frees_its_kv(reference_server, front):
     metrics = reference_server[0].endpoints.metrics_url
     cancelled = metric(metrics, "pdtrt_router_cancelled_total")
     decode_cancelled = metric(metrics, "pdtrt_engine_cancelled_total", model="decode")
-    url = urlparse(front)
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
-    conn.request("POST", "/v1/chat/completions", json.dumps({
-        "model": MODEL, "messages": [{"role": "user", "content": "Tell me everything"}],
-        "max_tokens": 300, "ignore_eos": True, "stream": True}),
-        {"Content-Type": "application/json"})
-    response = conn.getresponse()
-    assert response.status == 200
-    for _ in range(4):
-        assert response.readline()
-    conn.sock.close()  # hang up mid-stream
-    conn.close()
+    hang_up_mid_stream(front, MODEL)
     assert wait_for(lambda: metric(metrics, "pdtrt_router_cancelled_total") == cancelled + 1)
     assert wait_for(lambda: metric(metrics, "pdtrt_engine_cancelled_total", model="decode")
                     == decode_cancelled + 1)
