@@ -3,11 +3,14 @@ client library, so the tests check the server with the stock client API only).""
 
 from __future__ import annotations
 
+import http.client
+import json
 import queue
 import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlparse
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -100,10 +103,6 @@ def cancel_mid_prefill(url: str, tag: str, streams: int = 50) -> None:
 def hang_up_mid_stream(front_url: str, model: str, chunks: int = 4) -> None:
     """A streamed chat to the OpenAI front at ``front_url`` whose client reads ``chunks`` SSE
     lines and then closes its connection."""
-    import http.client
-    import json
-    from urllib.parse import urlparse
-
     url = urlparse(front_url)
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
     conn.request("POST", "/v1/chat/completions", json.dumps({

@@ -1,9 +1,8 @@
 """The Grafana dashboard of a deployment: p50/p90/p99 of TTFT, time per output token, end to
 end and each phase (the router's histograms), of the OpenAI front's TTFT, inter-token latency
-(every token's gap) and end to end, its requests by status, failovers and ejections, per-phase
-queue time,
-KV transfer, in-flight sequences and KV usage per pool, errors -- over the metrics the
-deployment really exports.
+(every token's gap) and end to end, its requests by status, where prefills ran, failovers and
+ejections, per-phase queue time, KV transfer, in-flight sequences and KV usage per pool,
+errors -- over the metrics the deployment really exports.
 
 Every query reads only names from :mod:`pdtrt.deploy.metrics` for the deployment's target
 (tests check each expression against :func:`pdtrt.deploy.metrics.exported`), filtered to one

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from pdtrt.deploy.layout import GRPC_PORT
 from pdtrt.deploy.names import Names, PodRole, names_for
 from pdtrt.deploy.network import PodNetwork, transport_problems
 from pdtrt.deploy.resources import (
@@ -205,9 +206,11 @@ def plan_deploy(dep: Deployment, options: DeployOptions) -> DeployPlan:
              for p in Phase]
     decode_max = next(p.max_replicas or p.replicas for p in pools
                       if p.role is PodRole.of(Phase.DECODE))
-    front_res = front_resources(dep, max_decode_replicas=decode_max)
-    if target_support(spec.target).needs_gpu:
-        tok_s = front_tok_per_s(dep, max_decode_replicas=decode_max)
+    gpu = target_support(spec.target).needs_gpu
+    # the perf estimate behind it runs once, for the resources and the warnings alike
+    tok_s = front_tok_per_s(dep, max_decode_replicas=decode_max) if gpu else 0.0
+    front_res = front_resources(dep, tok_per_s=tok_s, max_decode_replicas=decode_max)
+    if gpu:
         router_cores = math.ceil(tok_s * ROUTER_CPU_S_PER_TOKEN)
         if router_cores > spec.router.instances:
             warnings.append(
@@ -220,8 +223,8 @@ def plan_deploy(dep: Deployment, options: DeployOptions) -> DeployPlan:
                 f"the OpenAI front is one process (one core: ~{1 / FRONT_CPU_S_PER_TOKEN:,.0f} "
                 f"streamed tok/s at {FRONT_CPU_S_PER_TOKEN * 1e6:.0f} us/token), and "
                 f"{decode_max} decode pods make up to ~{tok_s:,.0f} tok/s: with every client "
-                "on /v1 it is the bottleneck; send the heavy clients to gRPC (port 8001) "
-                "(docs/openai.md)")
+                f"on /v1 it is the bottleneck; send the heavy clients to gRPC (port "
+                f"{GRPC_PORT}) (docs/openai.md)")
     front = RolePlan(
         role=PodRole.FRONT, spec=role_spec(spec, PodRole.FRONT, names), image=pdtrt_image,
         init_image=pdtrt_image, launcher=Launcher.PDTRT_SERVE, repo_mode="disaggregated",

@@ -101,18 +101,19 @@ def front_tok_per_s(dep: Deployment, *, max_decode_replicas: int) -> float:
     return decode_tok_per_s(dep) * max_decode_replicas
 
 
-def front_resources(dep: Deployment, *, max_decode_replicas: int) -> PodResources:
-    """The front pod (Triton, the router, pre/postprocessing): CPU for what the router relays
-    when the decode pool runs ``max_decode_replicas`` instances (module docstring)."""
+def front_resources(dep: Deployment, *, tok_per_s: float,
+                    max_decode_replicas: int) -> PodResources:
+    """The front pod (Triton, the router, pre/postprocessing, the OpenAI front): CPU for the
+    ``tok_per_s`` it relays when the decode pool runs ``max_decode_replicas`` instances
+    (:func:`front_tok_per_s`; module docstring)."""
     if not target_support(dep.spec.target).needs_gpu:
         return PodResources(gpus=0, cpus=CPU_POD_CPUS, memory_bytes=CPU_POD_MEMORY_BYTES,
                             shm_bytes=CPU_POD_SHM_BYTES, why="CPU pod: fixed 4 GiB, 2 cores")
-    tok_s = front_tok_per_s(dep, max_decode_replicas=max_decode_replicas)
-    router = tok_s * ROUTER_CPU_S_PER_TOKEN
-    front = min(1.0, tok_s * FRONT_CPU_S_PER_TOKEN)  # one process: one core at most
+    router = tok_per_s * ROUTER_CPU_S_PER_TOKEN
+    front = min(1.0, tok_per_s * FRONT_CPU_S_PER_TOKEN)  # one process: one core at most
     cpus = max(CPU_POD_CPUS, math.ceil(1 + router + front))
     why = (f"fixed 4 GiB; {cpus} cores: {max_decode_replicas} decode pods x "
-           f"{tok_s / max_decode_replicas:.0f} tok/s (estimate at full batch) x "
+           f"{tok_per_s / max_decode_replicas:.0f} tok/s (estimate at full batch) x "
            f"({ROUTER_CPU_S_PER_TOKEN * 1e6:.0f} us/token router = {router:.2f} cores + "
            f"{FRONT_CPU_S_PER_TOKEN * 1e6:.0f} us/token OpenAI front = {front:.2f} cores), + 1 "
            "for Triton and pre/postprocessing")

@@ -305,8 +305,9 @@ class RouterSection(_Section):
         "(grpc, except on trtllm-0.21, whose launch cannot give the router its server's "
         "address). Decoupled BLS streams can deadlock Triton's Python-backend stub when "
         "several run at once (python_backend r24.10-main, docs/serve.md 'The BLS "
-        "deadlock'); gRPC also costs about a third less router CPU per token "
-        "(benchmarks/router_bench.md). Pools in other servers always use gRPC.")
+        "deadlock'). Router CPU per token: about a third less over gRPC where the router is "
+        "the bottleneck, the same with the reference engines (benchmarks/router_bench.md). "
+        "Pools in other servers always use gRPC.")
     ] = PhaseTransport.AUTO
     aggregated_endpoints: tuple[EndpointSection, ...] = Field(
         default=(), strict=False,
