@@ -300,20 +300,20 @@ class TritonServer:
         return self.endpoints
 
     def _wait_ready(self, timeout_s: float) -> None:
+        """Until ``/v2/health/ready`` says 200 *and* the metrics endpoint answers: Triton 2.51
+        starts its metrics service after its HTTP one (tens of ms later, seen in a server
+        log), so a caller that reads metrics as soon as the server is "ready" could be
+        refused."""
         assert self._proc is not None and self.endpoints is not None
-        url = f"http://{self.endpoints.http_url}/v2/health/ready"
+        urls = [f"http://{self.endpoints.http_url}/v2/health/ready", self.endpoints.metrics_url]
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             code = self._proc.poll()
             if code is not None:
                 raise ServerError(self._failure_text(f"tritonserver exited with status {code}"),
                                   hint=f"see the server log {self.config.log_path}")
-            try:
-                with urllib.request.urlopen(url, timeout=1.0) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
+            if all(_answers_200(url) for url in urls):
+                return
             time.sleep(0.2)
         raise ServerError(self._failure_text(f"tritonserver not ready after {timeout_s:.0f} s"),
                           hint=f"see the server log {self.config.log_path}")
@@ -373,3 +373,11 @@ class TritonServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _answers_200(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False

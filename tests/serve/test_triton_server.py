@@ -136,22 +136,32 @@ if not marker.exists():
     print("terminate called after throwing an instance of "
           "'boost::interprocess::lock_exception'", flush=True)
     sys.exit(134)
-port = int(next(a for a in sys.argv if a.startswith("--http-port=")).split("=")[1])
+{serve}
+"""
+
+# answers 200 on --http-port at once and on --metrics-port after {metrics_after_s} s, as Triton
+# 2.51 starts its metrics service after its HTTP one
+_SERVE = """import threading, time
+def port(name):
+    return int(next(a for a in sys.argv if a.startswith(f"--{{name}}-port=")).split("=")[1])
 class Ready(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200); self.end_headers()
     def log_message(self, *args):
         pass
-http.server.HTTPServer(("127.0.0.1", port), Ready).serve_forever()
-"""
+def serve(name, after_s):
+    time.sleep(after_s)
+    http.server.HTTPServer(("127.0.0.1", port(name)), Ready).serve_forever()
+threading.Thread(target=serve, args=("metrics", {metrics_after_s}), daemon=True).start()
+serve("http", 0)"""
 
 
 def test_a_lock_exception_abort_at_start_is_retried_and_its_log_kept(tmp_path):
     import sys
 
     binary = tmp_path / "tritonserver"
-    binary.write_text(FLAKY_SERVER.format(python=sys.executable,
-                                          marker=str(tmp_path / "marker")))
+    binary.write_text(FLAKY_SERVER.format(python=sys.executable, marker=str(tmp_path / "marker"),
+                                          serve=_SERVE.format(metrics_after_s=0)))
     binary.chmod(0o755)
     log = tmp_path / "server.log"
     server = TritonServer(ServerConfig(repository=tmp_path, log_path=log, tritonserver=binary))
@@ -161,6 +171,27 @@ def test_a_lock_exception_abort_at_start_is_retried_and_its_log_kept(tmp_path):
         server.stop()
     assert "lock_exception" in (tmp_path / "server.log.attempt1").read_text()
     assert "lock_exception" not in log.read_text()
+
+
+def test_ready_waits_for_the_metrics_endpoint_too(tmp_path):
+    """Seen in a full-suite run: a test read the metrics port the moment the server was ready
+    and was refused -- Triton starts its metrics service after its HTTP one."""
+    import sys
+    import urllib.request
+
+    binary = tmp_path / "tritonserver"
+    (tmp_path / "marker").write_text("no abort")
+    binary.write_text(FLAKY_SERVER.format(python=sys.executable, marker=str(tmp_path / "marker"),
+                                          serve=_SERVE.format(metrics_after_s=1.5)))
+    binary.chmod(0o755)
+    server = TritonServer(ServerConfig(repository=tmp_path, log_path=tmp_path / "s.log",
+                                       tritonserver=binary))
+    try:
+        endpoints = server.start(timeout_s=30)
+        with urllib.request.urlopen(endpoints.metrics_url, timeout=2) as resp:
+            assert resp.status == 200  # answers the moment start() has returned
+    finally:
+        server.stop()
 
 
 def test_other_start_failures_are_not_retried(tmp_path):
