@@ -71,9 +71,31 @@ def kill_model(repository: Path, model: str) -> list[int]:
 
 
 def readiness(http_url: str) -> int:
-    """The HTTP status of the deployment's readiness (``READINESS_PATH``)."""
+    """The HTTP status of the deployment's readiness (``READINESS_PATH``); 0 when nothing
+    answers."""
     try:
         with urllib.request.urlopen(f"http://{http_url}{READINESS_PATH}", timeout=2) as r:
             return r.status
     except urllib.error.HTTPError as exc:
         return exc.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0  # no answer: a server that is down (or restarting) is not ready
+
+
+# Triton 2.51's server aborts now and then on a decoupled response's shared-memory mutex that
+# a dead thread or process held (EOWNERDEAD; docs/serve.md, "owner-dead mutex")
+TRITON_ABORT = "boost::interprocess::lock_exception"
+
+
+def server_pid(workdir: Path) -> int:
+    """The pid of the server the state file names now (the supervisor may have restarted
+    it)."""
+    return int(json.loads((workdir / STATE_FILE).read_text())["pid"])
+
+
+def restarted_after_abort(workdir: Path, pid: int) -> bool:
+    """Whether the server ``pid`` aborted the Triton 2.51 way and the supervisor restarted it
+    (the dead server's log is kept as ``server.log.restartN``)."""
+    logs = sorted(workdir.glob("server.log.restart*"))
+    return server_pid(workdir) != pid and any(
+        TRITON_ABORT in p.read_text(errors="replace") for p in logs)

@@ -25,8 +25,9 @@ from pdtrt.serve.launcher import (
     wait_front,
     write_state,
 )
+from pdtrt.serve.restarts import DEFAULT_MAX_RESTARTS, Restarter
 from pdtrt.serve.supervisor import Supervisor, read_topology
-from pdtrt.serve.triton_server import TritonServer, free_port
+from pdtrt.serve.triton_server import Endpoints, ServerConfig, TritonServer, free_port
 
 _MIN_READY_WAIT_S = 30.0  # for the first health round after a slow start
 
@@ -55,14 +56,17 @@ _MIN_READY_WAIT_S = 30.0  # for the first health round after a slow start
               "free].")
 @click.option("--no-openai", is_flag=True, help="Do not start the OpenAI front.")
 @front_options
+@click.option("--max-restarts", type=click.IntRange(min=0), default=DEFAULT_MAX_RESTARTS,
+              show_default=True, help="Restart a Triton server that dies (same ports, same "
+              "repository) at most this many times within ten minutes; 0: never, end with it.")
 @click.option("--detach", is_flag=True, help="Start it, print the endpoints and return; a "
               "supervisor process keeps watching it; stop both with `pdtrt stop WORKDIR`.")
 @json_option
 def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host: str | None,
           grpc_port: int | None, http_port: int | None, metrics_port: int | None,
           tritonserver: Path | None, timeout_s: float, openai_port: int | None, no_openai: bool,
-          api_key: str | None, chat_template: Path | None, stall_s: float, detach: bool,
-          as_json: bool) -> None:
+          api_key: str | None, chat_template: Path | None, stall_s: float, max_restarts: int,
+          detach: bool, as_json: bool) -> None:
     """Serve TARGET -- a spec (pdtrt.yaml) or a model repository directory.
 
     From a spec: builds the reference engines if they are missing, generates the repository
@@ -78,6 +82,8 @@ def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host
     Supervised, detached or not: a model whose Python-backend process died is reloaded
     without restarting the server, and /v2/models/health/ready answers 200 only while every
     phase has a healthy endpoint (the readiness to probe; /v2/health/ready does not know).
+    A server that dies itself (Triton 2.51 can abort when a stub dies mid-response) is started
+    again on the same ports, --max-restarts times at most within ten minutes.
     """
     say = (lambda _m: None) if as_json else (lambda m: click.echo(f"==> {m}", err=True))
     workdir = workdir or Path("out") / (target.stem if target.is_file() else target.name)
@@ -150,11 +156,16 @@ def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host
         pid = server._proc.pid  # noqa: SLF001
         if front_opts is not None and not front_opts.port:
             front_opts = dataclasses.replace(front_opts, port=free_port(endpoints.host))
-        watcher = spawn_supervisor(workdir, prepared.repository, endpoints, pid, front_opts)
+        # the state file first: the supervisor reads the server's configuration from it
+        write_state(workdir, pid, endpoints, config.log_path, server.shm_prefix,
+                    server=_same_ports(config, endpoints))
+        watcher = spawn_supervisor(workdir, prepared.repository, endpoints, pid, front_opts,
+                                   max_restarts=max_restarts)
+        info["state"] = str(write_state(workdir, pid, endpoints, config.log_path,
+                                         server.shm_prefix, supervisor_pid=watcher,
+                                         server=_same_ports(config, endpoints)))
         if front_opts is not None:
             urls["openai"] = wait_front(front_opts, workdir, watcher)
-        info["state"] = str(write_state(workdir, pid, endpoints, config.log_path,
-                                         server.shm_prefix, supervisor_pid=watcher))
     if as_json:
         emit_json(info)
     else:
@@ -174,10 +185,16 @@ def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host
     watching = threading.Thread(target=supervisor.run, args=(done,), name="pdtrt-supervisor",
                                 daemon=True)
     watching.start()
+    restarter = Restarter(config=config, endpoints=endpoints, max_restarts=max_restarts)
     try:
         while not done.wait(1.0):
-            if not server.running:
+            if server.running:
+                continue
+            if not max_restarts:
                 raise click.ClickException(f"tritonserver exited; see {config.log_path}")
+            pid, code, prefix = server.pid or 0, server.returncode, server.shm_prefix
+            server.stop()  # what is left of it: stubs, its log file
+            server = restarter.restart(old_pid=pid, old_shm_prefix=prefix, returncode=code)
     finally:
         done.set()
         watching.join(timeout=30)
@@ -199,3 +216,10 @@ def stop(workdir: Path, as_json: bool) -> None:
         emit_json({"stopped": pid})
     else:
         click.echo(f"stopped tritonserver (pid {pid})")
+
+
+def _same_ports(config: ServerConfig, endpoints: Endpoints) -> ServerConfig:
+    """``config`` with the ports the server got (a restart must come back on them)."""
+    return dataclasses.replace(config, host=endpoints.host, grpc_port=endpoints.grpc_port,
+                               http_port=endpoints.http_port,
+                               metrics_port=endpoints.metrics_port)

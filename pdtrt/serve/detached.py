@@ -5,8 +5,11 @@
 --grpc HOST:PORT --http HOST:PORT --server-pid PID``, started by
 :func:`pdtrt.serve.launcher.spawn_supervisor`, its pid recorded in the work directory's
 ``serve.json``. It logs to ``WORKDIR/supervisor.log`` (its stderr), ends on SIGTERM (``pdtrt
-stop`` sends it first) and by itself once the server process has gone. With ``--openai-port``
-it also serves the OpenAI front (:mod:`pdtrt.front`), its API key from ``PDTRT_API_KEY``.
+stop`` sends it first). When the server process dies it starts it again on the same ports
+(:mod:`pdtrt.serve.restarts`; its configuration from ``serve.json``, which then names the new
+server), at most ``--max-restarts`` times in ten minutes; past that, or with
+``--max-restarts 0``, it ends with the server (exit status 1). With ``--openai-port`` it also
+serves the OpenAI front (:mod:`pdtrt.front`), its API key from ``PDTRT_API_KEY``.
 """
 
 from __future__ import annotations
@@ -19,21 +22,50 @@ import threading
 from pathlib import Path
 
 from pdtrt.envvars import PDTRT_API_KEY
+from pdtrt.errors import PdtrtError, ServerError
 from pdtrt.front.options import FrontOptions
 from pdtrt.front.server import FrontServer
+from pdtrt.serve.launcher import STATE_FILE, process_running, read_state, update_state
+from pdtrt.serve.restarts import Restarter
 from pdtrt.serve.supervisor import Supervisor
+from pdtrt.serve.triton_server import Endpoints, ServerConfig, TritonServer
 
 __all__ = ["main"]
 
+log = logging.getLogger("pdtrt.serve.detached")
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process now: ours has gone
-        return False
-    return True
+
+class _Watched:
+    """The server being supervised: the one ``pdtrt serve`` started (not this process's
+    child), then the ones this process restarted (its children)."""
+
+    def __init__(self, pid: int, shm_prefix: str) -> None:
+        self.pid, self.shm_prefix = pid, shm_prefix
+        self.server: TritonServer | None = None
+
+    def alive(self) -> bool:
+        if self.server is not None:
+            return self.server.running
+        return process_running(self.pid)
+
+    def returncode(self) -> int | None:
+        return self.server.returncode if self.server is not None else None
+
+
+def _restarter(workdir: Path, max_restarts: int) -> tuple[Restarter, _Watched]:
+    state = read_state(workdir)
+    raw = state.get("server")
+    if not isinstance(raw, dict):
+        raise ServerError(f"{workdir / STATE_FILE} has no server configuration to restart "
+                          "from (written by an older pdtrt?)")
+    config = ServerConfig.from_dict(raw)
+    endpoints = Endpoints(host=config.host, grpc_port=int(config.grpc_port or 0),
+                          http_port=int(config.http_port or 0),
+                          metrics_port=int(config.metrics_port or 0))
+    restarter = Restarter(config=config, endpoints=endpoints, max_restarts=max_restarts,
+                          on_spawn=lambda pid, prefix: update_state(workdir, pid=pid,
+                                                                    shm_prefix=prefix))
+    return restarter, _Watched(int(str(state["pid"])), str(state.get("shm_prefix", "")))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--openai-port", type=int, help="serve the OpenAI front on this port")
     parser.add_argument("--chat-template", type=Path)
     parser.add_argument("--stall-timeout", type=float, default=60.0)
+    parser.add_argument("--workdir", type=Path, help="the work directory (its serve.json)")
+    parser.add_argument("--max-restarts", type=int, default=0,
+                        help="restarts of a dead server within ten minutes (needs --workdir)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s pdtrt supervisor: %(message)s")
@@ -62,8 +97,25 @@ def main(argv: list[str] | None = None) -> int:
             port=args.openai_port, api_key=os.environ.get(PDTRT_API_KEY) or None,
             chat_template=args.chat_template, stall_s=args.stall_timeout))
         front.start()
+    watched = _Watched(args.server_pid, "")
+    restarter: Restarter | None = None
     try:
-        supervisor.run(stop, alive=lambda: _alive(args.server_pid))
+        supervisor.run(stop, alive=watched.alive)
+        while not stop.is_set() and args.max_restarts > 0 and args.workdir is not None:
+            try:
+                if restarter is None:
+                    restarter, watched = _restarter(args.workdir, args.max_restarts)
+                watched.server = restarter.restart(old_pid=watched.pid,
+                                                   old_shm_prefix=watched.shm_prefix,
+                                                   returncode=watched.returncode())
+            except PdtrtError as exc:
+                log.error("%s%s", exc.message, f" ({exc.hint})" if exc.hint else "")
+                return 1
+            watched.pid, watched.shm_prefix = watched.server.pid or 0, watched.server.shm_prefix
+            supervisor.run(stop, alive=watched.alive)
+        if not stop.is_set():
+            log.error("the server (pid %d) has gone; supervision ends", watched.pid)
+            return 1
     finally:
         if front is not None:
             front.stop()

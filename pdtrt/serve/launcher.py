@@ -35,14 +35,15 @@ from pdtrt.errors import ServerError
 from pdtrt.front.options import FrontOptions
 from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.serve.model_control import explicit_load_args
+from pdtrt.serve.restarts import DEFAULT_MAX_RESTARTS
 from pdtrt.serve.triton_server import Endpoints, ServerConfig, remove_shm_regions
 from pdtrt.spec.load import load_deployment
 from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.registry import target_support
 
 __all__ = ["Prepared", "kv_environment", "pools_grpc_port", "pools_warnings", "prepare",
-           "read_state", "server_config", "spawn_supervisor", "stop_detached", "wait_front",
-           "write_state"]
+           "process_running", "read_state", "server_config", "spawn_supervisor",
+           "stop_detached", "update_state", "wait_front", "write_state"]
 
 STATE_FILE = "serve.json"
 SUPERVISOR_LOG = "supervisor.log"
@@ -167,24 +168,44 @@ def server_config(prepared: Prepared, *, host: str | None = None, grpc_port: int
 
 
 def write_state(workdir: Path, pid: int, endpoints: Endpoints, log_path: Path,
-                shm_prefix: str, *, supervisor_pid: int | None = None) -> Path:
-    state = workdir / STATE_FILE
-    state.write_text(json.dumps({"pid": pid, "endpoints": endpoints.to_dict(),
-                                 "log": str(log_path), "shm_prefix": shm_prefix,
-                                 "supervisor_pid": supervisor_pid},
-                                indent=2) + "\n")
-    return state
+                shm_prefix: str, *, supervisor_pid: int | None = None,
+                server: ServerConfig | None = None) -> Path:
+    """Write the detached server's state file; ``server`` (its configuration, ports resolved)
+    is what the supervisor needs to restart it (:mod:`pdtrt.serve.restarts`)."""
+    data: dict[str, Any] = {"pid": pid, "endpoints": endpoints.to_dict(), "log": str(log_path),
+                            "shm_prefix": shm_prefix, "supervisor_pid": supervisor_pid}
+    if server is not None:
+        data["server"] = server.to_dict()
+    return _write_json(workdir / STATE_FILE, data)
+
+
+def update_state(workdir: Path, *, pid: int, shm_prefix: str) -> Path:
+    """Name a restarted server in the state file (``pdtrt stop`` then stops that one)."""
+    state = read_state(workdir)
+    state.update(pid=pid, shm_prefix=shm_prefix)
+    return _write_json(workdir / STATE_FILE, state)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> Path:
+    """Whole or not at all: ``pdtrt stop`` may read it at any moment."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)
+    return path
 
 
 def spawn_supervisor(workdir: Path, repository: Path, endpoints: Endpoints,
-                     server_pid: int, front: FrontOptions | None = None) -> int:
+                     server_pid: int, front: FrontOptions | None = None, *,
+                     max_restarts: int = DEFAULT_MAX_RESTARTS) -> int:
     """Start the detached server's supervisor (:mod:`pdtrt.serve.detached`) in a session of
-    its own, logging to ``WORKDIR/supervisor.log``; returns its pid. It ends by itself when
-    the server has gone. With ``front`` it also serves the OpenAI front (its API key goes
+    its own, logging to ``WORKDIR/supervisor.log``; returns its pid. When the server dies it
+    restarts it (``max_restarts``, :mod:`pdtrt.serve.restarts`, from the state file's
+    ``server``), else it ends. With ``front`` it also serves the OpenAI front (its API key goes
     through the environment, not the command line)."""
     args = [sys.executable, "-m", "pdtrt.serve.detached", "--repository", str(repository),
             "--grpc", endpoints.grpc_url, "--http", endpoints.http_url,
-            "--metrics", endpoints.metrics_url, "--server-pid", str(server_pid)]
+            "--metrics", endpoints.metrics_url, "--server-pid", str(server_pid),
+            "--workdir", str(workdir), "--max-restarts", str(max_restarts)]
     env = dict(os.environ)
     env.pop(PDTRT_API_KEY, None)
     if front is not None:
@@ -238,12 +259,14 @@ def read_state(workdir: Path) -> dict[str, object]:
 
 
 def stop_detached(workdir: Path, *, grace_s: float = 20.0) -> int:
-    """SIGTERM the detached server's supervisor, then the server's process group, SIGKILL
-    after ``grace_s``; returns the server's pid."""
+    """SIGTERM the detached server's supervisor, then the server's process group (the one
+    the state file names once the supervisor has ended: it may have restarted the server),
+    SIGKILL after ``grace_s``; returns the server's pid."""
     state = read_state(workdir)
-    pid = int(state["pid"])
     if state.get("supervisor_pid"):  # first, so it does not reload what is being stopped
         _end(int(str(state["supervisor_pid"])), os.kill, grace_s=5.0)
+        state = read_state(workdir)  # the server it may have restarted meanwhile
+    pid = int(state["pid"])
     _end(pid, os.killpg, grace_s=grace_s)  # the server's group: its stubs too
     try:  # what a killed server or stub leaves in /dev/shm
         remove_shm_regions(str(state.get("shm_prefix", "")))
@@ -259,14 +282,14 @@ def _end(pid: int, send: Callable[[int, int], None], *, grace_s: float) -> None:
     try:
         send(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and _running(pid):
+        while time.monotonic() < deadline and process_running(pid):
             time.sleep(0.1)
         send(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
 
 
-def _running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
     """Whether ``pid`` still runs: it exists and is not a zombie (an exited process whose
     parent -- gone with ``pdtrt serve --detach`` -- has not reaped it yet)."""
     try:

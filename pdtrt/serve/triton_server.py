@@ -54,8 +54,8 @@ from pdtrt.serve.shm import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Endpoints", "ServerConfig", "TritonServer", "drain_stubs", "free_port",
-           "prepare_backend_dir", "remove_shm_regions", "remove_stale_shm_regions"]
+__all__ = ["LOCK_EXCEPTION", "Endpoints", "ServerConfig", "TritonServer", "drain_stubs",
+           "free_port", "prepare_backend_dir", "remove_shm_regions", "remove_stale_shm_regions"]
 
 _STUB_TIMEOUT_S = 300
 # Triton's own bound on its stop after SIGTERM: waiting for requests in flight, then unloading
@@ -65,7 +65,7 @@ _STUB_TIMEOUT_S = 300
 # TritonServer.stop's grace: a server that runs out of it still exits before it is killed.
 _EXIT_TIMEOUT_S = 10
 _START_ATTEMPTS = 3
-_LOCK_EXCEPTION = "boost::interprocess::lock_exception"
+LOCK_EXCEPTION = "boost::interprocess::lock_exception"
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)'[^:]*: (.*)$", re.MULTILINE)
 
 
@@ -135,6 +135,42 @@ class ServerConfig:
     extra_args: tuple[str, ...] = ()
     # SIGKILL the server when the thread that started it ends; False for a detached server
     die_with_parent: bool = True
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready, for a detached server's state file (what a restart needs)."""
+        return {"repository": str(self.repository), "log_path": str(self.log_path),
+                "host": self.host, "grpc_port": self.grpc_port, "http_port": self.http_port,
+                "metrics_port": self.metrics_port,
+                "tritonserver": None if self.tritonserver is None else str(self.tritonserver),
+                "env": dict(self.env),
+                "backend_dir": None if self.backend_dir is None else str(self.backend_dir),
+                "extra_args": list(self.extra_args), "die_with_parent": self.die_with_parent}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> ServerConfig:
+        """The inverse of :meth:`to_dict`; raises :class:`ServerError` on anything else."""
+        try:
+            def path(key: str) -> Path | None:
+                value = data.get(key)
+                return None if value is None else Path(str(value))
+
+            def port(key: str) -> int | None:
+                value = data.get(key)
+                return None if value is None else int(str(value))
+
+            env = data.get("env") or {}
+            args = data.get("extra_args") or []
+            if not isinstance(env, dict) or not isinstance(args, list):
+                raise TypeError("env must be a mapping and extra_args a list")
+            return cls(repository=Path(str(data["repository"])),
+                       log_path=Path(str(data["log_path"])), host=str(data["host"]),
+                       grpc_port=port("grpc_port"), http_port=port("http_port"),
+                       metrics_port=port("metrics_port"), tritonserver=path("tritonserver"),
+                       env={str(k): str(v) for k, v in env.items()},
+                       backend_dir=path("backend_dir"), extra_args=tuple(map(str, args)),
+                       die_with_parent=bool(data.get("die_with_parent", True)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ServerError(f"not a server configuration pdtrt wrote: {exc}") from None
 
 
 def prepare_backend_dir(embedded: EmbeddedTriton, dest: Path) -> Path:
@@ -246,7 +282,8 @@ class TritonServer:
         ]
         return cmd, env
 
-    def start(self, *, timeout_s: float = 120.0) -> Endpoints:
+    def start(self, *, timeout_s: float = 120.0,
+              on_spawn: Callable[[int], None] | None = None) -> Endpoints:
         """Start the server and wait until it and all its models are ready.
 
         Raises :class:`ServerError` naming the model that failed to load (from the log), or
@@ -254,12 +291,13 @@ class TritonServer:
         ``boost::interprocess::lock_exception`` -- an intermittent Triton 2.51 fault when a
         second server starts on one host -- is retried (``_START_ATTEMPTS`` in all);
         the failed attempt's log is kept next to the log as ``<log>.attemptN``.
+        ``on_spawn(pid)`` is called as soon as a server process exists, before it is ready.
         """
         for attempt in range(1, _START_ATTEMPTS + 1):
             try:
-                return self._start_once(timeout_s)
+                return self._start_once(timeout_s, on_spawn)
             except ServerError:
-                if attempt == _START_ATTEMPTS or _LOCK_EXCEPTION not in self.log_text():
+                if attempt == _START_ATTEMPTS or LOCK_EXCEPTION not in self.log_text():
                     raise
                 kept = self.config.log_path.with_name(
                     f"{self.config.log_path.name}.attempt{attempt}")
@@ -267,7 +305,8 @@ class TritonServer:
                 self.shm_prefix = new_shm_prefix()
         raise AssertionError("unreachable")
 
-    def _start_once(self, timeout_s: float) -> Endpoints:
+    def _start_once(self, timeout_s: float,
+                    on_spawn: Callable[[int], None] | None) -> Endpoints:
         cfg = self.config
         self.endpoints = Endpoints(
             host=cfg.host,
@@ -293,6 +332,8 @@ class TritonServer:
                               "binary, or omit it to use the embedded server") from None
         try:
             record_owners(self.shm_prefix, [self._proc.pid])  # from now on: the server
+            if on_spawn is not None:
+                on_spawn(self._proc.pid)
             self._wait_ready(timeout_s)
         except BaseException:
             self.stop()
@@ -361,6 +402,15 @@ class TritonServer:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             pass
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status of a server that has ended (None while it runs, or never ran)."""
+        return self._proc.poll() if self._proc is not None else None
 
     @property
     def running(self) -> bool:

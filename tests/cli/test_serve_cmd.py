@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,126 @@ def test_detach_then_stop(run, tmp_path):
     assert not (wd / "serve.json").exists()
     again = run("stop", str(wd))
     assert again.exit_code == 2 and "no detached server" in again.stderr
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(find_embedded_triton() is None, reason="nvidia-pytriton is not installed")
+def test_a_detached_server_that_dies_is_restarted_on_its_ports_then_given_up(run, tmp_path):
+    """Triton 2.51 can abort when a stub dies mid-response (docs/serve.md, "owner-dead
+    mutex"): the supervisor starts the server again on the same ports and the state file names
+    the new one, so that `pdtrt stop` stops it; past --max-restarts it gives up and says so."""
+    import os
+    import signal
+    import time
+
+    from e2e_client import wait_for
+
+    from pdtrt.serve.launcher import process_running
+
+    repo = tmp_path / "repo"
+    shutil.copytree(MODELS / "echo_stream", repo / "echo_stream")
+    wd = tmp_path / "wd"
+    result = run("serve", str(repo), "--workdir", str(wd), "--detach", "--no-openai",
+                 "--max-restarts", "1", "--json")
+    assert result.exit_code == 0, result.output
+    ready = f"http://{json.loads(result.stdout)['endpoints']['http']}/v2/health/ready"
+    state = lambda: json.loads((wd / "serve.json").read_text())  # noqa: E731
+    first = state()["pid"]
+
+    try:
+        os.kill(first, signal.SIGKILL)
+        assert wait_for(lambda: state()["pid"] != first, timeout_s=30), "not restarted"
+        second = state()["pid"]
+        assert wait_for(lambda: _answers(ready), timeout_s=60)  # the same port
+        assert wait_for(lambda: f"tritonserver restarted (pid {second})"
+                        in (wd / "supervisor.log").read_text(), timeout_s=30)
+        log = (wd / "supervisor.log").read_text()
+        # not its child: how it ended is unknown to the supervisor
+        assert f"tritonserver (pid {first}) gone; restarting it on the same ports" in log
+        assert (wd / "server.log.restart1").is_file()
+        os.kill(second, signal.SIGKILL)  # the one restart allowed is spent
+        supervisor = state()["supervisor_pid"]
+        assert wait_for(lambda: not process_running(supervisor), timeout_s=30)
+        assert f"tritonserver (pid {second}) killed by SIGKILL; not restarted: it died 1 " \
+            "times within 600 s" in (wd / "supervisor.log").read_text()
+        assert state()["pid"] == second and not _answers(ready)
+    finally:
+        stopped = run("stop", str(wd), "--json")
+    assert stopped.exit_code == 0, stopped.output
+    assert not (wd / "serve.json").exists()
+    time.sleep(0.2)
+    assert not process_running(first) and not process_running(second)
+
+
+@pytest.mark.triton
+@pytest.mark.skipif(find_embedded_triton() is None, reason="nvidia-pytriton is not installed")
+def test_an_attached_server_that_dies_is_restarted_by_its_pdtrt_serve(tmp_path):
+    """In the foreground too: `pdtrt serve` starts a server that died again on its ports,
+    and still stops it (and only it) on SIGTERM."""
+    import json as json_
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from e2e_client import wait_for
+
+    from pdtrt.serve.launcher import process_running
+
+    repo = tmp_path / "repo"
+    shutil.copytree(MODELS / "echo_stream", repo / "echo_stream")
+    serve = subprocess.Popen(
+        [str(Path(sys.executable).with_name("pdtrt")), "serve", str(repo), "--workdir",
+         str(tmp_path / "wd"), "--no-openai", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [serve.stdout.readline()]  # printed (indented) once ready
+        while lines[-1] not in ("}\n", ""):
+            lines.append(serve.stdout.readline())
+        info = json_.loads("".join(lines))
+        ready = f"http://{info['endpoints']['http']}/v2/health/ready"
+
+        def servers() -> list[int]:
+            return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                    and _parent(p) == serve.pid and process_running(int(p.name))
+                    and "tritonserver" in _argv0(p)]
+
+        (first,) = servers()
+        os.kill(first, signal.SIGKILL)
+        assert wait_for(lambda: servers() not in ([], [first]), timeout_s=30), "not restarted"
+        (second,) = servers()
+        assert wait_for(lambda: _answers(ready), timeout_s=30)
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=60) == 0, serve.stderr.read()
+        assert not process_running(second)
+        assert f"tritonserver (pid {first}) killed by SIGKILL; restarting it" in \
+            serve.stderr.read()
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _parent(proc: Path) -> int:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return -1
+
+
+def _argv0(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def test_stop_with_a_state_file_that_is_not_ours_says_so(run, tmp_path):
