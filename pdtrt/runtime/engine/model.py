@@ -27,11 +27,12 @@ All of Triton goes through the injected seam (:class:`~pdtrt.runtime.triton_io.T
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pdtrt.engine_io import REFERENCE_ENGINE_IO, RequestType
@@ -275,21 +276,51 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         """Drain, stop the loop, shut the LLM down (its threads, UCX, held KV), then release
-        the seam -- in that order, so no thread touches the stub once it tears down."""
+        the seam -- in that order, so no thread touches the stub once it tears down. The waits
+        share :data:`_FINALIZE_S`, below Triton's exit timeout (a model still unloading then
+        makes the whole server exit with status 1); a step that takes over a second is logged
+        with its time, so that a slow stop names its cause."""
         if self.loop.is_closed():
             return
-        self.drain()
-        try:
-            asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(timeout=5)
-        except Exception:  # a task that will not end must not keep the stub from finalizing
-            log.exception("ending the engine model's tasks")
+        deadline = time.monotonic() + _FINALIZE_S
+        with _timed("drain"):
+            self.drain()
+        with _timed("ending its tasks"):
+            try:
+                asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(
+                    timeout=_left(deadline))
+            except Exception:  # a task that will not end must not keep the stub from finalizing
+                log.exception("ending the engine model's tasks")
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=10)
+        with _timed("stopping its event loop"):
+            self._thread.join(timeout=_left(deadline))
         if not self._thread.is_alive():
             self.loop.close()
-        self.llm.shutdown()
+        with _timed("shutting the LLM down"):
+            self.llm.shutdown()
         self.stats.detach()
         self.triton.release()
+
+
+# finalize's waits in all: Triton's exit timeout is 10 s (pdtrt.serve.triton_server), and the
+# LLM's own shutdown (scheduler thread, UCX) comes after them
+_FINALIZE_S = 5.0
+_SLOW_STEP_S = 1.0
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.1)
+
+
+@contextlib.contextmanager
+def _timed(step: str) -> Iterator[None]:
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        took = time.monotonic() - start
+        if took > _SLOW_STEP_S:
+            log.warning("finalize: %s took %.1f s", step, took)
 
 
 async def _cancel_tasks() -> None:
