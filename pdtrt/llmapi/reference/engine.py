@@ -148,12 +148,21 @@ class ReferenceEngine:
                                tokens_per_block=tokens_per_block)
 
     @torch.inference_mode()
-    def prefill(self, input_ids: list[int]) -> tuple[torch.Tensor, KV]:
-        """Logits of the last prompt position ``[vocab]`` and the prompt's KV."""
+    def prefill(self, input_ids: list[int], past: KV | None = None) -> tuple[torch.Tensor, KV]:
+        """Logits of the last prompt position ``[vocab]`` and the prompt's KV. With ``past``
+        (the KV of the prompt's first tokens, from the prefix cache) only ``input_ids`` -- the
+        rest of the prompt -- is computed, at the positions after it."""
         from transformers import DynamicCache
 
         ids = torch.tensor([input_ids], dtype=torch.long)  # [1, S]
-        out = self.model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+        if past is None:
+            out = self.model(input_ids=ids, past_key_values=DynamicCache(), use_cache=True)
+        else:
+            done = past[0][0].shape[2]
+            positions = torch.arange(done, done + len(input_ids)).unsqueeze(0)
+            out = self.model(input_ids=ids, position_ids=positions,
+                             past_key_values=DynamicCache.from_legacy_cache(past),
+                             use_cache=True)
         cache = out.past_key_values
         kv = tuple((layer.keys, layer.values) for layer in cache.layers)  # [1, H, S, D]
         return out.logits[0, -1], kv

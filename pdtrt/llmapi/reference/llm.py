@@ -3,8 +3,8 @@
 Exactly the pinned surface (``pdtrt/data/targets/trtllm-1.2-llmapi.yaml``): the constructor of
 ``tensorrt_llm/llmapi/llm.py`` (commit 4c05a74891e4df8066f08ed4ce14b0972abe4e25) with the
 LLM-API options as keyword arguments (checked like ``LlmArgs``: :mod:`.options`),
-``generate_async``, ``get_stats`` and ``shutdown``. Inside, the in-flight
-:class:`~pdtrt.llmapi.reference.scheduler.Scheduler` runs the
+``generate_async``, ``get_stats``, ``get_kv_cache_events`` and ``shutdown``. Inside, the
+in-flight :class:`~pdtrt.llmapi.reference.scheduler.Scheduler` runs the
 :class:`~pdtrt.llmapi.reference.engine.ReferenceEngine` and each scheduler emission becomes one
 response step of the request's :class:`~.outputs.RequestOutput`.
 
@@ -41,6 +41,7 @@ from pdtrt.llmapi.reference.engine import ReferenceEngine, Sampling, load_refere
 from pdtrt.llmapi.reference.options import ReferenceLlmArgs
 from pdtrt.llmapi.reference.outputs import Logprob, RequestOutput, Step
 from pdtrt.llmapi.reference.params import DisaggregatedParams, SamplingParams
+from pdtrt.llmapi.reference.prefix_cache import PrefixCache, ReuseStats
 from pdtrt.llmapi.reference.scheduler import Emission, Scheduler, SeqRequest
 from pdtrt.llmapi.reference.transceiver import KVCacheTransceiver
 
@@ -84,8 +85,17 @@ class LLM:
         self._engine = engine
         self._max_seq_len = self.args.max_seq_len or int(
             engine.model.config.max_position_embeddings)
+        kv = self.args.kv_cache_config
+        tpb = engine.layout.tokens_per_block
+        self._max_blocks = (kv.max_tokens // tpb if kv.max_tokens else
+                            self.args.max_batch_size * math.ceil(self._max_seq_len / tpb))
+        self._prefix_cache = PrefixCache(
+            tokens_per_block=tpb, max_blocks=self._max_blocks,
+            event_buffer_max_size=kv.event_buffer_max_size,
+            window_size=self._max_seq_len) if kv.enable_block_reuse else None
         self._scheduler = Scheduler(engine, max_batch_size=self.args.max_batch_size,
-                                    max_num_tokens=self.args.max_num_tokens)
+                                    max_num_tokens=self.args.max_num_tokens,
+                                    prefix_cache=self._prefix_cache)
         self._ids = itertools.count(1)  # this LLM's request ids
         self._served = 0  # requests submitted (upstream has no stats before the first)
         self._transceiver: Any = None  # KVCacheTransceiver
@@ -267,13 +277,29 @@ class LLM:
             log.warning("No stats available; submit requests first")
             return []
         tpb = self._engine.layout.tokens_per_block
-        max_blocks = self.args.max_batch_size * math.ceil(self._max_seq_len / tpb)
+        max_blocks = self._max_blocks
         used = math.ceil(self._scheduler.num_kv_tokens / tpb)
+        reuse = self._prefix_cache.stats if self._prefix_cache else ReuseStats()
         return [{
             "iter": self._scheduler.steps, "numActiveRequests": self._scheduler.num_running,
             "numQueuedRequests": self._scheduler.num_queued,
             "kvCacheStats": {"maxNumBlocks": max_blocks, "usedNumBlocks": used,
-                             "freeNumBlocks": max_blocks - used, "tokensPerBlock": tpb}}]
+                             "freeNumBlocks": max_blocks - used, "tokensPerBlock": tpb,
+                             "reusedBlocks": reuse.reused_blocks,
+                             "missedBlocks": reuse.missed_blocks,
+                             "cacheHitRate": reuse.hit_rate}}]
+
+    def get_kv_cache_events(self, timeout: float | None = 2) -> list[dict[str, Any]]:
+        """The KV cache events since the last call, in TensorRT-LLM's JSON shape
+        (:mod:`.prefix_cache`), waiting up to ``timeout`` for one. Events need
+        ``kv_cache_config.enable_block_reuse`` and ``event_buffer_max_size > 0``, as upstream
+        (llm.py at 4c05a748); without them there are none."""
+        deadline = time.monotonic() + (timeout or 0)
+        while True:
+            events = self._prefix_cache.events() if self._prefix_cache else []
+            if events or time.monotonic() >= deadline:
+                return events
+            time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
 
     def _pdtrt_kv_transfer_stats(self) -> dict[str, float]:
         """The UCX transceiver's counters (held, offered, served, expired, pulled, bytes,

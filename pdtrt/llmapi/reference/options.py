@@ -31,6 +31,7 @@ class _Strict(BaseModel):
 class KvCacheConfig(_Strict):
     tokens_per_block: int = 32
     enable_block_reuse: bool = True
+    event_buffer_max_size: int = Field(default=0, ge=0)  # KV cache events kept (0: none)
     free_gpu_memory_fraction: float | None = Field(default=0.9, ge=0, le=1)
     max_tokens: int | None = None
     dtype: str = "auto"

@@ -2,7 +2,8 @@
 
 One scheduler thread owns the engine. Each iteration it takes the submitted sequences, asks each
 client whether it cancelled, lets the policy (:mod:`.schedule`) pick the work, prefills the
-admitted prompts one by one, then advances every running sequence by one token in a single
+admitted prompts one by one (from their longest cached prefix when block reuse is on,
+:mod:`.prefix_cache`), then advances every running sequence by one token in a single
 batched ``decode_step``; the policy turns the sampled tokens into emissions, which go out
 through each sequence's ``emit`` callback (called on the scheduler thread). New requests join
 at the next iteration; finished and cancelled ones leave at once.
@@ -25,6 +26,7 @@ from typing import Protocol
 import torch
 
 from pdtrt.llmapi.reference.engine import KV, ReferenceEngine, Sampling, draw_seed, process, sample
+from pdtrt.llmapi.reference.prefix_cache import PrefixCache
 from pdtrt.llmapi.reference.schedule import (
     Delivery,
     Emission,
@@ -62,9 +64,11 @@ class Scheduler:
     """The loop: a thread, the engine's only caller, running :mod:`.schedule`'s plans."""
 
     def __init__(self, engine: ReferenceEngine, *, max_batch_size: int,
-                 max_num_tokens: int, faults: DecodeHook | None = None) -> None:
+                 max_num_tokens: int, faults: DecodeHook | None = None,
+                 prefix_cache: PrefixCache | None = None) -> None:
         self.engine = engine
         self.faults = faults
+        self.prefix_cache = prefix_cache  # None: no block reuse
         self.state: State[SeqRequest] = State(max_batch_size=max_batch_size,
                                               max_num_tokens=max_num_tokens)
         self._inbox: queue.Queue[SeqRequest | None] = queue.Queue()
@@ -139,11 +143,22 @@ class Scheduler:
             assert seq.imported_kv is not None, "generation-only sequence without imported KV"
             seq.kv = seq.imported_kv
         for seq in plan.prefill:  # one at a time, each first token out as soon as it is sampled
-            logits, seq.kv = self.engine.prefill(seq.prompt)
+            logits, seq.kv = self._prefill(seq.prompt)
             _deliver(postprocess(self.state, [_sampled(seq, logits)]))
         batch = [s for s in plan.decode if not s.done]
         if batch:
             self._decode(batch)
+
+    def _prefill(self, prompt: list[int]) -> tuple[torch.Tensor, KV]:
+        """The prompt's last logits and KV; with a prefix cache, from its longest cached chain
+        of leading blocks on, and the prompt's full blocks are kept for later prompts."""
+        cache = self.prefix_cache
+        if cache is None:
+            return self.engine.prefill(prompt)
+        cached, past = cache.match(prompt)
+        logits, kv = self.engine.prefill(prompt[cached:], past)
+        cache.store(prompt, kv, in_use_blocks=self.num_kv_tokens // cache.tokens_per_block)
+        return logits, kv
 
     def _decode(self, batch: list[SeqRequest]) -> None:
         self.max_batch_seen = max(self.max_batch_seen, len(batch))

@@ -3,7 +3,8 @@
 The names are a contract: the deploy dashboards, the serve tests and ``benchmarks/soak.py``
 read them. :class:`StatsPublisher` reads ``LLM.get_stats`` -- TensorRT-LLM's iteration stats
 (``numQueuedRequests``, ``kvCacheStats``), which upstream returns only with the option
-``enable_iter_perf_stats`` (pdtrt writes it for every phase) and only after the first request --
+``enable_iter_perf_stats`` (pdtrt writes it for every phase) and only after the first request;
+its cumulative block-reuse counts become ``pdtrt_engine_kv_{reused,missed}_blocks_total`` --
 and, from the reference implementation, its UCX transceiver's counters
 (``_pdtrt_kv_transfer_stats``: KV held for a decode pull, expired, pulled with bytes and seconds;
 ``tensorrt_llm`` has no such call, so the transfer counters stay 0 on a GPU). Held KV is
@@ -53,7 +54,13 @@ METRICS = {
                          "Requests the LLM API has queued, not yet scheduled", _GAUGE),
     "kv_usage": MetricSpec("pdtrt_engine_kv_cache_usage_ratio",
                            "Used / total KV cache blocks of the LLM API's KV cache", _GAUGE),
+    "kv_reused": MetricSpec("pdtrt_engine_kv_reused_blocks_total",
+                            "Prompt KV blocks taken from the block-reuse cache", _COUNTER),
+    "kv_missed": MetricSpec("pdtrt_engine_kv_missed_blocks_total",
+                            "Prompt KV blocks computed: not in the block-reuse cache", _COUNTER),
 }
+# kvCacheStats counters (cumulative upstream) -> ours, grown by their difference
+_KV_COUNTERS = {"reusedBlocks": "kv_reused", "missedBlocks": "kv_missed"}
 _GAUGES = {"held": "kv_held", "expired": "kv_expired"}
 _COUNTERS = {"pulled": "kv_count", "pulled_bytes": "kv_bytes", "pull_s": "kv_seconds"}
 
@@ -99,14 +106,21 @@ class StatsPublisher:
         kv = stats.get("kvCacheStats") or {}
         if kv.get("maxNumBlocks"):
             self.metrics.set("kv_usage", kv.get("usedNumBlocks", 0) / kv["maxNumBlocks"])
+        self._grow({f"kvCacheStats.{k}": kv[k] for k in _KV_COUNTERS if k in kv},
+                   {f"kvCacheStats.{k}": m for k, m in _KV_COUNTERS.items()})
 
     def _apply_transfer(self, transfer: dict[str, float]) -> None:
         for key, metric in _GAUGES.items():
             if key in transfer:
                 self.metrics.set(metric, transfer[key])
-        for key, metric in _COUNTERS.items():
-            if key in transfer:
-                delta = transfer[key] - self._last.get(key, 0)
-                self._last[key] = transfer[key]
+        self._grow(transfer, _COUNTERS)
+
+    def _grow(self, totals: dict[str, float], metrics: dict[str, str]) -> None:
+        """Counters from running totals: each grows by its total's increase since the last
+        read."""
+        for key, metric in metrics.items():
+            if key in totals:
+                delta = totals[key] - self._last.get(key, 0)
+                self._last[key] = totals[key]
                 if delta > 0:
                     self.metrics.add(metric, delta)
