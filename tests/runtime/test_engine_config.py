@@ -31,7 +31,8 @@ def test_reference_parameters_become_llm_api_options(role, monkeypatch):
     assert config.options == {
         "enable_iter_perf_stats": True,  # else TensorRT-LLM's get_stats returns nothing
         "max_batch_size": 8, "max_num_tokens": 256, "max_input_len": 128, "max_seq_len": 192,
-        "max_beam_width": 1, "kv_cache_config": {"tokens_per_block": 16},
+        "max_beam_width": 1,
+        "kv_cache_config": {"tokens_per_block": 16, "enable_block_reuse": False},
         **(phase if role is not Role.AGGREGATED else {})}
     assert config.serves_phases is (role is not Role.AGGREGATED)
     limits = engine_limits(config, MODEL)

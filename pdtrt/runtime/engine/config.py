@@ -9,9 +9,10 @@ Two ways to say it in ``config.pbtxt`` (:class:`pdtrt.engine_io.Param`):
 - the reference target's parameters (``engine_dir``, ``max_batch_size``, ``max_num_tokens``,
   ``max_input_len``, ``max_seq_len``, ``tokens_per_block``, ``kv_transfer_timeout_s``,
   ``ucx_tls``), turned here into the same LLM-API options: the KV block size goes to
-  ``kv_cache_config.tokens_per_block``, the prefill and decode roles get
-  ``cache_transceiver_config`` (backend UCX, ``kv_transfer_timeout_ms``), ``max_beam_width``
-  comes from the engine's manifest, and the UCX transports become ``UCX_TLS`` (what UCX reads).
+  ``kv_cache_config.tokens_per_block`` (block reuse off, as for trtllm-1.2), the prefill and
+  decode roles get ``cache_transceiver_config`` (backend UCX, ``kv_transfer_timeout_ms``),
+  ``max_beam_width`` comes from the engine's manifest, and the UCX transports become
+  ``UCX_TLS`` (what UCX reads).
 
 :func:`engine_limits` derives what a request may ask (prompt and sequence lengths, vocabulary,
 beam width) from the options and the checkpoint's ``config.json`` -- read from where the LLM API
@@ -63,7 +64,10 @@ class LLMEngineConfig:
             "max_input_len": int(p[Param.MAX_INPUT_LEN]),
             "max_seq_len": int(p[Param.MAX_SEQ_LEN]),
             "max_beam_width": max_beam_width(engine_dir),
-            "kv_cache_config": {"tokens_per_block": int(p[Param.TOKENS_PER_BLOCK])},
+            # block reuse off, as pdtrt writes it for trtllm-1.2 (pdtrt/targets/llm_options.py:
+            # TensorRT-LLM #12542), so that the twin serves what a GPU deployment serves
+            "kv_cache_config": {"tokens_per_block": int(p[Param.TOKENS_PER_BLOCK]),
+                                "enable_block_reuse": False},
         }
         if role.phase is not None:  # one phase alone: its KV crosses to or from the other
             options["cache_transceiver_config"] = {
