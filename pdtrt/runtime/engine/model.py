@@ -299,7 +299,10 @@ class TritonPythonModel:
         with _timed("shutting the LLM down"):
             self.llm.shutdown()
         self.stats.detach()
-        self.triton.release()
+        with _timed("releasing its metrics"):
+            self.triton.release()
+        if time.monotonic() - deadline + _FINALIZE_S > _SLOW_STEP_S:
+            log.warning("finalize took %.1f s", time.monotonic() - deadline + _FINALIZE_S)
 
 
 # finalize's waits in all: Triton's exit timeout is 10 s (pdtrt.serve.triton_server), and the
