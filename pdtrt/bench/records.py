@@ -31,6 +31,8 @@ class RequestRecord:
     max_tokens: int
     error: str | None = None
     error_kind: ErrorKind | None = None
+    conversation: str | None = None  # a multi-turn trace's conversation id
+    turn: int | None = None  # 0: the conversation's first turn
 
     @property
     def ok(self) -> bool:
@@ -67,7 +69,8 @@ class RequestRecord:
 
 CSV_FIELDS = ("index", "model", "request_id", "warmup", "scheduled_s", "send_s",
               "first_token_s", "end_s", "input_tokens", "max_tokens", "output_tokens",
-              "ttft_ms", "tpot_ms", "e2e_ms", "error", "error_kind", "token_times_s")
+              "ttft_ms", "tpot_ms", "e2e_ms", "error", "error_kind", "token_times_s",
+              "conversation", "turn")
 
 
 def _row(r: RequestRecord) -> dict[str, object]:
@@ -83,6 +86,7 @@ def _row(r: RequestRecord) -> dict[str, object]:
         "e2e_ms": f"{r.e2e_s * 1e3:.3f}", "error": r.error or "",
         "error_kind": r.error_kind or "",
         "token_times_s": json.dumps([round(t, 6) for t in r.token_times_s]),
+        "conversation": r.conversation or "", "turn": "" if r.turn is None else r.turn,
     }
 
 
@@ -105,5 +109,7 @@ def read_csv(path: Path) -> list[RequestRecord]:
             send_s=float(row["send_s"]), token_times_s=tuple(json.loads(row["token_times_s"])),
             end_s=float(row["end_s"]), input_tokens=int(row["input_tokens"]),
             max_tokens=int(row["max_tokens"]), error=row["error"] or None,
-            error_kind=ErrorKind(row["error_kind"]) if row["error_kind"] else None)
+            error_kind=ErrorKind(row["error_kind"]) if row["error_kind"] else None,
+            conversation=row.get("conversation") or None,  # absent from older files
+            turn=int(row["turn"]) if row.get("turn") else None)
             for row in csv.DictReader(f)]

@@ -6,6 +6,9 @@ Open-loop sends are never skipped or bunched to catch up: a late send is recorde
 (send minus schedule) and reported, so a generator that cannot keep up shows it. The clock and
 sleep are injected; ``on_progress(done, total)`` may run on the client's reader threads.
 
+A trace of conversations (:mod:`pdtrt.bench.conversations`) is played turn by turn instead:
+each turn after the previous answer and its think time, with the conversation so far.
+
 Opening a stream costs milliseconds of client time, so streams are opened before the measured
 clock starts: closed loop, one per user; open loop, enough for the rate times twice the
 longest warm-up end-to-end latency (1 s without warm-up), plus 8. More are opened on demand
@@ -21,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pdtrt.bench.conversations import Conversation
 from pdtrt.bench.records import RequestRecord
 from pdtrt.bench.workload import PlannedRequest, RequestPlan
 from pdtrt.client import GenerateRequest, GenerateResult, LLMClient
@@ -54,7 +58,11 @@ class RunPlan:
 
     @property
     def total(self) -> int | None:
-        return len(self.arrivals_s) if self.loop is LoopKind.OPEN else self.num_requests
+        """Requests the run will send, where known (open-loop arrivals of conversations are
+        conversation starts, not requests)."""
+        if self.loop is LoopKind.OPEN and not self.workload.conversations:
+            return len(self.arrivals_s)
+        return self.num_requests
 
 
 class _Collector:
@@ -86,6 +94,69 @@ class _Collector:
                 self.idle.wait(0.1)
 
 
+def _play_conversations(plan: RunPlan, chats: tuple[Conversation, ...],
+                        send: Callable[[PlannedRequest], GenerateResult], *,
+                        clock: Callable[[], float], sleep: Callable[[float], None],
+                        t0_s: float) -> None:
+    """Multi-turn conversations (:mod:`pdtrt.bench.conversations`): closed loop, each of
+    ``concurrency`` users plays one conversation after another (cycling through them); open
+    loop, conversation ``i`` starts at arrival ``i``. Each turn waits for the previous answer
+    and its think time. The run's bound (request count, duration) stops new turns."""
+    lock = threading.Lock()
+    sent = itertools.count()
+    cycle = itertools.cycle(chats)
+
+    def next_index() -> int | None:
+        with lock:
+            i = next(sent)
+        if (plan.num_requests is not None and i >= plan.num_requests) or \
+                (plan.duration_s is not None and clock() - t0_s >= plan.duration_s):
+            return None
+        return i
+
+    def play(chat: Conversation) -> bool:
+        """False once the run's bound is reached."""
+        history: list[str] = []
+        for turn in chat.turns:
+            if turn.think_s:
+                sleep(turn.think_s)
+            index = next_index()
+            if index is None:
+                return False
+            planned = plan.workload.turn(chat, turn, history, index)
+            result = send(planned)
+            if not result.ok:  # its history would be wrong: the conversation ends here
+                return True
+            history = [planned.prompt, result.text]
+        return True
+
+    def user() -> None:
+        while True:
+            with lock:
+                chat = next(cycle)
+            if not play(chat):
+                return
+
+    if plan.loop is LoopKind.CLOSED:
+        players = [threading.Thread(target=user, name=f"pdtrt-bench-user-{u}", daemon=True)
+                   for u in range(plan.concurrency)]
+        for p in players:
+            p.start()
+    else:
+        players = []
+        for i, at_s in enumerate(plan.arrivals_s):
+            if plan.duration_s is not None and at_s >= plan.duration_s:
+                break
+            wait_s = t0_s + at_s - clock()
+            if wait_s > 0:
+                sleep(wait_s)
+            players.append(threading.Thread(target=play, args=(chats[i % len(chats)],),
+                                            name=f"pdtrt-bench-chat-{i}", daemon=True))
+            players[-1].start()
+    for p in players:
+        p.join()
+
+
 def _record(planned: PlannedRequest, result: GenerateResult, *, t0_s: float, warmup: bool,
             scheduled_s: float | None) -> RequestRecord:
     return RequestRecord(
@@ -95,7 +166,7 @@ def _record(planned: PlannedRequest, result: GenerateResult, *, t0_s: float, war
         token_times_s=tuple(c.time_s - t0_s for c in result.chunks),
         end_s=result.end_time_s - t0_s, input_tokens=planned.input_tokens,
         max_tokens=planned.max_tokens, error=result.error,
-        error_kind=result.error_kind)
+        error_kind=result.error_kind, conversation=planned.conversation, turn=planned.turn)
 
 
 def _streams_needed(plan: RunPlan, warmup: list[tuple[PlannedRequest, GenerateResult, bool,
@@ -149,7 +220,27 @@ def run_plan(client: LLMClient, plan: RunPlan, *, clock: Callable[[], float] = t
     if on_measured is not None:
         on_measured()
     t0[0] = clock()
-    if plan.loop is LoopKind.OPEN:
+    chats = plan.workload.conversations
+    if chats:
+        def send_and_wait(planned: PlannedRequest) -> GenerateResult:
+            ended: list[GenerateResult] = []
+            done = threading.Event()
+
+            def on_done(result: GenerateResult) -> None:
+                out.done(planned, result, False, None)
+                ended.append(result)
+                done.set()
+
+            out.started()
+            client.submit(GenerateRequest(prompt=planned.prompt, max_tokens=planned.max_tokens,
+                                          stream=plan.stream),
+                          model=plan.model, timeout_s=plan.timeout_s, on_done=on_done)
+            done.wait()  # the client ends every request within its timeout
+            return ended[0]
+
+        _play_conversations(plan, chats, send_and_wait, clock=clock, sleep=sleep,
+                            t0_s=t0[0])
+    elif plan.loop is LoopKind.OPEN:
         for i, at_s in enumerate(plan.arrivals_s):
             if plan.duration_s is not None and at_s >= plan.duration_s:
                 break

@@ -55,13 +55,22 @@ class Summary:
     backlog_growing: bool
     cost_per_hour_usd: float | None
     cost_per_mtok_usd: float | None
+    # multi-turn traces only (else None, and left out of to_dict): TTFT of conversations'
+    # first turns and of their later turns, which carry the conversation so far
+    ttft_first_turn_ms: Dist | None = None
+    ttft_later_turns_ms: Dist | None = None
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {}
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
+            if value is None and name in _TURN_FIELDS:
+                continue
             out[name] = value.to_dict() if isinstance(value, Dist | SLO) else value
         return out
+
+
+_TURN_FIELDS = ("ttft_first_turn_ms", "ttft_later_turns_ms")
 
 
 def outcome(record: RequestRecord) -> RequestOutcome:
@@ -102,4 +111,14 @@ def summarize(records: Sequence[RequestRecord], *, slo: SLO | None = None,
         slo_attainment=report.attainment if judged else None,
         meets_slo=report.meets_slo if judged else None,
         backlog_growing=report.backlog_growing,
-        cost_per_hour_usd=cost_per_hour_usd, cost_per_mtok_usd=cost_per_mtok)
+        cost_per_hour_usd=cost_per_hour_usd, cost_per_mtok_usd=cost_per_mtok,
+        **_by_turn(ok))
+
+
+def _by_turn(ok: Sequence[RequestRecord]) -> dict[str, Dist]:
+    """TTFT of first and of later turns, for a run of conversations."""
+    turns = [r for r in ok if r.turn is not None and r.ttft_s is not None]
+    if not turns:
+        return {}
+    return {"ttft_first_turn_ms": Dist.of_seconds([r.ttft_s for r in turns if r.turn == 0]),
+            "ttft_later_turns_ms": Dist.of_seconds([r.ttft_s for r in turns if r.turn])}

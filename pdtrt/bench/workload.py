@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pdtrt.bench.conversations import Conversation, Turn, conversations, with_history
 from pdtrt.bench.prompts import TokenizerPrompts
 from pdtrt.workload.lengths import LengthDist
 from pdtrt.workload.request_mix import RequestMix, request_rng, word_count
@@ -31,6 +32,8 @@ class PlannedRequest:
     prompt: str
     input_tokens: int
     max_tokens: int
+    conversation: str | None = None  # a turn of a multi-turn trace (pdtrt.bench.conversations)
+    turn: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +57,25 @@ class RequestPlan:
     @property
     def mix(self) -> RequestMix:
         return RequestMix(isl=self.isl, osl=self.osl, seed=self.seed, trace=self.dataset)
+
+    @property
+    def conversations(self) -> tuple[Conversation, ...]:
+        """The dataset's conversations; () when it has none."""
+        return conversations(self.dataset)
+
+    def count(self, text: str) -> int:
+        """Input tokens of ``text``: the tokenizer's, else words."""
+        return self.tokenizer.count(text) if self.tokenizer is not None else word_count(text)
+
+    def turn(self, conversation: Conversation, turn: Turn, history: list[str],
+             index: int) -> PlannedRequest:
+        """Turn ``turn`` of ``conversation`` sent as request ``index``: its own prompt (the
+        entry's draw, as :meth:`request` makes it) after the conversation so far."""
+        own = self.request(turn.position)
+        prompt = with_history(history, own.prompt)
+        return PlannedRequest(index=index, prompt=prompt, input_tokens=self.count(prompt),
+                              max_tokens=own.max_tokens, conversation=conversation.id,
+                              turn=turn.number)
 
     def request(self, index: int) -> PlannedRequest:
         rng = request_rng(self.seed, index)

@@ -50,7 +50,10 @@ from pdtrt.errors import BenchError
               help="Output length (max_tokens), same forms (default: workload.osl, else 32).")
 @click.option("--dataset", type=click.Path(path_type=Path, dir_okay=False),
               help='A trace: JSONL, one {"prompt": ..., "max_tokens": ...} (or "isl", '
-              '"osl") per line, cycled; sent on this command\'s schedule.')
+              '"osl") per line, cycled; sent on this command\'s schedule. With '
+              '"conversation_id" (and optional "turn", "think_s") on its lines: multi-turn '
+              'chats, each turn sent with the conversation so far once the previous answer '
+              'and its think time are over (docs/bench.md).')
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, file_okay=False),
               help="The deployment's tokenizer (a local directory): synthetic prompts are "
               "exactly --isl of its tokens and input tokens are counted with it. Default: "

@@ -55,7 +55,8 @@ def _server_side(run: RunResult) -> Table | str:
     return table
 
 
-def _rows(slo_pct: int) -> list[tuple[str, Callable[[Summary], float | None], str]]:
+def _rows(slo_pct: int, *, turns: bool = False
+          ) -> list[tuple[str, Callable[[Summary], float | None], str]]:
     rows: list[tuple[str, Callable[[Summary], float | None], str]] = [
         ("requests ok", lambda s: s.num_ok, "{:.0f}"),
         ("errors", lambda s: s.num_errors, "{:.0f}"),
@@ -70,6 +71,13 @@ def _rows(slo_pct: int) -> list[tuple[str, Callable[[Summary], float | None], st
         for stat in ("mean", "p50", "p90", "p95", "p99"):
             rows.append((f"{label} {stat} (ms)",
                          lambda s, m=metric, st=stat: getattr(getattr(s, m), st), "{:.1f}"))
+    if turns:  # a run of conversations: follow-up turns carry the conversation so far
+        for metric, label in (("ttft_first_turn_ms", "TTFT first turns"),
+                              ("ttft_later_turns_ms", "TTFT later turns")):
+            for stat in ("p50", "p90"):
+                rows.append((f"{label} {stat} (ms)",
+                             lambda s, m=metric, st=stat: getattr(getattr(s, m), st, None)
+                             if getattr(s, m) is not None else None, "{:.1f}"))
     rows += [
         ("goodput (requests/s)", lambda s: s.goodput_req_per_s, "{:.2f}"),
         (f"SLO attainment (need {slo_pct}%)",
@@ -92,7 +100,8 @@ def _side_by_side(report: BenchReport) -> Table:
         table.add_column(run.label, justify="right")
     if len(runs) == 2:
         table.add_column(f"{runs[0].model} / {runs[1].model}", justify="right")
-    for name, get, fmt in _rows(report.config.slo.percentile):
+    turns = any(run.summary.ttft_first_turn_ms is not None for run in runs)
+    for name, get, fmt in _rows(report.config.slo.percentile, turns=turns):
         values = [get(run.summary) for run in runs]
         cells = [_fmt(v, fmt) for v in values]
         if len(runs) == 2:

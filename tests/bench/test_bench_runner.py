@@ -108,3 +108,68 @@ def test_streams_are_opened_before_the_clock_starts():
                        arrivals_s=tuple(i / 10 for i in range(40)))
         run_plan(client, plan, clock=hub.clock, sleep=hub.clock.advance)
         assert client.num_open_streams == 10
+
+
+def _chat_trace(tmp_path):
+    from pdtrt.workload import read_trace
+
+    path = tmp_path / "chats.jsonl"
+    path.write_text(
+        '{"conversation_id": "a", "prompt": "hello there", "max_tokens": 2}\n'
+        '{"conversation_id": "b", "prompt": "other chat", "max_tokens": 1}\n'
+        '{"conversation_id": "a", "turn": 2, "think_s": 0.01, "prompt": "and last", '
+        '"max_tokens": 1}\n'
+        '{"conversation_id": "a", "turn": 1, "think_s": 0.01, "prompt": "then this", '
+        '"max_tokens": 3}\n')
+    return read_trace(path)
+
+
+def test_conversations_send_each_turn_with_the_conversation_so_far(tmp_path):
+    seen: list[tuple[str, str]] = []
+    words = words_script(0.001)
+
+    def script(model, tensors, request_id):
+        seen.append((request_id, next(t.values[0] for t in tensors if t.name == "text_input")))
+        return words(model, tensors, request_id)
+
+    hub = FakeHub(script)
+    workload = RequestPlan(isl=parse_length("8"), osl=parse_length("4"),
+                           dataset=_chat_trace(tmp_path))
+    plan = RunPlan(model="ensemble", workload=workload, loop=LoopKind.CLOSED, concurrency=1,
+                   num_requests=5)
+    with _client(hub) as client:
+        records = run_plan(client, plan, clock=hub.clock)
+    prompts = [p.decode() if isinstance(p, bytes) else p for _, p in seen]
+    # conversation a in turn order (its turns 1 and 2 given out of file order), then b
+    assert prompts[0] == "hello there"
+    assert prompts[1] == "hello there\n w0 w1\nthen this"
+    assert prompts[2] == "hello there\n w0 w1\nthen this\n w0 w1 w2\nand last"
+    assert prompts[3:] == ["other chat", "hello there"]  # b, then a again: the bound is 5
+    assert [(r.conversation, r.turn) for r in records] == [
+        ("a", 0), ("a", 1), ("a", 2), ("b", 0), ("a", 0)]
+    assert [r.input_tokens for r in records][:3] == [2, 6, 11]  # words of what was sent
+    from pdtrt.bench.stats import summarize
+
+    summary = summarize(records)
+    assert summary.ttft_first_turn_ms.count == 3 and summary.ttft_later_turns_ms.count == 2
+    assert "ttft_later_turns_ms" in summary.to_dict()
+    assert "ttft_later_turns_ms" not in summarize(records[:0]).to_dict()
+
+
+def test_a_failed_turn_ends_its_conversation(tmp_path):
+    def script(model, tensors, request_id):
+        text = next(t.values[0] for t in tensors if t.name == "text_input")
+        text = text.decode() if isinstance(text, bytes) else text
+        if text.endswith("then this"):
+            return [(0.001, StreamEvent(error="boom", final=True))]
+        return words_script(0.001)(model, tensors, request_id)
+
+    hub = FakeHub(script)
+    workload = RequestPlan(isl=parse_length("8"), osl=parse_length("4"),
+                           dataset=_chat_trace(tmp_path))
+    plan = RunPlan(model="ensemble", workload=workload, loop=LoopKind.OPEN,
+                   arrivals_s=(0.0,), num_requests=10)
+    with _client(hub) as client:
+        records = run_plan(client, plan, clock=hub.clock, sleep=hub.clock.advance)
+    assert [(r.conversation, r.turn, r.ok) for r in records] == [
+        ("a", 0, True), ("a", 1, False)]  # turn 2 is never sent

@@ -92,3 +92,33 @@ def test_server_dying_mid_run_ends_the_run_with_clean_errors(tmp_path):
     assert set(kinds) <= {"unavailable", "request"} and kinds, kinds
     with LLMClient(url) as client, pytest.raises(ServerUnavailableError):
         client.generate(GenerateRequest(prompt="x"))
+
+
+def test_a_conversation_trace_on_the_real_server(llm_server, tmp_path):
+    """Two chats of three turns, two users: every turn is answered, the later turns carry the
+    conversation so far (more input tokens each turn), and the report and CSV say which turn
+    each request was."""
+    from pdtrt.workload import read_trace
+
+    path = tmp_path / "chats.jsonl"
+    path.write_text("".join(
+        json.dumps({"conversation_id": c, "think_s": 0.05, "prompt": f"turn {t} of chat {c}",
+                    "max_tokens": 4}) + "\n" for c in ("x", "y") for t in range(3)))
+    workload = RequestPlan(isl=parse_length("4"), osl=parse_length("4"),
+                           dataset=read_trace(path))
+    config = BenchConfig(loop=LoopKind.CLOSED, concurrency=2, num_requests=6,
+                         workload=workload)
+    with LLMClient(llm_server) as client:
+        report = run_bench(client, config)
+    (run,) = report.runs
+    assert all(r.ok for r in run.records), [r.error for r in run.records]
+    by_chat = {c: sorted((r for r in run.records if r.conversation == c), key=lambda r: r.turn)
+               for c in ("x", "y")}
+    for records in by_chat.values():
+        assert [r.turn for r in records] == [0, 1, 2]
+        assert records[0].input_tokens < records[1].input_tokens < records[2].input_tokens
+        assert records[1].send_s >= records[0].end_s + 0.05  # after the answer and think time
+    assert run.summary.ttft_later_turns_ms.count == 4
+    files = write_report(report, tmp_path / "out")
+    assert {(r.conversation, r.turn) for r in read_csv(files.csvs[0])} == {
+        (c, t) for c in ("x", "y") for t in range(3)}

@@ -21,11 +21,34 @@ def test_jsonl_prompts_lengths_and_times(tmp_path):
 
 def test_other_fields_are_ignored_but_near_misses_are_errors(tmp_path):
     path = tmp_path / "t.jsonl"
-    path.write_text('{"id": "c1", "conversation": 7, "prompt": "a b", "max_tokens": 3}\n')
+    path.write_text('{"id": "c1", "user": 7, "prompt": "a b", "max_tokens": 3}\n')
     assert read_trace(path) == (TraceEntry(prompt="a b", osl=3),)
     path.write_text('{"promt": "a b", "isl": 2}\n')
     with pytest.raises(WorkloadError, match=r"unknown field 'promt' \(did you mean 'prompt'"):
         read_trace(path)
+    path.write_text('{"conversation": 7, "isl": 2}\n')  # would make turns single requests
+    with pytest.raises(WorkloadError, match=r"did you mean 'conversation_id'"):
+        read_trace(path)
+
+
+def test_conversations_turns_and_think_times(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"conversation_id": 3, "turn": 1, "think_s": 2.5, "prompt": "b"}\n'
+                    '{"conversation_id": "x", "prompt": "a"}\n')
+    assert read_trace(path) == (
+        TraceEntry(conversation_id="3", turn=1, think_s=2.5, prompt="b"),
+        TraceEntry(conversation_id="x", prompt="a"))
+    for text, match in (
+            ('{"conversation_id": 3, "isl": 2}\n{"isl": 2}\n', "'conversation_id' is on 1 of 2"),
+            ('{"turn": 1, "isl": 2}\n', "add its 'conversation_id'"),
+            ('{"conversation_id": 1, "turn": -1, "isl": 2}\n', "'turn' must be an integer >= 0"),
+            ('{"conversation_id": 1, "think_s": -1, "isl": 2}\n', "'think_s' must be a number"),
+            ('{"conversation_id": 1, "turn": 0, "isl": 2}\n'
+             '{"conversation_id": 1, "turn": 0, "isl": 3}\n', "conversation '1' has turn 0 twice"),
+            ('{"conversation_id": true, "isl": 2}\n', "'conversation_id' must be")):
+        path.write_text(text)
+        with pytest.raises(WorkloadError, match=match):
+            read_trace(path)
 
 
 def test_csv_reads_the_same_fields(tmp_path):
