@@ -41,7 +41,10 @@ _GROUP_GONE_S = 5.0
 def death_reason(log_text: str, returncode: int | None = None) -> str:
     """Why the server ended, as far as its exit status and the tail of its log say."""
     if returncode is not None and returncode < 0:
-        how = f"killed by {signal.Signals(-returncode).name}"
+        try:
+            how = f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:  # not a signal this Python knows by name
+            how = f"killed by signal {-returncode}"
     elif returncode is not None:
         how = f"exited with status {returncode}"
     else:

@@ -38,6 +38,7 @@ def test_death_reason_names_the_signal_and_the_owner_dead_abort():
     assert death_reason(log, -6).startswith("killed by SIGABRT (boost::interprocess::")
     assert "owner-dead" in death_reason(log, -6)
     assert death_reason("", 1) == "exited with status 1"
+    assert death_reason("", -99) == "killed by signal 99"
     assert death_reason("", None) == "gone"
 
 

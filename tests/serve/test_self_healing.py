@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -276,7 +277,10 @@ def test_a_server_that_aborts_is_restarted_on_its_ports_and_serves_again(served)
     assert server_pid(work) != pid and not _running(pid)
     assert generate(url, "ensemble", ensemble_inputs(PROMPT, 12)).texts == expected
     log = (work / "supervisor.log").read_text()
-    assert f"tritonserver (pid {pid}) gone; restarting it on the same ports" in log
+    # "gone" when serve started it, "killed by SIGKILL" when the supervisor did (a restart
+    # earlier in this module: Triton 2.51 aborted under the fixture's first requests once)
+    assert re.search(rf"tritonserver \(pid {pid}\) (gone|killed by SIGKILL); restarting it "
+                     "on the same ports", log), log
     assert list(work.glob("server.log.restart*"))  # the dead server's log, kept
     print(f"ready again {back_s:.1f} s after the abort")
 

@@ -87,8 +87,8 @@ class LLM:
             engine.model.config.max_position_embeddings)
         kv = self.args.kv_cache_config
         tpb = engine.layout.tokens_per_block
-        self._max_blocks = (kv.max_tokens // tpb if kv.max_tokens else
-                            self.args.max_batch_size * math.ceil(self._max_seq_len / tpb))
+        self._max_blocks = max(kv.max_tokens // tpb if kv.max_tokens else
+                               self.args.max_batch_size * math.ceil(self._max_seq_len / tpb), 1)
         self._prefix_cache = PrefixCache(
             tokens_per_block=tpb, max_blocks=self._max_blocks,
             event_buffer_max_size=kv.event_buffer_max_size,
