@@ -158,14 +158,19 @@ def test_a_cache_hit_changes_no_token_and_is_counted(reuse_llm, tiny_model):
     assert _generate(reuse_llm, first, 12) == want[0]
     events = reuse_llm.get_kv_cache_events(timeout=0)
     assert events[0]["data"]["type"] == "created"
-    stored = [e for e in events if e["data"]["type"] == "stored"]
-    assert [b["block_hash"] for e in stored for b in e["data"]["blocks"]] == \
-        block_hashes(first, 8)
+    stored = [b["block_hash"] for e in events if e["data"]["type"] == "stored"
+              for b in e["data"]["blocks"]]
+    # the prompt's 5 blocks when it was prefilled, then at its end the blocks of prompt and
+    # output less the last token (44 + 11 = 55 tokens: a 6th), as upstream's release stores
+    assert stored == block_hashes((first + want[0])[:55], 8)
     assert _generate(reuse_llm, second, 12) == want[1]  # 40 of its 43 tokens from the cache
     stats = reuse_llm.get_stats(timeout=0)[-1]["kvCacheStats"]
     assert stats["reusedBlocks"] == 5 and stats["missedBlocks"] == 5
     assert stats["cacheHitRate"] == pytest.approx(0.5)
-    assert reuse_llm.get_kv_cache_events(timeout=0) == []  # nothing new: every block known
+    events = reuse_llm.get_kv_cache_events(timeout=0)
+    new = [b["block_hash"] for e in events for b in e["data"]["blocks"]]
+    assert new == block_hashes((second + want[1])[:54], 8)[5:]  # only its own 6th block
+    assert events[0]["data"]["parent_hash"] == block_hashes(first, 8)[4]  # under the system
 
 
 def test_reuse_off_reuses_nothing_and_publishes_nothing(tiny_model_dir, tiny_model):

@@ -144,7 +144,7 @@ class Scheduler:
             seq.kv = seq.imported_kv
         for seq in plan.prefill:  # one at a time, each first token out as soon as it is sampled
             logits, seq.kv = self._prefill(seq.prompt)
-            _deliver(postprocess(self.state, [_sampled(seq, logits)]))
+            self._deliver_and_keep(postprocess(self.state, [_sampled(seq, logits)]))
         batch = [s for s in plan.decode if not s.done]
         if batch:
             self._decode(batch)
@@ -170,7 +170,23 @@ class Scheduler:
         for seq, (logits, kv) in zip(batch, results, strict=True):
             seq.kv = kv
             tokens.append(_sampled(seq, logits))
-        _deliver(postprocess(self.state, tokens))
+        self._deliver_and_keep(postprocess(self.state, tokens))
+
+    def _deliver_and_keep(self, deliveries: list[Delivery[SeqRequest]]) -> None:
+        """Emit, then -- with block reuse -- keep the full blocks of each sequence that ended
+        normally: its prompt and output, less the last token (whose KV was never computed),
+        as TensorRT-LLM stores a released sequence's blocks (``storeBlocksForReuse``,
+        kvCacheManager.cpp). A follow-up turn that resends the answer reuses it too."""
+        try:
+            _deliver(deliveries)
+        finally:
+            cache = self.prefix_cache
+            if cache is not None:
+                for seq, em in deliveries:
+                    if em.final and em.error is None and not em.cancelled and seq.kv:
+                        held = seq.kv[0][0].shape[2]
+                        cache.store((seq.prompt + seq.generated)[:held], seq.kv,
+                                    in_use_blocks=self.num_kv_tokens // cache.tokens_per_block)
 
 
 def _sampled(seq: SeqRequest, logits: torch.Tensor
