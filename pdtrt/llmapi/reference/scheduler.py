@@ -173,20 +173,23 @@ class Scheduler:
         self._deliver_and_keep(postprocess(self.state, tokens))
 
     def _deliver_and_keep(self, deliveries: list[Delivery[SeqRequest]]) -> None:
-        """Emit, then -- with block reuse -- keep the full blocks of each sequence that ended
-        normally: its prompt and output, less the last token (whose KV was never computed),
-        as TensorRT-LLM stores a released sequence's blocks (``storeBlocksForReuse``,
-        kvCacheManager.cpp). A follow-up turn that resends the answer reuses it too."""
-        try:
-            _deliver(deliveries)
-        finally:
-            cache = self.prefix_cache
-            if cache is not None:
+        """With block reuse, first keep the full blocks of each sequence that ended normally
+        -- its prompt and output, less the last token (whose KV was never computed), as
+        TensorRT-LLM stores a released sequence's blocks (``storeBlocksForReuse``,
+        kvCacheManager.cpp) -- so that a client holding the final answer finds them (and their
+        events) there; then emit. A follow-up turn that resends the answer reuses it too. A
+        failure to keep them is logged and costs nobody their answer."""
+        cache = self.prefix_cache
+        if cache is not None:
+            try:
                 for seq, em in deliveries:
                     if em.final and em.error is None and not em.cancelled and seq.kv:
                         held = seq.kv[0][0].shape[2]
                         cache.store((seq.prompt + seq.generated)[:held], seq.kv,
                                     in_use_blocks=self.num_kv_tokens // cache.tokens_per_block)
+            except Exception:
+                log.exception("keeping finished sequences' blocks for reuse")
+        _deliver(deliveries)
 
 
 def _sampled(seq: SeqRequest, logits: torch.Tensor
