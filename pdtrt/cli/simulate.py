@@ -62,6 +62,8 @@ def _rows(res: SimResult) -> dict[str, str]:
         "GPUs, $/h": f"{d['num_gpus']}, ${d['cost_per_hour_usd']:.2f}",
         "$ per M output tok": "-" if usd is None else f"${usd:.3f}",
         "unfinished": str(d["num_unfinished"]),
+        **({"prompt tokens from cache": f"{d['cached_prompt_tokens']:,} of "
+            f"{d['prompt_tokens']:,}"} if d.get("cached_prompt_tokens") else {}),
     }
 
 
@@ -104,6 +106,10 @@ def _lengths(w: SimWorkload) -> str:
               default="trtllm", show_default=True, help="Whose calibrated factors to use.")
 @click.option("--factors", "factors_file", type=click.Path(path_type=Path, exists=True),
               help="A factors file written by scripts/calibrate.py.")
+@click.option("--shared-prefix", type=click.IntRange(min=0), default=0, show_default=True,
+              metavar="TOKENS", help="Every prompt starts with this many shared tokens (a "
+              "system prompt); an engine with KV block reuse computes them once per instance. "
+              "0: no reuse modelled.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Write a PNG of the TTFT/ITL distributions and ITL over time here.")
 @json_option
@@ -112,7 +118,8 @@ def simulate_cmd(spec_file: Path, mode: str, rate: float | None, concurrency: in
                  osl: LengthDist | None, num_requests: int, seed: int,
                  agg_instances: int | None, prefill_instances: int | None,
                  decode_instances: int | None, batch_policy: str, routing: str, backend: str,
-                 factors_file: Path | None, plot_path: Path | None, as_json: bool) -> None:
+                 factors_file: Path | None, shared_prefix: int, plot_path: Path | None,
+                 as_json: bool) -> None:
     """Simulate SPEC_FILE's deployment and its aggregated baseline (discrete events).
 
     Arrivals, length distributions, continuous batching with max_batch_size /
@@ -130,7 +137,8 @@ def simulate_cmd(spec_file: Path, mode: str, rate: float | None, concurrency: in
         num_requests=num_requests, seed=seed, agg_instances=agg_instances,
         prefill_instances=prefill_instances, decode_instances=decode_instances,
         batch_policy=BatchPolicy(batch_policy), routing=RoutingPolicy(routing),
-        backend=ServingBackend(backend), factors_file=factors_file)
+        backend=ServingBackend(backend), factors_file=factors_file,
+        shared_prefix=shared_prefix)
     configs = sim_configs(dep, overrides)
     results = [simulate(c) for c in configs]
     if plot_path is not None:

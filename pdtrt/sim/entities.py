@@ -31,6 +31,7 @@ class Request:
     isl: int
     osl: int
     prefilled: int = 0
+    cached: int = 0  # prompt tokens whose KV came from the entry replica's block cache
     generated: int = 0
     first_token_s: float | None = None
     last_token_s: float | None = None
@@ -70,6 +71,7 @@ class Replica:
     busy: bool = False
     busy_s: float = 0.0
     num_steps: int = 0
+    prefix_warm: bool = False  # holds the workload's shared prefix (block reuse)
 
     def blocks_for(self, req: Request) -> int:
         return -(-req.seq_len // self.instance.tokens_per_block)

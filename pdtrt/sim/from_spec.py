@@ -49,6 +49,7 @@ class SimOverrides:
     routing: RoutingPolicy = RoutingPolicy.LEAST_LOADED
     backend: ServingBackend = ServingBackend.TRTLLM
     factors_file: Path | None = None
+    shared_prefix: int = 0
 
 
 def _workload(dep: Deployment, o: SimOverrides) -> SimWorkload:
@@ -58,7 +59,8 @@ def _workload(dep: Deployment, o: SimOverrides) -> SimWorkload:
     osl = o.osl or LengthDist.fixed(wl.osl)
     if trace and trace[0].arrival_s is not None and o.rate_per_s is None \
             and o.concurrency is None:
-        return SimWorkload(isl=isl, osl=osl, trace=trace)  # replayed at its own times
+        return SimWorkload(isl=isl, osl=osl, trace=trace,  # replayed at its own times
+                           shared_prefix=o.shared_prefix)
     rate = o.rate_per_s if o.rate_per_s is not None else (
         None if o.concurrency is not None else wl.request_rate_per_s)
     conc = o.concurrency if o.concurrency is not None else (
@@ -67,7 +69,8 @@ def _workload(dep: Deployment, o: SimOverrides) -> SimWorkload:
         raise PdtrtError("the spec's workload has neither request_rate_per_s nor concurrency",
                          hint="pass --rate R or --concurrency C")
     return SimWorkload(isl=isl, osl=osl, loop=LoopKind.OPEN if rate else LoopKind.CLOSED,
-                       process=o.process, rate_per_s=rate, concurrency=conc, trace=trace)
+                       process=o.process, rate_per_s=rate, concurrency=conc, trace=trace,
+                       shared_prefix=o.shared_prefix)
 
 
 def spec_slo(dep: Deployment) -> SLO:

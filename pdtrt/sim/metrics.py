@@ -57,6 +57,8 @@ class SimResult:
     cost_per_hour_usd: float
     slo: SLO
     num_events: int
+    prompt_tokens: int = 0  # of the measured requests
+    cached_prompt_tokens: int = 0  # of those, taken from a block cache (shared prefix)
 
     @cached_property
     def _done(self) -> list[RequestOutcome]:
@@ -156,4 +158,7 @@ class SimResult:
             "num_gpus": self.num_gpus, "cost_per_hour_usd": round(self.cost_per_hour_usd, 4),
             "usd_per_mtok": None if usd is None else round(usd, 4),
             "num_events": self.num_events,
+            **({"prompt_tokens": self.prompt_tokens,
+                "cached_prompt_tokens": self.cached_prompt_tokens}
+               if self.cached_prompt_tokens else {}),
         }

@@ -84,4 +84,6 @@ def _result(config: SimConfig, state: SimState) -> SimResult:
         outcomes=tuple(outcome(r) for r in measured), itl_s=itl[keep], itl_time_s=itl_t[keep],
         output_tokens=sum(r.osl for r in measured if r.done_s is not None),
         utilisation=_utilisation(state), num_gpus=s.num_gpus,
-        cost_per_hour_usd=s.cost_per_hour_usd(), slo=config.slo, num_events=state.num_events)
+        cost_per_hour_usd=s.cost_per_hour_usd(), slo=config.slo, num_events=state.num_events,
+        prompt_tokens=sum(r.isl for r in measured),
+        cached_prompt_tokens=sum(r.cached for r in measured))

@@ -68,6 +68,12 @@ class SimState:
         self.requests.append(req)
         return req
 
+    def cached_prefix(self, req: Request, replica: Replica) -> int:
+        """Prompt tokens of ``req`` a replica holding the shared prefix reuses: whole blocks,
+        within the prompt's first ``isl - 1`` tokens (one token is always computed)."""
+        tpb = replica.instance.tokens_per_block
+        return min(self.config.workload.shared_prefix, req.isl - 1) // tpb * tpb
+
     def kv_transfer_s(self, req: Request) -> float:
         s = self.config.serving
         assert s.link is not None

@@ -9,7 +9,10 @@ distributions, a trace, open or closed loop, the arrival process -- put together
 - open loop without a rate, with a trace whose entries carry ``arrival_s``: the trace's first
   ``num_requests`` entries replayed at their own times;
 - closed loop: ``concurrency`` clients that all start at t = 0 and send their next request
-  when their last one ends (the simulator re-times those arrivals).
+  when their last one ends (the simulator re-times those arrivals);
+- ``shared_prefix``: tokens of a system prompt every request starts with; an entry replica
+  (aggregated or prefill) that has prefilled one such request reuses those tokens' KV blocks
+  for every later one (TensorRT-LLM's block reuse: whole blocks, at most ``isl - 1`` tokens).
 
 For a seed, request ``i`` has the lengths ``pdtrt bench`` sends as request ``i`` and the
 arrival schedule is bench's. This module produces request specs; it does not simulate them.
@@ -48,8 +51,13 @@ class SimWorkload:
     rate_per_s: float | None = None  # open loop; None with a timed trace: replay its times
     concurrency: int | None = None  # closed loop
     trace: tuple[TraceEntry, ...] = ()
+    # prompt tokens every request starts with (a system prompt), which an engine with block
+    # reuse keeps after its first request with them (pdtrt.sim.events.request_arrival)
+    shared_prefix: int = 0
 
     def __post_init__(self) -> None:
+        if self.shared_prefix < 0:
+            raise WorkloadError(f"shared_prefix must be >= 0, got {self.shared_prefix}")
         if self.loop is LoopKind.CLOSED and not self.concurrency:
             raise WorkloadError("closed-loop arrivals need a concurrency",
                                 hint="pass --concurrency C")

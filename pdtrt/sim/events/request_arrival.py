@@ -1,5 +1,10 @@
 """A request reaches the engines: route it to an entry replica (aggregated or prefill), queue it.
 
+With a workload ``shared_prefix``, a replica that has prefilled one request with it keeps its
+KV blocks (block reuse), so a later request starts prefilled by those tokens; its prefill
+chunks still attend to them (:func:`pdtrt.perf.step.prefill_chunk_work` from ``prefilled``),
+and its KV transfer still moves the whole prompt.
+
 ``time_s`` is when it reaches the engines: ``sent_s`` (when the client sent it) plus the fixed
 per-request overhead outside the engine (:attr:`EfficiencyFactors.request_overhead_s`), which
 counts in TTFT but occupies no GPU.
@@ -35,6 +40,8 @@ class RequestArrival:
         req = state.new_request(self.spec, sent_s=self.sent_s)
         replica = state.route_entry(state.replicas[state.entry_role])
         req.prefill_replica = replica.index
+        if replica.prefix_warm:  # its block cache holds the shared prefix: not computed again
+            req.prefilled = req.cached = state.cached_prefix(req, replica)
         replica.waiting.append(req)
         state.want_schedule(replica.role, replica.index)
         return []

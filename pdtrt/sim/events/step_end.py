@@ -55,6 +55,8 @@ class StepEnd:
                 continue
             req.generated, req.first_token_s, req.last_token_s = 1, now, now
             replica.prefilling.remove(req)
+            if state.config.workload.shared_prefix:
+                replica.prefix_warm = True
             if req.osl <= 1:
                 if self.role is ReplicaRole.PREFILL:
                     replica.used_blocks -= replica.prefill_blocks_for(req)
