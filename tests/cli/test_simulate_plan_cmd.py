@@ -64,6 +64,22 @@ def test_simulate_json_deterministic_and_overrides(run):
     assert json.loads(other.stdout)["results"][0]["ttft_ms"] != res["ttft_ms"]
 
 
+def test_simulate_shared_prefix_reports_cached_prompt_tokens(run):
+    args = ("simulate", SEED, *FAST, "--mode", "aggregated", "--rate", "4")
+    plain = run(*args, "--json")
+    cached = run(*args, "--shared-prefix", "2048", "--json")
+    assert plain.exit_code == 0 and cached.exit_code == 0, cached.output
+    (p,), (c,) = json.loads(plain.stdout)["results"], json.loads(cached.stdout)["results"]
+    assert "cached_prompt_tokens" not in p
+    assert c["cached_prompt_tokens"] == 2048 * c["num_measured"] == \
+        c["prompt_tokens"] * 2048 // 3000
+    assert c["ttft_ms"]["p50"] < 0.7 * p["ttft_ms"]["p50"]
+    table = run(*args, "--shared-prefix", "2048")
+    assert any("prompt tokens from cache" in line for line in table.stdout.splitlines())
+    bad = run(*args, "--shared-prefix", "-1")
+    assert bad.exit_code == 2 and "--shared-prefix" in bad.stderr
+
+
 def test_simulate_closed_loop_trace_and_policies(run, tmp_path):
     result = run("simulate", SEED, *FAST, "--mode", "aggregated", "--concurrency", "8",
                  "--agg-instances", "1", "--batch-policy", "whole-prompt", "--json")
