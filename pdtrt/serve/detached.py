@@ -25,7 +25,8 @@ from pdtrt.envvars import PDTRT_API_KEY
 from pdtrt.errors import PdtrtError, ServerError
 from pdtrt.front.options import FrontOptions
 from pdtrt.front.server import FrontServer
-from pdtrt.serve.launcher import STATE_FILE, process_running, read_state, update_state
+from pdtrt.serve.launcher import STATE_FILE, read_state, update_state
+from pdtrt.serve.procs import process_running
 from pdtrt.serve.restarts import Restarter
 from pdtrt.serve.supervisor import Supervisor
 from pdtrt.serve.triton_server import Endpoints, ServerConfig, TritonServer

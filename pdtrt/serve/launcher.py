@@ -35,6 +35,7 @@ from pdtrt.errors import ServerError
 from pdtrt.front.options import FrontOptions
 from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.serve.model_control import explicit_load_args
+from pdtrt.serve.procs import process_running
 from pdtrt.serve.restarts import DEFAULT_MAX_RESTARTS
 from pdtrt.serve.triton_server import Endpoints, ServerConfig, remove_shm_regions
 from pdtrt.spec.load import load_deployment
@@ -42,7 +43,7 @@ from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.registry import target_support
 
 __all__ = ["Prepared", "kv_environment", "pools_grpc_port", "pools_warnings", "prepare",
-           "process_running", "read_state", "server_config", "spawn_supervisor",
+           "read_state", "server_config", "spawn_supervisor",
            "stop_detached", "update_state", "wait_front", "write_state"]
 
 STATE_FILE = "serve.json"
@@ -287,13 +288,3 @@ def _end(pid: int, send: Callable[[int, int], None], *, grace_s: float) -> None:
         send(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-
-
-def process_running(pid: int) -> bool:
-    """Whether ``pid`` still runs: it exists and is not a zombie (an exited process whose
-    parent -- gone with ``pdtrt serve --detach`` -- has not reaped it yet)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"

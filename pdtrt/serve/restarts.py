@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdtrt.errors import ServerError
+from pdtrt.serve.procs import group_members
 from pdtrt.serve.shm import remove_shm_regions
 from pdtrt.serve.triton_server import LOCK_EXCEPTION, Endpoints, ServerConfig, TritonServer
 
@@ -67,19 +68,6 @@ def keep_log(log_path: Path) -> Path | None:
     return kept
 
 
-def _group_members(pgid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                out.append(int(entry.name))
-    return out
-
-
 def _end_group(pgid: int) -> None:
     """SIGKILL what is left of a dead server's process group (its stubs, started in the
     server's session) and wait until it is gone."""
@@ -88,7 +76,7 @@ def _end_group(pgid: int) -> None:
     except ProcessLookupError:
         return
     deadline = time.monotonic() + _GROUP_GONE_S
-    while _group_members(pgid) and time.monotonic() < deadline:
+    while group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 

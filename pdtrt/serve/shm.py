@@ -20,6 +20,8 @@ import re
 import secrets
 from pathlib import Path
 
+from pdtrt.serve.procs import start_ticks
+
 __all__ = ["SHM_DIR", "new_shm_prefix", "record_owners", "remove_shm_regions",
            "remove_stale_shm_regions"]
 
@@ -55,16 +57,6 @@ def remove_shm_regions(prefix: str, shm_dir: Path = SHM_DIR) -> int:
 _OWNER = "owner.json"  # /dev/shm/<prefix>owner.json
 
 
-def _start_ticks(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot, /proc/PID/stat field 22), or None when no
-    such process runs: with the pid it names one process, whatever pid reuse happens."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
 def _pid_namespace() -> str:
     try:
         return os.readlink("/proc/self/ns/pid")
@@ -77,7 +69,7 @@ def record_owners(prefix: str, pids: list[int], shm_dir: Path = SHM_DIR) -> None
     temporary name matches no prefix). Nothing to record where there is no ``shm_dir``."""
     if not shm_dir.is_dir():
         return
-    owners = [{"pid": pid, "start": _start_ticks(pid)} for pid in pids]
+    owners = [{"pid": pid, "start": start_ticks(pid)} for pid in pids]
     record = {"owners": owners, "pid_namespace": _pid_namespace()}
     tmp = shm_dir / f".{prefix}{_OWNER}.{os.getpid()}"
     tmp.write_text(json.dumps(record))
@@ -91,7 +83,7 @@ def _owner_alive(record: dict[str, object]) -> bool | None:
     owners = record.get("owners")
     if not isinstance(owners, list) or not owners:
         return None
-    return any(_start_ticks(int(o["pid"])) == o["start"] for o in owners)
+    return any(start_ticks(int(o["pid"])) == o["start"] for o in owners)
 
 
 def remove_stale_shm_regions(shm_dir: Path = SHM_DIR) -> list[str]:

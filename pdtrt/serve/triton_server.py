@@ -45,6 +45,7 @@ from pathlib import Path
 from pdtrt import envvars
 from pdtrt.errors import ServerError
 from pdtrt.facts.embedded_triton import EmbeddedTriton, find_embedded_triton
+from pdtrt.serve.procs import children
 from pdtrt.serve.shm import (
     new_shm_prefix,
     record_owners,
@@ -205,7 +206,7 @@ def drain_stubs(server_pid: int, *, drain_s: float = _DRAIN_S) -> int:
     docs/serve.md). pdtrt's models end their requests on SIGTERM with an error
     (:mod:`pdtrt.runtime.shutdown`); other Python models' stubs ignore SIGTERM. Returns how
     many stubs were signalled."""
-    stubs = _children(server_pid)
+    stubs = children(server_pid)
     for pid in stubs:
         try:
             os.kill(pid, signal.SIGTERM)
@@ -214,19 +215,6 @@ def drain_stubs(server_pid: int, *, drain_s: float = _DRAIN_S) -> int:
     if stubs:
         time.sleep(drain_s)
     return len(stubs)
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
 
 
 class TritonServer:

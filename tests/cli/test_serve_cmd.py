@@ -90,7 +90,7 @@ def test_a_detached_server_that_dies_is_restarted_on_its_ports_then_given_up(run
 
     from e2e_client import wait_for
 
-    from pdtrt.serve.launcher import process_running
+    from pdtrt.serve.procs import process_running
 
     repo = tmp_path / "repo"
     shutil.copytree(MODELS / "echo_stream", repo / "echo_stream")
@@ -140,7 +140,7 @@ def test_an_attached_server_that_dies_is_restarted_by_its_pdtrt_serve(tmp_path):
 
     from e2e_client import wait_for
 
-    from pdtrt.serve.launcher import process_running
+    from pdtrt.serve.procs import children, process_running
 
     repo = tmp_path / "repo"
     shutil.copytree(MODELS / "echo_stream", repo / "echo_stream")
@@ -156,9 +156,8 @@ def test_an_attached_server_that_dies_is_restarted_by_its_pdtrt_serve(tmp_path):
         ready = f"http://{info['endpoints']['http']}/v2/health/ready"
 
         def servers() -> list[int]:
-            return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-                    and _parent(p) == serve.pid and process_running(int(p.name))
-                    and "tritonserver" in _argv0(p)]
+            return [pid for pid in children(serve.pid)
+                    if process_running(pid) and "tritonserver" in _argv0(pid)]
 
         (first,) = servers()
         os.kill(first, signal.SIGKILL)
@@ -184,16 +183,9 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _parent(proc: Path) -> int:
+def _argv0(pid: int) -> str:
     try:
-        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        return -1
-
-
-def _argv0(proc: Path) -> str:
-    try:
-        return (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
     except OSError:
         return ""
 

@@ -34,6 +34,8 @@ from supervised_server import (
     stop,
 )
 
+from pdtrt.serve.procs import process_running
+
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 PROMPT = "The keeper lit the lamp on the rock"
@@ -274,7 +276,7 @@ def test_a_server_that_aborts_is_restarted_on_its_ports_and_serves_again(served)
     assert wait_for(lambda: readiness(http) == 0, timeout_s=5)  # refused while it is down
     assert wait_for(lambda: readiness(http) == 200, timeout_s=RESTART_S)
     back_s = time.monotonic() - aborted_at
-    assert server_pid(work) != pid and not _running(pid)
+    assert server_pid(work) != pid and not process_running(pid)
     assert generate(url, "ensemble", ensemble_inputs(PROMPT, 12)).texts == expected
     log = (work / "supervisor.log").read_text()
     # "gone" when serve started it, "killed by SIGKILL" when the supervisor did (a restart
@@ -290,14 +292,6 @@ def test_stop_ends_the_supervisor_with_the_server(served):
     supervisor = info["state_file"]["supervisor_pid"]
     server = server_pid(work)  # restarted above: not the one serve started
     stop(work)
-    assert wait_for(lambda: not _running(server), timeout_s=10)
+    assert wait_for(lambda: not process_running(server), timeout_s=10)
     assert not (work / "serve.json").exists()
-    assert wait_for(lambda: not _running(supervisor), timeout_s=10)
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    assert wait_for(lambda: not process_running(supervisor), timeout_s=10)

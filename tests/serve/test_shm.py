@@ -28,9 +28,9 @@ def dead_pid():
     """The pid of a process that has ended (and its start time, read while it ran)."""
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
                              stdin=subprocess.PIPE)
-    from pdtrt.serve.shm import _start_ticks
+    from pdtrt.serve.procs import start_ticks
 
-    start = _start_ticks(child.pid)
+    start = start_ticks(child.pid)
     child.communicate(b"")
     return child.pid, start
 

@@ -29,6 +29,7 @@ from e2e_client import _input, engine_inputs, ensemble_inputs
 
 import pdtrt.serve.triton_server as triton_server
 from pdtrt.facts.embedded_triton import find_embedded_triton
+from pdtrt.serve.procs import children
 from pdtrt.serve.shm import SHM_DIR, new_shm_prefix, record_owners, remove_shm_regions
 from pdtrt.serve.triton_server import ServerConfig, TritonServer
 from tests.conftest import EXAMPLES, ROOT, TESTS, serve_reference
@@ -76,10 +77,6 @@ class _Stream(threading.Thread):
             self.ended_at = time.monotonic()
             client.stop_stream()
             client.close()
-
-
-def _children(pid: int) -> list[int]:
-    return triton_server._children(pid)  # noqa: SLF001 -- the same /proc walk
 
 
 def _gone(pid: int) -> bool:
@@ -131,7 +128,7 @@ def test_a_stop_ends_every_stream_with_an_error_and_leaves_nothing(reference_eng
             s.start()
         assert _wait(lambda: all(s.responses >= 2 for s in streams), 120), \
             [(s.model, s.responses, s.error) for s in streams]
-        stubs = _children(pid)
+        stubs = children(pid)
         assert len(stubs) == 6  # preprocessing, router, prefill, decode, aggregated, postproc.
         # Triton must release its shared memory itself: pdtrt's cleanup is switched off here.
         monkeypatch.setattr(triton_server, "remove_shm_regions", lambda prefix: 0)
@@ -187,7 +184,7 @@ def _launch(tmp: Path, mode: str) -> tuple[subprocess.Popen[str], dict]:
 def test_a_killed_starter_takes_its_server_and_stubs_along(tmp_path):
     launcher, server = _launch(tmp_path, "attached")
     try:
-        stubs = _children(server["pid"])
+        stubs = children(server["pid"])
         assert stubs
         launcher.send_signal(signal.SIGKILL)  # as a supervisor does after its grace period
         launcher.wait(10)
@@ -217,7 +214,7 @@ def test_the_next_start_removes_what_a_killed_server_left_and_keeps_a_live_ones(
         pid = crashed._proc.pid  # noqa: SLF001
         os.killpg(pid, signal.SIGKILL)  # server and stubs at once: nobody cleans up
         crashed._proc.wait(10)  # noqa: SLF001
-        assert _wait(lambda: not _children(pid), 10)
+        assert _wait(lambda: not children(pid), 10)
         assert len(_regions(crashed.shm_prefix)) > 1  # its regions and its owner record
         record_owners(live, [os.getpid()])
         (SHM_DIR / f"{live}0ff9e338-2516-428e-991f-e8dbc3765a6e").write_bytes(b"\0")
@@ -280,7 +277,7 @@ def test_drain_stubs_signals_the_servers_children_only():
         assert heard.count("stub got SIGTERM") == 2, heard
         assert parent.poll() is None  # the server itself was not signalled
     finally:
-        for pid in _children(parent.pid):
+        for pid in children(parent.pid):
             os.kill(pid, signal.SIGKILL)
         parent.kill()
         parent.wait(10)

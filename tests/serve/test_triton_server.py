@@ -13,6 +13,7 @@ import pytest
 
 from pdtrt.errors import ServerError
 from pdtrt.facts.embedded_triton import find_embedded_triton
+from pdtrt.serve.procs import children
 from pdtrt.serve.triton_server import ServerConfig, TritonServer, remove_shm_regions
 from tests.conftest import TESTS
 
@@ -32,19 +33,6 @@ def _repo(tmp: Path, *names: str) -> Path:
     return repo
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
-
-
 def test_streams_and_stops_with_its_stubs(tmp_path):
     import tritonclient.grpc as grpcclient
 
@@ -54,7 +42,7 @@ def test_streams_and_stops_with_its_stubs(tmp_path):
         ep = server.endpoints
         assert ep is not None and server.running
         pid = server._proc.pid  # noqa: SLF001 -- checking the process tree
-        assert _children(pid), "the Python-backend stub runs as a child of tritonserver"
+        assert children(pid), "the Python-backend stub runs as a child of tritonserver"
         results: queue.Queue = queue.Queue()
         client = grpcclient.InferenceServerClient(ep.grpc_url)
         try:
@@ -76,7 +64,7 @@ def test_streams_and_stops_with_its_stubs(tmp_path):
             client.close()
         assert got == [7, 8, 9]
     assert not server.running
-    assert not os.path.exists(f"/proc/{pid}") or _children(pid) == []
+    assert not os.path.exists(f"/proc/{pid}") or children(pid) == []
 
 
 def _regions(prefix: str) -> list[Path]:
