@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pdtrt import envvars
 from pdtrt.endpoints import EndpointSpec
 from pdtrt.engine_io import PHASE_ROLES, ModelName, Param, Role
 from pdtrt.enums import TritonBackend
@@ -72,7 +71,6 @@ log = logging.getLogger(__name__)
 
 INTERVAL_S = 1.0
 _T = TypeVar("_T")
-_UNUSED_URL = "127.0.0.1:0"  # read_topology never dials the router's own server
 _ALIVE_ROLES = (Role.ROUTER, Role.PREPROCESSING, Role.POSTPROCESSING)  # no path without them
 
 
@@ -117,10 +115,7 @@ def read_topology(repository: Path) -> Topology:
                         has_marker=ModelName.HEALTH in configs)
     routers = tuple(n for n, r in roles.items() if r == Role.ROUTER)
     try:
-        # pools and timeouts only: the router's own-server address (phase_transport grpc) is
-        # the server's environment, which this process may not have
-        rc = RouterConfig.from_params({k: v.string_value for k, v in router.parameters.items()},
-                                      env={envvars.PDTRT_SERVER_GRPC_URL: _UNUSED_URL})
+        rc = RouterConfig.from_params({k: v.string_value for k, v in router.parameters.items()})
     except ValueError as exc:
         raise PdtrtError(f"router/config.pbtxt: {exc}") from None
     main = (Role.PREFILL, Role.DECODE) + ((Role.AGGREGATED,) if rc.aggregated_below else ())

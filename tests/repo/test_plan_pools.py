@@ -53,8 +53,8 @@ def test_each_local_endpoint_is_an_engine_model_and_the_router_lists_them_all(tm
             params[Param.LIVENESS_S], params[Param.PROBE_TIMEOUT_S],
             params[Param.PROBE_INTERVAL_S]) == ("true", "3", "0.5", "2", "1")
     # what the router reads back (phase_transport auto -> grpc: its server gives the address)
-    config = RouterConfig.from_params(params, env={"PDTRT_SERVER_GRPC_URL": "0.0.0.0:8001"})
-    assert config.local_grpc_url == "127.0.0.1:8001"
+    config = RouterConfig.from_params(params)
+    assert config.local_grpc_url({"PDTRT_SERVER_GRPC_URL": "0.0.0.0:8001"}) == "127.0.0.1:8001"
     assert [e.label for e in config.pools["decode"]] == ["decode", "decode_b",
                                                          "decode@10.0.0.7:8001"]
     assert plan.remote == {"decode": "10.0.0.7:8001"}

@@ -426,8 +426,8 @@ def test_input_lengths_beyond_the_ids_is_a_request_error(router):
 def test_the_phase_transport_chooses_how_local_phases_are_called(transport, env, url):
     from pdtrt.runtime.router.config import RouterConfig
 
-    config = RouterConfig.from_params({**ROUTER_PARAMS, Param.PHASE_TRANSPORT: transport}, env)
-    assert config.local_grpc_url == url
+    config = RouterConfig.from_params({**ROUTER_PARAMS, Param.PHASE_TRANSPORT: transport})
+    assert config.local_grpc_url(env) == url
 
 
 def test_grpc_transport_without_the_servers_address_is_refused_naming_the_fix():
@@ -435,4 +435,5 @@ def test_grpc_transport_without_the_servers_address_is_refused_naming_the_fix():
 
     with pytest.raises(ValueError, match="needs the server's own gRPC address in "
                                          "PDTRT_SERVER_GRPC_URL"):
-        RouterConfig.from_params({**ROUTER_PARAMS, Param.PHASE_TRANSPORT: "grpc"}, {})
+        RouterConfig.from_params({**ROUTER_PARAMS, Param.PHASE_TRANSPORT: "grpc"}
+                                 ).local_grpc_url({})

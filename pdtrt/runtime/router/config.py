@@ -41,21 +41,37 @@ class RouterConfig:
     probe_interval_s: float  # background probes of every endpoint; 0: none
     # core input -> the phase models' name for it (TensorRT-LLM 0.21: min_tokens, seed)
     phase_input_names: Mapping[str, str] = field(default_factory=dict)
-    # the phase models of this server: called over BLS ("") or over gRPC at this HOST:PORT
-    local_grpc_url: str = ""
+    # how the phase models of this server are called: "bls", or "grpc" at the server's own
+    # address (local_grpc_url)
+    phase_transport: str = "bls"
 
     @property
     def aggregated_below(self) -> int:
         """Prompts shorter than this take the aggregated path; 0: never."""
         return self.prefill_policy.aggregated_below
 
+    def local_grpc_url(self, env: Mapping[str, str] | None = None) -> str:
+        """"" for BLS; for grpc the server's own ``HOST:PORT`` from ``PDTRT_SERVER_GRPC_URL``
+        in ``env`` (default: the process environment; a wildcard host becomes loopback).
+        Raises :class:`ValueError` when it is not there. Only the router resolves it: the
+        server's address is the server's environment, which a reader of the config (the
+        supervisor) may not have."""
+        if self.phase_transport == "bls":
+            return ""
+        url = (os.environ if env is None else env).get(envvars.PDTRT_SERVER_GRPC_URL, "")
+        if not url:
+            raise ValueError(f"phase_transport grpc needs the server's own gRPC address in "
+                             f"{envvars.PDTRT_SERVER_GRPC_URL} (pdtrt serve and a trtllm-1.2 "
+                             "launch.sh set it); start the server with one of them, or set "
+                             "router.phase_transport: bls")
+        host, _, port = url.rpartition(":")
+        return f"127.0.0.1:{port}" if host in ("0.0.0.0", "") else \
+            f"[::1]:{port}" if host in ("[::]", "::") else url
+
     @classmethod
-    def from_params(cls, p: Mapping[str, str],
-                    env: Mapping[str, str] | None = None) -> RouterConfig:
+    def from_params(cls, p: Mapping[str, str]) -> RouterConfig:
         """Raises :class:`ValueError` for an endpoint list that does not parse, a phase
-        without endpoints, or phase_transport grpc without the server's own address in
-        ``env`` (default: the process environment)."""
-        env = os.environ if env is None else env
+        without endpoints, or a phase_transport that is not bls or grpc."""
         pools = {role: _pool(p, role) for role in PHASE_ROLES}
         for role in (Role.PREFILL, Role.DECODE):
             if not pools[role]:
@@ -76,7 +92,7 @@ class RouterConfig:
             probe_interval_s=float(p.get(Param.PROBE_INTERVAL_S, DEFAULT_PROBE_INTERVAL_S)
                                    or 0),
             phase_input_names=_renames(p.get(Param.PHASE_INPUT_NAMES, "")),
-            local_grpc_url=_local_grpc_url(p.get(Param.PHASE_TRANSPORT) or "bls", env))
+            phase_transport=_transport(p.get(Param.PHASE_TRANSPORT) or "bls"))
 
 
 _KEYS = {Role.PREFILL: (Param.PREFILL_ENDPOINTS, Param.PREFILL_MODEL, Param.PREFILL_URL),
@@ -106,19 +122,7 @@ def _renames(text: str) -> dict[str, str]:
     return renames
 
 
-def _local_grpc_url(transport: str, env: Mapping[str, str]) -> str:
-    """"" for BLS; for grpc the server's own ``HOST:PORT`` from ``PDTRT_SERVER_GRPC_URL``
-    (a wildcard host becomes loopback)."""
-    if transport == "bls":
-        return ""
-    if transport != "grpc":
+def _transport(transport: str) -> str:
+    if transport not in ("bls", "grpc"):
         raise ValueError(f"phase_transport {transport!r} is not bls or grpc")
-    url = env.get(envvars.PDTRT_SERVER_GRPC_URL, "")
-    if not url:
-        raise ValueError(f"phase_transport grpc needs the server's own gRPC address in "
-                         f"{envvars.PDTRT_SERVER_GRPC_URL} (pdtrt serve and a trtllm-1.2 "
-                         "launch.sh set it); start the server with one of them, or set "
-                         "router.phase_transport: bls")
-    host, _, port = url.rpartition(":")
-    return f"127.0.0.1:{port}" if host in ("0.0.0.0", "") else \
-        f"[::1]:{port}" if host in ("[::]", "::") else url
+    return transport

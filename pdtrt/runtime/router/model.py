@@ -187,7 +187,8 @@ class TritonPythonModel:
             Endpoint(spec=spec) for spec in c.pools[role]]) for role in PHASE_ROLES}
         self._role_of = {id(e): role for role, pool in self.pools.items()
                          for e in pool.endpoints}
-        self._local: PhaseClient = (GrpcPhaseClient(c.local_grpc_url) if c.local_grpc_url
+        local_url = c.local_grpc_url()
+        self._local: PhaseClient = (GrpcPhaseClient(local_url) if local_url
                                     else BlsPhaseClient(self.triton))
         self._remote = {spec.url: GrpcPhaseClient(spec.url) for specs in c.pools.values()
                         for spec in specs if spec.url}
