@@ -28,9 +28,15 @@ from pathlib import Path
 from pdtrt.errors import ServerError
 from pdtrt.serve.procs import group_members
 from pdtrt.serve.shm import remove_shm_regions
-from pdtrt.serve.triton_server import LOCK_EXCEPTION, Endpoints, ServerConfig, TritonServer
+from pdtrt.serve.triton_server import (
+    LOCK_EXCEPTION,
+    Endpoints,
+    ServerConfig,
+    TritonServer,
+    set_aside,
+)
 
-__all__ = ["DEFAULT_MAX_RESTARTS", "RESTART_WINDOW_S", "Restarter", "death_reason", "keep_log"]
+__all__ = ["DEFAULT_MAX_RESTARTS", "RESTART_WINDOW_S", "Restarter", "death_reason"]
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +60,6 @@ def death_reason(log_text: str, returncode: int | None = None) -> str:
         how += (f" ({LOCK_EXCEPTION}: Triton 2.51's owner-dead mutex abort, "
                 "docs/serve.md)")
     return how
-
-
-def keep_log(log_path: Path) -> Path | None:
-    """Move a dead server's log aside as ``<log>.restartN`` (the first N free) so that the
-    restarted server's log does not overwrite it; where it went (None: there was none)."""
-    if not log_path.is_file():
-        return None
-    n = 1
-    while (kept := log_path.with_name(f"{log_path.name}.restart{n}")).exists():
-        n += 1
-    log_path.replace(kept)
-    return kept
 
 
 def _end_group(pgid: int) -> None:
@@ -117,7 +111,7 @@ class Restarter:
             self.restarts.append(self.clock())
             _end_group(old_pid)
             remove_shm_regions(old_shm_prefix)
-            kept = keep_log(self.config.log_path)
+            kept = set_aside(self.config.log_path, "restart")
             log.warning("tritonserver (pid %d) %s; restarting it on the same ports (restart %d "
                         "of at most %d in %.0f s; its log kept as %s)", old_pid, reason,
                         len(self.restarts), self.max_restarts, self.window_s, kept)

@@ -56,7 +56,8 @@ from pdtrt.serve.shm import (
 log = logging.getLogger(__name__)
 
 __all__ = ["LOCK_EXCEPTION", "Endpoints", "ServerConfig", "TritonServer", "drain_stubs",
-           "free_port", "prepare_backend_dir", "remove_shm_regions", "remove_stale_shm_regions"]
+           "free_port", "prepare_backend_dir", "remove_shm_regions", "remove_stale_shm_regions",
+           "set_aside"]
 
 _STUB_TIMEOUT_S = 300
 # Triton's own bound on its stop after SIGTERM: waiting for requests in flight, then unloading
@@ -174,6 +175,18 @@ class ServerConfig:
             raise ServerError(f"not a server configuration pdtrt wrote: {exc}") from None
 
 
+def set_aside(log_path: Path, label: str) -> Path | None:
+    """Move a server's log to ``<log>.<label>N`` (the first N free), so that the next start's
+    log does not overwrite it; where it went (None: there was no log)."""
+    if not log_path.is_file():
+        return None
+    n = 1
+    while (kept := log_path.with_name(f"{log_path.name}.{label}{n}")).exists():
+        n += 1
+    log_path.replace(kept)
+    return kept
+
+
 def prepare_backend_dir(embedded: EmbeddedTriton, dest: Path) -> Path:
     """Assemble ``dest/python/`` (symlinks) for the embedded server; returns ``dest``."""
     missing = embedded.missing_parts()
@@ -287,9 +300,7 @@ class TritonServer:
             except ServerError:
                 if attempt == _START_ATTEMPTS or LOCK_EXCEPTION not in self.log_text():
                     raise
-                kept = self.config.log_path.with_name(
-                    f"{self.config.log_path.name}.attempt{attempt}")
-                self.config.log_path.replace(kept)
+                set_aside(self.config.log_path, "attempt")
                 self.shm_prefix = new_shm_prefix()
         raise AssertionError("unreachable")
 

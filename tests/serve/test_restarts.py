@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pdtrt.errors import ServerError
-from pdtrt.serve.restarts import Restarter, death_reason, keep_log
-from pdtrt.serve.triton_server import ServerConfig, TritonServer
+from pdtrt.serve.restarts import Restarter, death_reason
+from pdtrt.serve.triton_server import ServerConfig, TritonServer, set_aside
 from tests.serve.test_triton_server import _SERVE, FLAKY_SERVER
 
 
@@ -42,12 +42,12 @@ def test_death_reason_names_the_signal_and_the_owner_dead_abort():
     assert death_reason("", None) == "gone"
 
 
-def test_keep_log_moves_each_dead_servers_log_to_the_next_free_name(tmp_path):
+def test_set_aside_moves_each_dead_servers_log_to_the_next_free_name(tmp_path):
     log = tmp_path / "server.log"
-    assert keep_log(log) is None
+    assert set_aside(log, "restart") is None
     for run in ("first", "second"):
         log.write_text(run)
-        keep_log(log)
+        set_aside(log, "restart")
     assert not log.exists()
     assert (tmp_path / "server.log.restart1").read_text() == "first"
     assert (tmp_path / "server.log.restart2").read_text() == "second"
