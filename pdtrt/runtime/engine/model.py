@@ -283,6 +283,10 @@ class TritonPythonModel:
         if self.loop.is_closed():
             return
         deadline = time.monotonic() + _FINALIZE_S
+        with _timed("all its steps"):
+            self._finalize(deadline)
+
+    def _finalize(self, deadline: float) -> None:
         with _timed("drain"):
             self.drain()
         with _timed("ending its tasks"):
@@ -301,8 +305,6 @@ class TritonPythonModel:
         self.stats.detach()
         with _timed("releasing its metrics"):
             self.triton.release()
-        if time.monotonic() - deadline + _FINALIZE_S > _SLOW_STEP_S:
-            log.warning("finalize took %.1f s", time.monotonic() - deadline + _FINALIZE_S)
 
 
 # finalize's waits in all: Triton's exit timeout is 10 s (pdtrt.serve.triton_server), and the
