@@ -28,6 +28,8 @@ __all__ = [
     "AGGREGATED_ENSEMBLE_NAME",
     "CORE_ENGINE_IO",
     "ERROR_OUTPUT",
+    "KV_EVENTS_OUTPUT",
+    "KV_EVENT_BUFFER",
     "ENSEMBLE_IO",
     "ENSEMBLE_NAME",
     "ENGINE_STEP_MAP",
@@ -226,6 +228,7 @@ class Param(StrEnum):
     MAX_INPUT_LEN = "max_input_len"
     MAX_SEQ_LEN = "max_seq_len"
     TOKENS_PER_BLOCK = "tokens_per_block"
+    ENABLE_BLOCK_REUSE = "enable_block_reuse"  # "true" | "false": KV block reuse and events
     KV_TRANSFER_TIMEOUT_S = "kv_transfer_timeout_s"
     UCX_TLS = "ucx_tls"  # comma-joined UCX transports
     # pdtrt's LLM-API engine model (target trtllm-1.2): the checkpoint the LLM API loads and
@@ -269,6 +272,14 @@ class Param(StrEnum):
     MAX_LOCAL_PREFILL_TOKENS = "max_local_prefill_tokens"
     MAX_PREFILL_QUEUE_DEPTH = "max_prefill_queue_depth"
     LOCAL_PREFILL_LIMIT = "local_prefill_limit"
+    # how a pool's endpoint is chosen (pdtrt.runtime.router.pool.Routing): "least_load",
+    # "round_robin" or "kv_aware" -- by a cost of the prompt's net-new tokens there (its KV
+    # index, fed by the engines' KV events every KV_EVENTS_INTERVAL_S) times KV_OVERLAP_WEIGHT
+    # plus the endpoint's outstanding tokens per instance; KV_BLOCK_TOKENS: the engines' block
+    ROUTING = "routing"
+    KV_OVERLAP_WEIGHT = "kv_overlap_weight"
+    KV_EVENTS_INTERVAL_S = "kv_events_interval_s"
+    KV_BLOCK_TOKENS = "kv_block_tokens"
 
 
 READINESS_PATH = f"/v2/models/{ModelName.HEALTH}/ready"
@@ -386,9 +397,20 @@ after it has streamed tokens. Triton 2.51's BLS silently drops an error response
 model sends after data (measured; docs/serve.md), so the router would never learn of the
 failure; the message therefore also travels in-band, before the error response itself."""
 
-REFERENCE_ENGINE_IO = ModelIO(inputs=_CORE_INPUTS,
-                              outputs=_CORE_OUTPUTS + (_t(ERROR_OUTPUT, STR, 1),))
-"""pdtrt's reference engine model: the core contract plus :data:`ERROR_OUTPUT`."""
+KV_EVENTS_OUTPUT = "kv_events"
+"""pdtrt's engine models answer a request with the ``kv_events_cursor`` input with the KV
+blocks they hold, as JSON in this output (:mod:`pdtrt.runtime.engine.kv_events`): what a
+router's KV index is fed from."""
+
+KV_EVENT_BUFFER = 4096
+"""KV cache events an engine keeps between two drains (``event_buffer_max_size``, which
+LlmArgs defaults to 0: none) when block reuse is on; the engine model drains every 50 ms."""
+
+REFERENCE_ENGINE_IO = ModelIO(
+    inputs=_CORE_INPUTS + (_s("kv_events_cursor", STR),),
+    outputs=_CORE_OUTPUTS + (_t(ERROR_OUTPUT, STR, 1), _t(KV_EVENTS_OUTPUT, STR, 1)))
+"""pdtrt's LLM-API engine model: the core contract plus :data:`ERROR_OUTPUT` and the KV-events
+request (``kv_events_cursor`` in, :data:`KV_EVENTS_OUTPUT` out)."""
 
 ROUTER_IO = CORE_ENGINE_IO.without("context_phase_params")
 """pdtrt's router: the engine model's core I/O minus the phase hand-off it performs itself."""

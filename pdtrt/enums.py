@@ -117,6 +117,14 @@ class PhaseTransport(StrEnum):
     GRPC = "grpc"  # the server's own gRPC port, as for a pool in another server
 
 
+class Routing(StrEnum):
+    """How the router chooses among the endpoints of a pool (docs/serve.md, KV-aware routing)."""
+
+    LEAST_LOAD = "least_load"  # least outstanding tokens, then calls, per instance
+    ROUND_ROBIN = "round_robin"  # the least recently chosen
+    KV_AWARE = "kv_aware"  # least cost: net-new prompt tokens there, weighted, plus load
+
+
 class ServingMode(StrEnum):
     """Both phases on the same GPUs (the baseline) or prefill and decode on separate pools."""
 

@@ -12,15 +12,28 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
+from conftest import EXAMPLES
 
 from pdtrt.engine_io import READINESS_PATH
 from pdtrt.facts.embedded_triton import find_embedded_triton
 from pdtrt.serve.launcher import STATE_FILE, stop_detached
 
 PDTRT = str(Path(sys.executable).with_name("pdtrt"))  # the console script of this venv
+
+
+def edited_example(workdir: Path, name: str, edit: Callable[[dict], None]) -> Path:
+    """The reference-cpu example spec, changed by ``edit`` (in place), written to
+    ``workdir/name``."""
+    spec = yaml.safe_load((EXAMPLES / "reference-cpu.yaml").read_text())
+    edit(spec)
+    path = workdir / name
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
 
 
 def serve_detached(spec: Path, engines_root: Path, workdir: Path, *,

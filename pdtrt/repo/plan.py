@@ -37,7 +37,7 @@ from pdtrt.engine_io import (
     engine_input_renames,
     engine_step_map,
 )
-from pdtrt.enums import Phase, PhaseTransport, Target
+from pdtrt.enums import Phase, PhaseTransport, Routing, Target
 from pdtrt.errors import RepoError
 from pdtrt.repo.limits import PhaseLimits, manifest_if_present, resolve_limits
 from pdtrt.repo.models import (
@@ -195,6 +195,23 @@ def _check_conditional(spec: DeploymentSpec, decode: PhaseLimits) -> None:
                         "or less")
 
 
+def _check_kv_routing(spec: DeploymentSpec) -> None:
+    """KV-aware routing reads the engines' KV events: block reuse on a pool, an engine model
+    that publishes them (pdtrt's LLM-API one), and one block size to hash prompts by."""
+    if spec.router.routing is not Routing.KV_AWARE:
+        return
+    if spec.target is Target.TRTLLM_0_21:
+        raise RepoError("router.routing kv_aware is not supported on trtllm-0.21: NVIDIA's "
+                        "tensorrt_llm model does not publish KV cache events",
+                        hint="use target trtllm-1.2, or router.routing least_load")
+    if not any(spec.pool(p).engine.enable_block_reuse for p in (Phase.PREFILL, Phase.DECODE)):
+        raise RepoError("router.routing kv_aware needs a pool whose engine reuses KV blocks: "
+                        "without block reuse no engine holds a prefix for the router to find",
+                        hint="set prefill.engine.enable_block_reuse and/or "
+                        "decode.engine.enable_block_reuse to true (docs/serve.md, KV-aware "
+                        "routing), or router.routing least_load")
+
+
 def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
             limits: dict[Phase, PhaseLimits]) -> ModelPlan:
     """pdtrt's router: decoupled like the target's engine models, whose calls it forwards.
@@ -204,6 +221,7 @@ def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
     spec = dep.spec
     transport = phase_transport(spec)
     _check_conditional(spec, limits[Phase.DECODE])
+    _check_kv_routing(spec)
     if transport is PhaseTransport.GRPC and spec.target is Target.TRTLLM_0_21:
         raise RepoError("router.phase_transport grpc is not supported on trtllm-0.21 (its MPI "
                         "launch does not give the router its server's address)",
@@ -237,6 +255,10 @@ def _router(dep: Deployment, support: TargetSupport, mode: RepoMode,
             (Param.MAX_LOCAL_PREFILL_TOKENS, str(router.max_local_prefill_tokens)),
             (Param.MAX_PREFILL_QUEUE_DEPTH, param_number(router.max_prefill_queue_depth)),
             (Param.LOCAL_PREFILL_LIMIT, str(limits[Phase.DECODE].max_num_tokens)),
+            (Param.ROUTING, str(router.routing)),
+            (Param.KV_OVERLAP_WEIGHT, param_number(router.kv_overlap_weight)),
+            (Param.KV_EVENTS_INTERVAL_S, param_number(router.kv_events_interval_s)),
+            (Param.KV_BLOCK_TOKENS, str(limits[Phase.DECODE].tokens_per_block)),
             (Param.PHASE_INPUT_NAMES, ",".join(
                 f"{core}:{name}" for core, name in engine_input_renames(spec.target).items())),
             (Param.MAX_INPUT_LEN, str(min(limits[p].max_input_len for p in phases))),

@@ -3,10 +3,12 @@
 A request arrives as named input arrays and request parameters
 (:class:`~pdtrt.runtime.triton_io.Incoming`). Before anything is allocated or sent anywhere the
 router turns it into a :class:`RouterRequest`, an engine model into an :class:`EngineRequest`
-or a :class:`StopRequest` (TensorRT-LLM's stop contract); bad input is refused here, with an
-:class:`~pdtrt.errors.InvalidRequestError` that becomes that request's error response and
-nothing else. The rest of each model works on these frozen objects only. This module calls no
-Triton API (the seam in :mod:`~pdtrt.runtime.triton_io` does) and holds no state.
+or a :class:`StopRequest` (TensorRT-LLM's stop contract) or a :class:`KvEventsRequest`
+(pdtrt's: a router's KV index asking for the blocks the engine holds); bad input is refused
+here, with an :class:`~pdtrt.errors.InvalidRequestError` that becomes that request's error
+response and nothing else. The rest of each model works on these frozen objects only. This
+module calls no Triton API (the seam in :mod:`~pdtrt.runtime.triton_io` does) and holds no
+state.
 
 Strict like TensorRT-LLM: sampling values outside TensorRT-LLM's own ranges, a beam width the
 engine was not built for, ``input_lengths`` that disagree with ``input_ids`` and more than one
@@ -35,7 +37,8 @@ from pdtrt.errors import InvalidRequestError
 from pdtrt.runtime.phase_params import ContextPhaseParams
 from pdtrt.runtime.triton_io import Incoming
 
-__all__ = ["DISAGGREGATED_MAX_BEAM_WIDTH", "EngineLimits", "EngineRequest", "RequestSampling",
+__all__ = ["DISAGGREGATED_MAX_BEAM_WIDTH", "KV_EVENTS_CURSOR", "EngineLimits", "EngineRequest",
+           "KvEventsRequest", "RequestSampling",
            "RouterRequest", "StopRequest", "check_sampling", "one_prompt", "parse_engine_request",
            "parse_router_request", "word_list"]
 
@@ -245,10 +248,24 @@ def _stop_request(request: Incoming) -> StopRequest | None:
     return StopRequest(request.request_id)
 
 
+KV_EVENTS_CURSOR = "kv_events_cursor"  # the input that makes a request a KvEventsRequest
+
+
+@dataclass(frozen=True)
+class KvEventsRequest:
+    """pdtrt's KV-events request: the blocks the engine holds, as changes since ``cursor``
+    (``EPOCH:SEQ``) or a snapshot (:mod:`pdtrt.runtime.engine.kv_events`). It carries the
+    inputs of a health probe besides (Triton requires them) and never reaches the engine."""
+
+    cursor: str
+
+
 def parse_engine_request(request: Incoming, limits: EngineLimits
-                         ) -> EngineRequest | StopRequest:
+                         ) -> EngineRequest | StopRequest | KvEventsRequest:
     """Raises :class:`InvalidRequestError` for input the engine cannot serve, and
     :class:`~pdtrt.errors.KVTransferError` for malformed ``context_phase_params``."""
+    if (cursor := request.scalar(KV_EVENTS_CURSOR)) is not None:
+        return KvEventsRequest(cursor.decode() if isinstance(cursor, bytes) else str(cursor))
     if stop := _stop_request(request):
         return stop
     prompt = _prompt(request, "input 'input_ids' is required and must not be empty")

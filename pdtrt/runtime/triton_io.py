@@ -68,7 +68,8 @@ class Incoming:
             if required:
                 raise InvalidRequestError(f"input '{name}' is required")
             return default
-        return value.reshape(-1)[0].item()
+        first = value.reshape(-1)[0]
+        return first.item() if isinstance(first, np.generic) else first  # bytes of a STRING
 
 
 class MetricKind(StrEnum):

@@ -31,6 +31,7 @@ from pdtrt.enums import (
     KVTransferBackend,
     Phase,
     PhaseTransport,
+    Routing,
     Target,
     WeightQuant,
 )
@@ -101,6 +102,13 @@ class EngineLimitsSection(_Section):
     tokens_per_block: int = Field(
         default=32, ge=1, description="Tokens per paged-KV block; a power of two, equal on "
         "prefill and decode.")
+    enable_block_reuse: bool = Field(
+        default=False, description="Keep the KV blocks of served prompts and answers and "
+        "reuse a new prompt's cached prefix (TensorRT-LLM's kv_cache_config."
+        "enable_block_reuse), and publish the blocks as KV cache events for the router's KV "
+        "index (router.routing kv_aware). Off by default: TensorRT-LLM #12542 (a block "
+        "evicted from the reuse tree before its asynchronous send finished hangs the "
+        "transfer) is open for disaggregated serving; docs/serve.md.")
     kv_cache_free_gpu_mem_fraction: float = Field(
         default=0.9, gt=0, lt=1, description="Fraction of the memory left after weights and "
         "activations given to the KV cache (TensorRT-LLM's kv_cache_free_gpu_mem_fraction).")
@@ -299,6 +307,20 @@ class RouterSection(_Section):
     max_attempts: int = Field(
         default=2, ge=1, description="Endpoints tried per phase of one request (1: no "
         "retry on another endpoint).")
+    routing: Annotated[Routing, _enum(
+        "How a pool's endpoint is chosen per request: least_load (least outstanding tokens "
+        "per instance), round_robin, or kv_aware (least net-new prompt tokens there -- the "
+        "prompt minus the prefix its KV cache holds, from the engines' KV events -- times "
+        "kv_overlap_weight, plus outstanding tokens per instance; needs "
+        "engine.enable_block_reuse on a pool). kv_aware also gives conditional "
+        "disaggregation its net-new count. docs/serve.md, KV-aware routing.")] = \
+        Routing.LEAST_LOAD
+    kv_overlap_weight: float = Field(
+        default=1.0, ge=0, description="kv_aware routing: what one prompt token to prefill "
+        "costs against one token an endpoint still owes (0: least load, the cache ignored).")
+    kv_events_interval_s: float = Field(
+        default=0.2, gt=0, description="kv_aware routing: seconds between two reads of "
+        "every endpoint's KV events (how stale the router's KV index may be).")
     phase_transport: Annotated[PhaseTransport, _enum(
         "How the router calls the phase models of its own server: grpc (the server's own "
         "gRPC port, as for a pool in another server), bls (Triton's in-process calls) or auto "

@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from pdtrt.build.settings import EngineSettings, Setting, SettingSource
+from pdtrt.engine_io import KV_EVENT_BUFFER
 from pdtrt.enums import KVDType, Phase
 from pdtrt.errors import BuildRejected
 from pdtrt.repo.models import param_number
@@ -73,6 +74,21 @@ def _from(settings: EngineSettings, name: str, key: str | None = None) -> LlmOpt
 
 def _computed(key: str, value: OptionValue, why: str) -> LlmOption:
     return LlmOption(key=key, value=value, source=SettingSource.COMPUTED, why=why)
+
+
+def _block_reuse(enabled: bool, phase: Phase) -> tuple[LlmOption, ...]:
+    """Block reuse off unless the spec asks (TensorRT-LLM #12542); on, with the event buffer
+    the engine model drains for the router's KV index."""
+    if not enabled:
+        return (_computed("kv_cache_config.enable_block_reuse", False,
+                          "disaggregated serving: a block evicted from the reuse tree before "
+                          "its asynchronous send finished hangs the transfer (TensorRT-LLM "
+                          f"#12542); {phase}.engine.enable_block_reuse turns it on"),)
+    return (LlmOption(key="kv_cache_config.enable_block_reuse", value=True,
+                      source=SettingSource.SPEC, why=f"{phase}.engine.enable_block_reuse"),
+            _computed("kv_cache_config.event_buffer_max_size", KV_EVENT_BUFFER,
+                      "KV cache events for the router's KV index (0, the default, records "
+                      "none); the engine model drains them every 50 ms"))
 
 
 def _kv_dtype(dep: Deployment, phase: Phase) -> LlmOption:
@@ -162,9 +178,7 @@ def phase_options(dep: Deployment, phase: Phase, settings: EngineSettings
                   why=f"{phase}.engine.kv_cache_free_gpu_mem_fraction (after weights, "
                   "activations and the KV-transfer buffer)"),
         _from(settings, "tokens_per_block", "kv_cache_config.tokens_per_block"),
-        _computed("kv_cache_config.enable_block_reuse", False,
-                  "disaggregated serving: a block evicted from the reuse tree before its "
-                  "asynchronous send finished hangs the transfer (TensorRT-LLM #12542)"),
+        *_block_reuse(pool.engine.enable_block_reuse, phase),
         _computed("scheduler_config.capacity_scheduler_policy", "GUARANTEED_NO_EVICT",
                   "a request once scheduled keeps its KV blocks to the end (as trtllm-0.21)"),
         *_phase_specific(phase, settings),

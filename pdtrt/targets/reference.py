@@ -30,7 +30,14 @@ from pdtrt.enums import Phase, Target, TritonBackend, WeightQuant
 from pdtrt.errors import BuildError, SpecIssue
 from pdtrt.repo.launch import LaunchPlan
 from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
-from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, param_number, python_model
+from pdtrt.repo.models import (
+    EngineUse,
+    ModelPlan,
+    TemplateFile,
+    param_flag,
+    param_number,
+    python_model,
+)
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild, TargetSupport
@@ -50,6 +57,8 @@ def engine_parameters(dep: Deployment, engine: EngineUse) -> tuple[tuple[str, st
         (Param.MAX_INPUT_LEN, str(limits.max_input_len)),
         (Param.MAX_SEQ_LEN, str(limits.max_seq_len)),
         (Param.TOKENS_PER_BLOCK, str(limits.tokens_per_block)),
+        (Param.ENABLE_BLOCK_REUSE, param_flag(dep.spec.pool(engine.phase).engine
+                                              .enable_block_reuse)),
         (Param.KV_TRANSFER_TIMEOUT_S, param_number(kv.timeout_s)),
         (Param.UCX_TLS, ",".join(kv.transports)),
     )

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from pdtrt.llmapi.reference.block_hash import block_hash, block_hashes, reusable_blocks
+from pdtrt.kv_blocks import block_hash, block_hashes, reusable_blocks
 from pdtrt.llmapi.reference.prefix_cache import PrefixCache
 from tests.runtime.conftest import hf_greedy
 

@@ -124,7 +124,8 @@ def test_reference_parameters_follow_the_runtime_contract(tmp_path):
     assert _params(plan, "prefill") == {
         "pdtrt_role": "prefill", "engine_dir": str(layout / "prefill"), "max_batch_size": "8",
         "max_num_tokens": "2048", "max_input_len": "384", "max_seq_len": "512",
-        "tokens_per_block": "16", "kv_transfer_timeout_s": "5", "ucx_tls": "sm,tcp"}
+        "tokens_per_block": "16", "enable_block_reuse": "false", "kv_transfer_timeout_s": "5",
+        "ucx_tls": "sm,tcp"}
     assert _params(plan, "aggregated")["engine_dir"] == str(layout / "prefill")
     assert _params(plan, "router") == {
         "pdtrt_role": "router", "prefill_model": "prefill", "decode_model": "decode",
@@ -136,6 +137,8 @@ def test_reference_parameters_follow_the_runtime_contract(tmp_path):
         "phase_error_output": "pdtrt_error", "phase_transport": "grpc", "phase_input_names": "",
         "max_local_prefill_tokens": "0", "max_prefill_queue_depth": "0",
         "local_prefill_limit": "256",  # the decode engine's max_num_tokens
+        "routing": "least_load", "kv_overlap_weight": "1", "kv_events_interval_s": "0.2",
+        "kv_block_tokens": "16",
         "max_input_len": "384", "max_seq_len": "512"}
     assert _params(plan, "preprocessing") == {"pdtrt_role": "preprocessing",
                                               "tokenizer_dir": str(layout / "tokenizer")}
@@ -296,6 +299,44 @@ def test_conditional_disaggregation_is_refused_where_the_decode_cannot_take_it(
     with pytest.raises(RepoError) as err:
         plan_repo(load_deployment(spec), mode=RepoMode.DISAGGREGATED, engines_root=tmp_path)
     assert err.value.message.startswith(error)
+
+
+@pytest.mark.parametrize(("example", "reuse", "error"), [
+    ("reference-cpu.yaml", False, "router.routing kv_aware needs a pool whose engine reuses "
+     "KV blocks"),
+    ("llama3-8b-h100-l40s-trtllm-0.21.yaml", True, "router.routing kv_aware is not supported "
+     "on trtllm-0.21"),
+])
+def test_kv_aware_routing_is_refused_without_engines_that_publish_their_blocks(
+        tmp_path, example, reuse, error):
+    text = (EXAMPLES / example).read_text()
+    if reuse:
+        text = text.replace("    tokens_per_block:", "    enable_block_reuse: true\n"
+                            "    tokens_per_block:")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text.replace("\nrouter:\n", "\nrouter:\n  routing: kv_aware\n", 1))
+    with pytest.raises(RepoError) as err:
+        plan_repo(load_deployment(spec), mode=RepoMode.DISAGGREGATED, engines_root=tmp_path)
+    assert err.value.message.startswith(error)
+
+
+def test_kv_aware_routing_reaches_the_router_and_block_reuse_its_pool(tmp_path):
+    text = (EXAMPLES / "reference-cpu.yaml").read_text()
+    text = text.replace("\ndecode:\n  gpu: cpu\n  instances: 1\n  engine:\n",
+                        "\ndecode:\n  gpu: cpu\n  instances: 1\n  engine:\n"
+                        "    enable_block_reuse: true\n")
+    text = text.replace("\nrouter:\n", "\nrouter:\n  routing: kv_aware\n"
+                        "  kv_overlap_weight: 2.5\n  kv_events_interval_s: 0.05\n", 1)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text)
+    plan = plan_repo(load_deployment(spec), mode=RepoMode.BOTH, engines_root=tmp_path)
+    router = _params(plan, "router")
+    assert {k: router[k] for k in ("routing", "kv_overlap_weight", "kv_events_interval_s",
+                                   "kv_block_tokens")} == {
+        "routing": "kv_aware", "kv_overlap_weight": "2.5", "kv_events_interval_s": "0.05",
+        "kv_block_tokens": "16"}
+    assert _params(plan, "decode")["enable_block_reuse"] == "true"
+    assert _params(plan, "prefill")["enable_block_reuse"] == "false"
 
 
 def test_grpc_phase_transport_is_refused_on_trtllm_0_21(tmp_path):

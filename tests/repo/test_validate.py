@@ -67,7 +67,8 @@ DEFECTS = {
     "max-batch-0-with-scalar-reshape": (
         lambda r: _edit(r, "prefill", "max_batch_size: 8", "max_batch_size: 0"),
         [re.compile(r"prefill: max_batch_size is 0 but input\(s\) 'input_lengths', "
-                    r"'request_output_len', .*'streaming' have reshape: \{ shape: \[ \] \} ")]),
+                    r"'request_output_len', .*'kv_events_cursor' have reshape: "
+                    r"\{ shape: \[ \] \} ")]),
     "ensemble-step-unknown-model": (
         lambda r: _edit(r, "ensemble", 'model_name: "router"', 'model_name: "routr"'),
         ["ensemble: step 2 runs 'routr', which is not a model of this repository (did you mean "

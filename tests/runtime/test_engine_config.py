@@ -97,3 +97,14 @@ def test_a_model_that_is_neither_a_directory_nor_a_hub_name_says_so(model):
     config = LLMEngineConfig.from_params({Param.ROLE: Role.DECODE, Param.LLM_MODEL: model})
     with pytest.raises(ValueError, match="neither a checkpoint directory nor a Hugging Face"):
         engine_limits(config)
+
+
+def test_block_reuse_in_the_parameters_turns_on_reuse_with_kv_events(monkeypatch):
+    from pdtrt.runtime.engine.kv_events import events_enabled
+
+    params = _reference(Role.DECODE, monkeypatch)
+    on = LLMEngineConfig.from_params({**params, Param.ENABLE_BLOCK_REUSE: "true"}).options
+    off = LLMEngineConfig.from_params({**params, Param.ENABLE_BLOCK_REUSE: "false"}).options
+    assert on["kv_cache_config"]["enable_block_reuse"] and events_enabled(on)
+    assert not off["kv_cache_config"]["enable_block_reuse"] and not events_enabled(off)
+    assert LLMEngineConfig.from_params(params).options == off  # absent: off, as before

@@ -8,15 +8,17 @@ tests/llmapi/test_reference_llm.py and test_kv_transfer.py).
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pdtrt.engine_io import ERROR_OUTPUT, Param, RequestType, Role
+from pdtrt.engine_io import ERROR_OUTPUT, KV_EVENTS_OUTPUT, Param, RequestType, Role
+from pdtrt.kv_blocks import block_hashes
 from pdtrt.llmapi import LLMApiImpl, load_llm_api
-from pdtrt.runtime.engine.config import LLMEngineConfig
+from pdtrt.runtime.engine.config import LLMEngineConfig, kv_reuse_options
 from pdtrt.runtime.engine.model import TritonPythonModel
 from pdtrt.runtime.faults import FaultInjection
 from tests.runtime.fake_clock import FakeClock
@@ -57,10 +59,13 @@ def engine_model(tiny_model):
     clock = FakeClock()
     shared = FakeTransceiver(engine.layout, hold_s=HOLD_S, clock=clock)
 
-    def make(role=Role.AGGREGATED, *, kv=False, faults=None):
+    def make(role=Role.AGGREGATED, *, kv=False, faults=None, reuse=False):
         triton = FakeTriton()
         model = TritonPythonModel(triton, clock=clock)
         options = PHASE_OPTIONS if kv else OPTIONS
+        if reuse:  # as the reference target's parameters make them (enable_block_reuse true)
+            options = {**options, "kv_cache_config": {"tokens_per_block": 16,
+                                                      **kv_reuse_options(True)}}
         config = LLMEngineConfig(role=role, model=Path("in-memory"), options=options)
         llm = LLM._from_engine(engine, transceiver=shared if kv else None,
                                **options)
@@ -535,3 +540,38 @@ def test_stats_are_not_asked_for_before_the_first_request(engine_model, caplog):
     assert ended_once(req)
     model.publish()
     assert "No stats available" not in caplog.text
+
+
+# -- KV events for the router's index ----------------------------------------------------------
+def kv_events(model, cursor=""):
+    ask = request(request_id="pdtrt-kv-events-1",
+                  kv_events_cursor=np.array([cursor.encode()], dtype=np.object_))
+    model.execute([ask])
+    assert ended_once(ask)
+    return json.loads(ask.responses[-1].outputs[KV_EVENTS_OUTPUT].reshape(-1)[0])
+
+
+def test_the_engine_tells_a_router_which_blocks_it_holds(engine_model):
+    model, _ = engine_model(reuse=True)
+    first = kv_events(model)
+    assert first["snapshot"] == []
+    prompt = list(range(3, 19))  # one full block of 16
+    req = request(prompt, 2)
+    model.execute([req])
+    assert ended_once(req)
+    changes = kv_events(model, f"{first['epoch']}:{first['seq']}")
+    assert "snapshot" not in changes and changes["epoch"] == first["epoch"]
+    assert [h for op, hashes in changes["changes"] if op == "+" for h in hashes] == \
+        block_hashes(prompt, 16)  # TensorRT-LLM's hash of that block, and only it
+    again = kv_events(model, "another-epoch:3")  # not this instance's cursor: a snapshot
+    assert again["snapshot"] == block_hashes(prompt, 16)
+
+
+def test_an_engine_without_block_reuse_says_so_to_a_router(engine_model):
+    model, _ = engine_model()
+    ask = request(kv_events_cursor=np.array([b""], dtype=np.object_))
+    model.execute([ask])
+    assert ended_once(ask, error="records no KV cache events")
+    req = request()
+    model.execute([req])
+    assert ended_once(req)  # and keeps serving

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+import numpy as np
 import pytest
 
 from pdtrt.runtime.router.phase_client import (
@@ -88,3 +89,17 @@ def test_workers_reuse_idle_threads_and_never_queue_behind_a_blocked_job():
         wait_until(lambda: len(workers._idle) == 1)  # its thread is back among the idle
     assert len(ran) == 3 and len(set(ran)) == 1  # one thread, reused; not the blocked one
     release.set()
+
+
+def test_a_grpc_phase_request_carries_string_inputs_as_triton_reads_them():
+    from tritonclient.utils import deserialize_bytes_tensor
+
+    from pdtrt.runtime.router.kv_index import kv_events_inputs
+    from pdtrt.runtime.router.phase_client import GrpcPhaseClient
+
+    inputs = kv_events_inputs("9f2c:41,77aa:3")
+    req = GrpcPhaseClient.request("prefill", inputs, request_id="x", parameters={},
+                                  outputs=["kv_events"])
+    raw = dict(zip((i.name for i in req.inputs), req.raw_input_contents, strict=True))
+    assert deserialize_bytes_tensor(raw["kv_events_cursor"]).tolist() == [b"9f2c:41,77aa:3"]
+    assert np.frombuffer(raw["input_ids"], dtype=np.int32).tolist() == [1]

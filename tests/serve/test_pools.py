@@ -14,10 +14,8 @@ import threading
 import time
 
 import pytest
-import yaml
-from conftest import EXAMPLES
 from e2e_client import ensemble_inputs, generate, metric, wait_for
-from supervised_server import kill_model, readiness, serve_detached, stop
+from supervised_server import edited_example, kill_model, readiness, serve_detached, stop
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -29,15 +27,15 @@ ENDPOINTS = ("prefill", "prefill_b", "decode", "decode_b")
 def served(reference_engines, tmp_path_factory):
     root, _dep = reference_engines
     work = tmp_path_factory.mktemp("pools")
-    spec = yaml.safe_load((EXAMPLES / "reference-cpu.yaml").read_text())
-    for phase in ("prefill", "decode"):
-        spec[phase]["endpoints"] = [{"model": phase}, {"model": f"{phase}_b"}]
-    # 300 streams on two shared cores: a busy instance may take longer than the default 4 s to
-    # answer a probe (seen once in three full runs); this test is about exactness and spread,
-    # test_self_healing about dead endpoints.
-    spec["router"] = {**spec.get("router", {}), "health": {"probe_timeout_s": 15.0}}
-    path = work / "two-endpoints.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+
+    def edit(spec: dict) -> None:
+        for phase in ("prefill", "decode"):
+            spec[phase]["endpoints"] = [{"model": phase}, {"model": f"{phase}_b"}]
+        # 300 streams on two shared cores: a busy instance may take longer than the default
+        # 4 s to answer a probe (seen once in three full runs); this test is about exactness
+        # and spread, test_self_healing about dead endpoints.
+        spec["router"]["health"] = {"probe_timeout_s": 15.0}
+    path = edited_example(work, "two-endpoints.yaml", edit)
     info = serve_detached(path, root, work)
     yield info, work
     stop(work)

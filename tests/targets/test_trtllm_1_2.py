@@ -16,6 +16,7 @@ from buildspecs import write_spec
 from pdtrt.build.plan import plan_build
 from pdtrt.build.settings import SettingSource
 from pdtrt.build.steps import StepKind
+from pdtrt.engine_io import KV_EVENT_BUFFER
 from pdtrt.enums import Phase, Target
 from pdtrt.errors import BuildRejected, SpecError
 from pdtrt.spec.load import load_deployment
@@ -179,3 +180,15 @@ def test_nested_options_become_one_mapping():
                LlmOption(key="a.c", value=None, source=SettingSource.SPEC, why=""),
                LlmOption(key="d", value=0.5, source=SettingSource.SPEC, why=""))
     assert options_mapping(options) == {"a": {"b": [1, 2], "c": None}, "d": 0.5}
+
+
+def test_block_reuse_asked_of_a_pool_turns_it_on_with_kv_events_there_only(tmp_path):
+    def reuse_on_decode(data):
+        data["decode"]["engine"]["enable_block_reuse"] = True
+    plan = plan_build(_dep(tmp_path, reuse_on_decode), engines_root=Path("engines"))
+    decode, prefill = _options(plan, Phase.DECODE), _options(plan, Phase.PREFILL)
+    assert decode["kv_cache_config"]["enable_block_reuse"] is True
+    assert decode["kv_cache_config"]["event_buffer_max_size"] == KV_EVENT_BUFFER  # > 0: events
+    assert prefill["kv_cache_config"]["enable_block_reuse"] is False
+    assert "event_buffer_max_size" not in prefill["kv_cache_config"]
+    assert option_problems(FACTS, decode) == []  # names and types LlmArgs 1.2 accepts

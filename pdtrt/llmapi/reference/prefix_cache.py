@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from pdtrt.llmapi.reference.block_hash import block_hash, reusable_blocks
+from pdtrt.kv_blocks import block_hash, reusable_blocks
 from pdtrt.llmapi.reference.engine import KV
 
 __all__ = ["PrefixCache", "ReuseStats"]

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from pdtrt.engine_dir import build_setting
-from pdtrt.engine_io import Param, Role
+from pdtrt.engine_io import KV_EVENT_BUFFER, Param, Role
 from pdtrt.runtime.request_parsing import EngineLimits
 
-__all__ = ["LLMEngineConfig", "engine_limits"]
+__all__ = ["LLMEngineConfig", "engine_limits", "kv_reuse_options"]
 
 # LlmArgs defaults the limits fall back on (tensorrt_llm/llmapi/llm_args.py)
 _DEFAULT_MAX_INPUT_LEN = 1024
@@ -64,10 +64,10 @@ class LLMEngineConfig:
             "max_input_len": int(p[Param.MAX_INPUT_LEN]),
             "max_seq_len": int(p[Param.MAX_SEQ_LEN]),
             "max_beam_width": max_beam_width(engine_dir),
-            # block reuse off, as pdtrt writes it for trtllm-1.2 (pdtrt/targets/llm_options.py:
-            # TensorRT-LLM #12542), so that the twin serves what a GPU deployment serves
+            # block reuse as the spec says (off unless asked, as pdtrt writes it for trtllm-1.2:
+            # pdtrt/targets/llm_options.py), with KV events for the router's index when on
             "kv_cache_config": {"tokens_per_block": int(p[Param.TOKENS_PER_BLOCK]),
-                                "enable_block_reuse": False},
+                                **kv_reuse_options(p.get(Param.ENABLE_BLOCK_REUSE) == "true")},
         }
         if role.phase is not None:  # one phase alone: its KV crosses to or from the other
             options["cache_transceiver_config"] = {
@@ -100,6 +100,13 @@ class LLMEngineConfig:
         transceiver = self.options.get("cache_transceiver_config") or {}
         timeout_ms = transceiver.get("kv_transfer_timeout_ms")
         return math.inf if timeout_ms is None else float(timeout_ms) / 1000
+
+
+def kv_reuse_options(enabled: bool) -> dict[str, Any]:
+    """``kv_cache_config`` entries for block reuse on or off: on, with an event buffer so the
+    engine publishes its blocks (LlmArgs' event_buffer_max_size defaults to 0: no events)."""
+    return {"enable_block_reuse": True, "event_buffer_max_size": KV_EVENT_BUFFER} if enabled \
+        else {"enable_block_reuse": False}
 
 
 def _read_options(path: str) -> dict[str, Any]:

@@ -35,15 +35,23 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pdtrt.engine_io import REFERENCE_ENGINE_IO, RequestType
+import numpy as np
+
+from pdtrt.engine_io import KV_EVENTS_OUTPUT, REFERENCE_ENGINE_IO, RequestType
 from pdtrt.errors import InvalidRequestError, KVTransferError
 from pdtrt.llmapi import LLMApi, load_llm_api
 from pdtrt.runtime.engine.config import LLMEngineConfig, engine_limits
 from pdtrt.runtime.engine.inflight import InflightRequests
+from pdtrt.runtime.engine.kv_events import KvEventLog, events_enabled
 from pdtrt.runtime.engine.metrics import METRICS, StatsPublisher
 from pdtrt.runtime.engine.responder import Responder
 from pdtrt.runtime.faults import FaultInjection
-from pdtrt.runtime.request_parsing import EngineRequest, StopRequest, parse_engine_request
+from pdtrt.runtime.request_parsing import (
+    EngineRequest,
+    KvEventsRequest,
+    StopRequest,
+    parse_engine_request,
+)
 from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
 from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, model_params
 
@@ -82,6 +90,9 @@ class TritonPythonModel:
             self.metrics, llm,
             transfer_stats=llm._pdtrt_kv_transfer_stats if api.is_reference else None)
         self.inflight = InflightRequests()
+        # the blocks this instance holds, for routers' KV indexes; None: no events recorded
+        self.kv_events = KvEventLog(lambda: llm.get_kv_cache_events(0)) \
+            if events_enabled(config.options) else None
         self.draining = False  # the server is stopping: nothing new is admitted
         self._live: set[Responder] = set()  # requests without their final response yet
         self._by_engine_id: dict[int, str] = {}  # the LLM's request id -> Triton's
@@ -113,6 +124,8 @@ class TritonPythonModel:
                 request = parse_engine_request(incoming, self.limits)
                 if isinstance(request, StopRequest):
                     self._stop(incoming, request)
+                elif isinstance(request, KvEventsRequest):
+                    self._kv_events(incoming, request)
                 else:
                     admitted.append(self._admit(incoming, request, arrival_ns))
             except (InvalidRequestError, KVTransferError) as exc:
@@ -232,6 +245,17 @@ class TritonPythonModel:
         self.publish()
         self.triton.send(incoming, {}, final=True)
 
+    def _kv_events(self, incoming: Incoming, request: KvEventsRequest) -> None:
+        """The blocks this instance holds, since the router's cursor (``kv_events``)."""
+        if self.kv_events is None:
+            raise InvalidRequestError(  # NO_EVENTS of pdtrt.runtime.router.kv_index
+                "this engine records no KV cache events (kv_cache_config.enable_block_reuse "
+                "and event_buffer_max_size are off): enable block reuse in the pool's engine "
+                "section, or route without the KV index (router.routing least_load)")
+        answer = self.kv_events.answer(request.cursor)
+        self.triton.send(incoming, {KV_EVENTS_OUTPUT: np.array([answer.encode()],
+                                                               dtype=np.object_)}, final=True)
+
     def offered(self, request_id: str) -> None:
         """A context-only request finished and its KV is held for a decode to pull."""
         self.inflight.offered(request_id, self.clock() + self.config.kv_transfer_timeout_s)
@@ -252,6 +276,8 @@ class TritonPythonModel:
             for out in live:
                 if out.client_gone():
                     out.abort()
+            if self.kv_events is not None:  # the engine's buffer drops what is not drained
+                self.kv_events.drain()
             tick += 1
             if tick % _STATS_EVERY == 0:
                 await asyncio.to_thread(self.publish)

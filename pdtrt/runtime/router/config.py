@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pdtrt import envvars
 from pdtrt.endpoints import EndpointSpec, parse_endpoints
 from pdtrt.engine_io import PHASE_ROLES, Param, Role
+from pdtrt.runtime.router.pool import Routing
 from pdtrt.runtime.router.prefill_policy import PrefillPolicy
 
 __all__ = ["RouterConfig"]
@@ -26,6 +27,8 @@ DEFAULT_MAX_ATTEMPTS = 2
 DEFAULT_LIVENESS_S = 1.0
 DEFAULT_PROBE_TIMEOUT_S = 4.0
 DEFAULT_PROBE_INTERVAL_S = 2.0
+DEFAULT_KV_OVERLAP_WEIGHT = 1.0
+DEFAULT_KV_EVENTS_INTERVAL_S = 0.2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +47,12 @@ class RouterConfig:
     # how the phase models of this server are called: "bls", or "grpc" at the server's own
     # address (local_grpc_url)
     phase_transport: str = "bls"
+    # how each pool chooses an endpoint; for kv_aware: the weight of a net-new prompt token
+    # against one outstanding token, how often the engines' KV events are read, their block
+    routing: Routing = Routing.LEAST_LOAD
+    kv_overlap_weight: float = DEFAULT_KV_OVERLAP_WEIGHT
+    kv_events_interval_s: float = DEFAULT_KV_EVENTS_INTERVAL_S
+    kv_block_tokens: int = 0
 
     @property
     def aggregated_below(self) -> int:
@@ -71,7 +80,8 @@ class RouterConfig:
     @classmethod
     def from_params(cls, p: Mapping[str, str]) -> RouterConfig:
         """Raises :class:`ValueError` for an endpoint list that does not parse, a phase
-        without endpoints, or a phase_transport that is not bls or grpc."""
+        without endpoints, a phase_transport that is not bls or grpc, or a routing that is
+        not one of :class:`Routing` (kv_aware without a block size)."""
         pools = {role: _pool(p, role) for role in PHASE_ROLES}
         for role in (Role.PREFILL, Role.DECODE):
             if not pools[role]:
@@ -92,7 +102,8 @@ class RouterConfig:
             probe_interval_s=float(p.get(Param.PROBE_INTERVAL_S, DEFAULT_PROBE_INTERVAL_S)
                                    or 0),
             phase_input_names=_renames(p.get(Param.PHASE_INPUT_NAMES, "")),
-            phase_transport=_transport(p.get(Param.PHASE_TRANSPORT) or "bls"))
+            phase_transport=_transport(p.get(Param.PHASE_TRANSPORT) or "bls"),
+            **_kv_routing(p))
 
 
 _KEYS = {Role.PREFILL: (Param.PREFILL_ENDPOINTS, Param.PREFILL_MODEL, Param.PREFILL_URL),
@@ -126,3 +137,18 @@ def _transport(transport: str) -> str:
     if transport not in ("bls", "grpc"):
         raise ValueError(f"phase_transport {transport!r} is not bls or grpc")
     return transport
+
+
+def _kv_routing(p: Mapping[str, str]) -> dict[str, object]:
+    routing = p.get(Param.ROUTING) or Routing.LEAST_LOAD
+    if routing not in set(Routing):
+        raise ValueError(f"routing {routing!r} is not one of {', '.join(Routing)}")
+    block = int(p.get(Param.KV_BLOCK_TOKENS) or 0)
+    if routing == Routing.KV_AWARE and block < 1:
+        raise ValueError(f"routing kv_aware needs {Param.KV_BLOCK_TOKENS}: the engines' "
+                         "tokens_per_block, which the router hashes prompts by")
+    return {"routing": Routing(routing), "kv_block_tokens": block,
+            "kv_overlap_weight": float(p.get(Param.KV_OVERLAP_WEIGHT)
+                                       or DEFAULT_KV_OVERLAP_WEIGHT),
+            "kv_events_interval_s": float(p.get(Param.KV_EVENTS_INTERVAL_S)
+                                          or DEFAULT_KV_EVENTS_INTERVAL_S)}

@@ -64,17 +64,19 @@ import numpy as np
 
 from pdtrt.engine_io import PHASE_ROLES, REQUEST_TYPE_PARAMETER, ROUTER_IO, RequestType, Role
 from pdtrt.errors import InvalidRequestError, PhaseError
+from pdtrt.kv_blocks import block_hashes, reusable_blocks
 from pdtrt.runtime.faults import FaultInjection
 from pdtrt.runtime.request_parsing import RouterRequest, StopRequest, parse_router_request
 from pdtrt.runtime.router.config import RouterConfig
 from pdtrt.runtime.router.health import Prober, health_loop, watched
+from pdtrt.runtime.router.kv_index import poll
 from pdtrt.runtime.router.phase_client import (
     BlsPhaseClient,
     GrpcPhaseClient,
     PhaseClient,
     PhaseResponse,
 )
-from pdtrt.runtime.router.pool import Endpoint, EndpointPool, outstanding
+from pdtrt.runtime.router.pool import Endpoint, EndpointPool, Routing, outstanding
 from pdtrt.runtime.router.prefill_policy import (
     PATH_REASONS,
     PrefillPath,
@@ -132,6 +134,17 @@ _METRICS = {
     "stalled": MetricSpec("pdtrt_router_stalled_calls_total",
                           "Phase calls ended because their endpoint stopped answering",
                           _COUNTER),
+    # KV-aware routing (labelled by phase and endpoint): what each endpoint's KV index holds
+    "kv_blocks": MetricSpec("pdtrt_router_kv_index_blocks",
+                            "KV blocks an endpoint holds, as its KV events told the router",
+                            _GAUGE),
+    # labelled by phase: prompt tokens sent to the pool, and those the chosen endpoint's index
+    # said it had cached (the engines count what they reused: pdtrt_engine_kv_reused_blocks)
+    "kv_prompt_tokens": MetricSpec("pdtrt_router_kv_prompt_tokens_total",
+                                   "Prompt tokens of the calls routed by KV", _COUNTER),
+    "kv_cached_tokens": MetricSpec("pdtrt_router_kv_cached_tokens_total",
+                                   "Prompt tokens the chosen endpoint held, as its KV index "
+                                   "said when it was chosen", _COUNTER),
 }
 # The router's counters reach Triton's metrics endpoint within this many seconds: summed and
 # sent together, not one round trip to the server per increment (six per request).
@@ -183,7 +196,7 @@ class TritonPythonModel:
 
     def initialize(self, args: dict[str, Any]) -> None:
         self.config = c = RouterConfig.from_params(model_params(args))
-        self.pools = {role: EndpointPool(phase=str(role), endpoints=[
+        self.pools = {role: EndpointPool(phase=str(role), routing=c.routing, endpoints=[
             Endpoint(spec=spec) for spec in c.pools[role]]) for role in PHASE_ROLES}
         self._role_of = {id(e): role for role, pool in self.pools.items()
                          for e in pool.endpoints}
@@ -197,10 +210,12 @@ class TritonPythonModel:
         self.metrics = Metrics(self.triton, {**_METRICS, **HISTOGRAMS},
                                {"model": args["model_name"]}, by={
             "retries": [{"phase": str(role)} for role in PHASE_ROLES],
+            **{key: [{"phase": str(role)} for role in PHASE_ROLES]
+               for key in ("kv_prompt_tokens", "kv_cached_tokens")},
             "paths": [{"path": str(path), "reason": str(reason)}
                       for path, reason in PATH_REASONS],
             **{key: endpoint_labels for key in ("calls", "healthy", "ejections",
-                                                "readmissions", "stalled")}},
+                                                "readmissions", "stalled", "kv_blocks")}},
             flush_s=METRICS_FLUSH_S)
         for role, pool in self.pools.items():
             for e in pool.endpoints:
@@ -212,8 +227,11 @@ class TritonPythonModel:
                              error_output=c.error_output, on_change=self._health_changed,
                              clock=self.clock)
         self._health_task: asyncio.Task[None] | None = None
+        self._kv_task: asyncio.Task[None] | None = None
+        self._kv_problems: dict[int, str] = {}  # id(endpoint) -> the last poll's problem
         self._routes: set[asyncio.Task[Any]] = set()  # the requests in flight
         self._replies: dict[str, list[Reply]] = {}  # their replies, by the client's request id
+        self._hashes: dict[int, list[int]] = {}  # id(request) -> its prompt's block hashes
         # tests of a wedged router (PDTRT_FAULT_INJECTION=event_loop:router:<prefix>)
         self.faults = FaultInjection.from_env("router", point="event_loop")
         self.draining = False
@@ -235,7 +253,8 @@ class TritonPythonModel:
         self.draining = True
         if self._routes:
             time.sleep(SETTLE_S)  # the tokens already relayed go through their ensemble steps
-        for task in [*self._routes, *([self._health_task] if self._health_task else [])]:
+        background = [t for t in (self._health_task, self._kv_task) if t is not None]
+        for task in [*self._routes, *background]:
             try:
                 task.get_loop().call_soon_threadsafe(task.cancel)
             except RuntimeError:  # its event loop has closed already
@@ -264,20 +283,89 @@ class TritonPythonModel:
             endpoints = [e for pool in self.pools.values() for e in pool.endpoints]
             self._health_task = asyncio.get_running_loop().create_task(
                 health_loop(self.prober, endpoints, interval_s=self.config.probe_interval_s))
+        if (self._kv_task is None or self._kv_task.done()) and not self.draining \
+                and self.config.routing is Routing.KV_AWARE:
+            self._kv_task = asyncio.get_running_loop().create_task(self._kv_loop())
 
-    async def _choose(self, role: Role, tried: list[Endpoint]) -> Endpoint:
-        """A healthy endpoint of ``role``'s pool not tried yet. When none is left, the ejected
-        ones are probed first (one may have come back since the last background probe);
-        raises :class:`PhaseError` naming every endpoint and why it is out when none has."""
+    # -- the KV index ------------------------------------------------------------------------
+    async def _kv_loop(self) -> None:
+        """:meth:`refresh_kv_index` every ``kv_events_interval_s``, until cancelled."""
+        while True:
+            await self.refresh_kv_index()
+            await asyncio.sleep(self.config.kv_events_interval_s)
+
+    async def refresh_kv_index(self) -> None:
+        """Read every healthy endpoint's KV events into its index
+        (:mod:`pdtrt.runtime.router.kv_index`); an ejected endpoint's index stays empty. Only
+        kv_aware routing keeps an index."""
+        if self.config.routing is not Routing.KV_AWARE:
+            return
+        await asyncio.gather(*(self._kv_poll(e) for pool in self.pools.values()
+                               for e in pool.endpoints if e.healthy and e.kv.publishes),
+                             return_exceptions=True)
+
+    async def _kv_poll(self, endpoint: Endpoint) -> None:
+        try:
+            problem = await asyncio.wait_for(
+                poll(self._client(endpoint), endpoint.spec.model, endpoint.kv,
+                     error_output=self.config.error_output), self.config.probe_timeout_s)
+        except TimeoutError:
+            problem = f"no KV-events answer within {self.config.probe_timeout_s:g} s"
+        if problem is not None:
+            self.prober.failed(endpoint, problem)  # a dead stub is ejected (and its index)
+        if problem != self._kv_problems.get(id(endpoint)):  # each new problem logged once
+            if not endpoint.kv.publishes:
+                log.info("endpoint %s publishes no KV events (block reuse is off there): "
+                         "routed without its KV index", endpoint.label)
+            elif problem is not None:
+                log.warning("KV index of endpoint %s not updated: %s", endpoint.label, problem)
+            self._kv_problems[id(endpoint)] = problem or ""
+        self.metrics.set("kv_blocks", endpoint.kv.num_blocks, **self._labels(endpoint))
+
+    def _kv_cost(self, request: RouterRequest) -> Callable[[Endpoint], float] | None:
+        """The cost of sending ``request`` to an endpoint (kv_aware routing): its net-new prompt
+        tokens there, times ``kv_overlap_weight``, plus the tokens the endpoint still owes per
+        instance. Dynamo's KV router weighs the same two terms (prefill blocks to compute,
+        active blocks); None without KV-aware routing."""
+        if self.config.routing is not Routing.KV_AWARE:
+            return None
+        weight, n = self.config.kv_overlap_weight, len(request.prompt)
+
+        def cost(e: Endpoint) -> float:
+            return weight * (n - self._cached(request, e)) + e.outstanding_tokens / e.spec.instances
+        return cost
+
+    def _cached(self, request: RouterRequest, endpoint: Endpoint) -> int:
+        """Prompt tokens of ``request`` that ``endpoint``'s KV index says it holds."""
+        if self.config.routing is not Routing.KV_AWARE:
+            return 0
+        hashes = self._hashes.get(id(request))
+        if hashes is None:
+            tpb = self.config.kv_block_tokens
+            hashes = self._hashes[id(request)] = block_hashes(
+                request.prompt, tpb, reusable_blocks(len(request.prompt), tpb))
+        return endpoint.kv.overlap(hashes) * self.config.kv_block_tokens
+
+    async def _choose(self, role: Role, tried: list[Endpoint],
+                      request: RouterRequest) -> Endpoint:
+        """A healthy endpoint of ``role``'s pool not tried yet, chosen by the pool's routing
+        for ``request``. When none is left, the ejected ones are probed first (one may have
+        come back since the last background probe); raises :class:`PhaseError` naming every
+        endpoint and why it is out when none has."""
         pool = self.pools[role]
-        endpoint = pool.choose(exclude=tried)
+        cost = self._kv_cost(request)
+        endpoint = pool.choose(tried, cost)
         if endpoint is None and (ejected := [e for e in pool.ejected if e not in tried]):
             await asyncio.gather(*(self.prober.check(e) for e in ejected))
-            endpoint = pool.choose(exclude=tried)
+            endpoint = pool.choose(tried, cost)
         if endpoint is None:
             raise PhaseError(f"{role} failed: no healthy {role} endpoint left to try: "
                              f"{pool.describe()}" if pool.endpoints
                              else f"this router has no {role} endpoint")
+        if cost is not None:
+            self.metrics.add("kv_prompt_tokens", len(request.prompt), phase=str(role))
+            self.metrics.add("kv_cached_tokens", self._cached(request, endpoint),
+                             phase=str(role))
         return endpoint
 
     async def _after_failure(self, role: Role, request: RouterRequest, reply: Reply,
@@ -329,11 +417,13 @@ class TritonPythonModel:
             self._routes.add(task)
             self.metrics.set("in_flight", len(self._routes))
         self._replies.setdefault(incoming.request_id, []).append(reply)
+        routed: RouterRequest | None = None
         try:
             if self.draining:
                 raise PhaseError(SHUTTING_DOWN)
             request = parse_router_request(incoming)
             assert isinstance(request, RouterRequest)
+            routed = request
             path, reason = self._path(request)
             self.metrics.add("paths", path=str(path), reason=str(reason))
             if path is PrefillPath.AGGREGATED:
@@ -357,6 +447,8 @@ class TritonPythonModel:
             self.metrics.add("errors")
             reply.fail(SHUTTING_DOWN)
         finally:
+            if routed is not None:
+                self._hashes.pop(id(routed), None)
             self._routes.discard(task)
             self.metrics.set("in_flight", len(self._routes))
             replies = self._replies.get(incoming.request_id, [])
@@ -383,7 +475,9 @@ class TritonPythonModel:
     def _path(self, request: RouterRequest) -> tuple[PrefillPath, Reason]:
         """Where this request's prefill runs (:mod:`~pdtrt.runtime.router.prefill_policy`)."""
         loads = [e.num_outstanding / e.spec.instances for e in self.pools[Role.PREFILL].healthy]
+        decode = self.pools[Role.DECODE].pick(cost=self._kv_cost(request))
         return choose_path(self.config.prefill_policy, prompt_tokens=len(request.prompt),
+                           cached_tokens=self._cached(request, decode) if decode else 0,
                            has_aggregated=bool(self.pools[Role.AGGREGATED].endpoints),
                            prefill_queue_depth=min(loads) if loads else None)
 
@@ -412,7 +506,7 @@ class TritonPythonModel:
             endpoint = None
             sent = reply.num_streamed
             try:
-                endpoint = await self._choose(role, tried)
+                endpoint = await self._choose(role, tried, request)
                 reply.timeline.call(self.clock())
                 await self._relay(endpoint, RequestType.CONTEXT_AND_GENERATION,
                                   request.phase_inputs(streaming=True),
@@ -458,7 +552,7 @@ class TritonPythonModel:
             sent = reply.num_streamed
             endpoint = None
             try:
-                endpoint = await self._choose(Role.DECODE, tried)
+                endpoint = await self._choose(Role.DECODE, tried, request)
                 await self._decode(request, reply, prefill, endpoint)
             except PhaseError as exc:
                 await self._after_failure(Role.DECODE, request, reply, exc, endpoint=endpoint,
@@ -476,7 +570,7 @@ class TritonPythonModel:
         while True:
             endpoint = None
             try:
-                endpoint = await self._choose(Role.PREFILL, tried)
+                endpoint = await self._choose(Role.PREFILL, tried, request)
                 return await self._prefill_once(request, endpoint, reply.timeline)
             except PhaseError as exc:
                 await self._after_failure(Role.PREFILL, request, reply, exc, endpoint=endpoint,
@@ -493,7 +587,8 @@ class TritonPythonModel:
         error = None
         async with aclosing(self._phase(endpoint, RequestType.CONTEXT_ONLY,
                                         request.phase_inputs(streaming=False), phase_id,
-                                        tokens=len(request.prompt),
+                                        tokens=len(request.prompt) - self._cached(request,
+                                                                                  endpoint),
                                         log_probs=request.return_log_probs)) as responses:
             async for r in responses:
                 if r.error is not None:

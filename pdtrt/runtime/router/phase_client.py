@@ -317,14 +317,17 @@ class GrpcPhaseClient:
     def request(model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
                 parameters: Mapping[str, str], outputs: list[str]) -> Any:
         from tritonclient.grpc import service_pb2
-        from tritonclient.utils import np_to_triton_dtype
+        from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
 
         req = service_pb2.ModelInferRequest(model_name=model, id=request_id)
         for name, value in inputs.items():
             value = np.ascontiguousarray(value)
             req.inputs.add(name=name, datatype=np_to_triton_dtype(value.dtype),
                            shape=list(value.shape))
-            req.raw_input_contents.append(value.tobytes())
+            # BYTES: each element length-prefixed, as Triton reads a string tensor
+            raw = serialize_byte_tensor(value).item() if value.dtype == np.object_ \
+                else value.tobytes()
+            req.raw_input_contents.append(raw)
         for name in outputs:
             req.outputs.add(name=name)
         for key, text in parameters.items():

@@ -6,26 +6,33 @@ the number of model instances behind it. A **pool** is the list of endpoints of 
 (prefill, decode, or the aggregated path). The router's model parameters name them in one
 line each (:mod:`pdtrt.endpoints`).
 
-:class:`EndpointPool` chooses per request the *healthy* endpoint with the least outstanding
-work per instance (tokens the router still expects from it, then requests), the least
-recently chosen first among equals, so load spreads over the pool; it never returns an
-ejected endpoint. An endpoint is **ejected** when a health probe fails (it did not answer a
-cheap request in time, or answered it with an error -- a dead Python-backend stub answers
-"Stub process ... is not healthy") and **re-admitted** when a probe succeeds again. Probing
-itself is :mod:`pdtrt.runtime.router.health`'s business; this module is plain state, owned by the
-router's event loop, with times passed in (``now_s``) -- no Triton, no clock, no threads.
+:class:`EndpointPool` chooses per request a *healthy* endpoint -- never an ejected one -- by its
+routing (:class:`Routing`): by default the one with the least outstanding work per instance
+(tokens the router still expects from it, then requests), the least recently chosen first among
+equals, so load spreads over the pool; round robin; or KV-aware: the least cost the router
+computes from the endpoint's KV index (:mod:`pdtrt.runtime.router.kv_index`: the prompt's tokens
+it would have to prefill there) and its load, so a request goes where its prefix is cached
+unless that endpoint is loaded more than the prefill it saves. An endpoint is **ejected** when a
+health probe fails (it did not answer a cheap request in time, or answered it with an error -- a
+dead Python-backend stub answers "Stub process ... is not healthy") and **re-admitted** when a
+probe succeeds again. Probing itself is :mod:`pdtrt.runtime.router.health`'s business; this
+module is plain state, owned by the router's event loop, with times passed in (``now_s``) -- no
+Triton, no clock, no threads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from pdtrt.endpoints import EndpointSpec
+from pdtrt.enums import Routing
+from pdtrt.runtime.router.kv_index import KvIndex
 
-__all__ = ["Endpoint", "EndpointPool", "EndpointState", "eject", "outstanding", "readmit"]
+__all__ = ["Endpoint", "EndpointPool", "EndpointState", "Routing", "eject", "outstanding",
+           "readmit"]
 
 
 class EndpointState(StrEnum):
@@ -47,6 +54,10 @@ class Endpoint:
     failed_s: float = 0.0  # when the last of them was
     num_chosen: int = 0  # requests sent to it
     last_chosen: int = -1  # the pool's choice counter when it was last chosen
+    kv: KvIndex = field(default_factory=KvIndex)  # its blocks, when the pool routes by KV
+
+    def __post_init__(self) -> None:
+        self.kv.instances = self.spec.instances
 
     @property
     def label(self) -> str:
@@ -67,20 +78,33 @@ class EndpointPool:
 
     phase: str
     endpoints: Sequence[Endpoint]
+    routing: Routing = Routing.LEAST_LOAD
     _num_choices: int = field(default=0, repr=False)
 
-    def choose(self, exclude: Iterable[Endpoint] = ()) -> Endpoint | None:
-        """The healthy endpoint with the least load per instance (not in ``exclude``), or
-        None when there is none."""
+    def choose(self, exclude: Iterable[Endpoint] = (),
+               cost: Callable[[Endpoint], float] | None = None) -> Endpoint | None:
+        """The healthy endpoint not in ``exclude`` that the pool's routing picks -- for
+        ``kv_aware``, the least ``cost`` (the router's: net-new tokens weighted plus load),
+        then the least load -- or None when there is none."""
+        best = self.pick(exclude, cost)
+        if best is not None:
+            best.last_chosen = self._num_choices
+            best.num_chosen += 1
+            self._num_choices += 1
+        return best
+
+    def pick(self, exclude: Iterable[Endpoint] = (),
+             cost: Callable[[Endpoint], float] | None = None) -> Endpoint | None:
+        """The endpoint :meth:`choose` would choose, without counting it as chosen."""
         skip = set(map(id, exclude))
         candidates = [e for e in self.endpoints if e.healthy and id(e) not in skip]
         if not candidates:
             return None
-        best = min(candidates, key=lambda e: (*e.load(), e.last_chosen))
-        best.last_chosen = self._num_choices
-        best.num_chosen += 1
-        self._num_choices += 1
-        return best
+        if self.routing is Routing.ROUND_ROBIN:
+            return min(candidates, key=lambda e: e.last_chosen)
+        if self.routing is Routing.KV_AWARE and cost is not None:
+            return min(candidates, key=lambda e: (cost(e), *e.load(), e.last_chosen))
+        return min(candidates, key=lambda e: (*e.load(), e.last_chosen))
 
     @property
     def healthy(self) -> list[Endpoint]:
@@ -115,6 +139,7 @@ def eject(endpoint: Endpoint, problem: str, now_s: float) -> bool:
     if endpoint.state is EndpointState.EJECTED:
         return False
     endpoint.state, endpoint.changed_s = EndpointState.EJECTED, now_s
+    endpoint.kv.clear()  # its engine may come back empty (or as another epoch)
     return True
 
 
