@@ -246,6 +246,7 @@ def test_a_streaming_request_gets_its_tokens_then_one_final(engine_model):
     assert [len(r.tokens) for r in req.responses] == [1] * 6  # one token a response
     assert all("first_token_time_ns" in r.outputs for r in req.responses)
     assert triton.metrics["pdtrt_engine_requests_total"] == 1
+    assert triton.metrics["pdtrt_engine_prompt_tokens_total"] == len(PROMPT)
 
 
 @pytest.mark.parametrize(("exclude_input", "length"), [(True, 5), (False, 4 + 5)],
@@ -342,6 +343,8 @@ def test_prefill_then_decode_gives_the_aggregated_tokens(engine_model):
     assert ended_once(gen) and ended_once(whole)
     assert gen.tokens == whole.tokens and gen.tokens[:1] == ctx.tokens
     assert triton.metrics["pdtrt_kv_transfers_total"] == 1
+    # the decode prefilled nothing: its prompt came as KV
+    assert triton.metrics.get("pdtrt_engine_prompt_tokens_total", 0) == 0
     again = request(max_new=6, request_type=RequestType.GENERATION_ONLY,
                     context_phase_params=params, request_id="again")
     decode.execute([again])  # the KV has been pulled: gone

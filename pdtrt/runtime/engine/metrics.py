@@ -48,6 +48,10 @@ METRICS = {
                           "Seconds requests waited before the LLM API took them", _COUNTER),
     "requests": MetricSpec("pdtrt_engine_requests_total", "Requests the engine finished",
                            _COUNTER),
+    "prompt_tokens": MetricSpec("pdtrt_engine_prompt_tokens_total",
+                                "Prompt tokens of the requests the engine prefilled (cached "
+                                "ones included: less pdtrt_engine_kv_reused_blocks_total x the "
+                                "block size, what it computed)", _COUNTER),
     "active": MetricSpec("pdtrt_engine_active_sequences",
                          "Requests the engine model holds (in flight)", _GAUGE),
     "queued": MetricSpec("pdtrt_engine_queued_requests",

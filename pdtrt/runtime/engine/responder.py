@@ -141,6 +141,8 @@ class Responder:
             if out.finish_reason == "cancelled" or self.handle.stopped:
                 self.model.metrics.add("cancelled", 1)
             self.model.metrics.add("requests", 1)
+            if self.request.mode is not RequestType.GENERATION_ONLY and self.submitted_ns:
+                self.model.metrics.add("prompt_tokens", len(self.request.prompt))
             if self.submitted_ns:
                 self.model.metrics.add("queue_s", (self.submitted_ns - self.arrival_ns) / 1e9)
             if self.request.mode is RequestType.CONTEXT_ONLY and \
