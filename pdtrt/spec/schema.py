@@ -290,9 +290,10 @@ class RouterSection(_Section):
         "(0 disables).")
     max_local_prefill_tokens: int = Field(
         default=0, ge=0, description="Conditional disaggregation: a request whose net-new "
-        "prompt (today the whole prompt: no prefix cache yet) is at most this many tokens is "
-        "prefilled by the decode endpoint itself -- one context_and_generation request, no "
-        "prefill call, no KV transfer (0 disables; at most the decode engine's "
+        "prompt (the prompt less the prefix the decode endpoint's KV blocks hold, per the "
+        "router's KV index; the whole prompt without block reuse) is at most this many "
+        "tokens is prefilled by the decode endpoint itself -- one context_and_generation "
+        "request, no prefill call, no KV transfer (0 disables; at most the decode engine's "
         "max_num_tokens). As trtllm-serve's conditional_disagg_config.max_local_prefill_length "
         "and Dynamo's max_local_prefill_length; docs/serve.md.")
     max_prefill_queue_depth: float = Field(

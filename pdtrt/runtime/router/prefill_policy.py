@@ -6,8 +6,9 @@ Decided per request, at its arrival, from what the router knows then -- no Trito
   aggregated pool (pdtrt's static short-prompt path, unchanged).
 - **local**: a decode endpoint prefills the request itself -- one ``context_and_generation``
   request to it, no prefill call and no KV transfer -- when its *net-new* prompt (the prompt
-  minus what that decode side already holds: the whole prompt until the router keeps a KV
-  index, issue 27 item 2) is at most ``max_local_prefill_tokens`` (reason ``short_net_new``),
+  minus the prefix that decode endpoint's KV blocks already hold, per the router's KV index;
+  the whole prompt when its engines keep no blocks) is at most ``max_local_prefill_tokens``
+  (reason ``short_net_new``),
   or when the prefill pool is queued: even the least loaded healthy prefill endpoint has at
   least ``max_prefill_queue_depth`` calls in flight per instance (reason ``prefill_queued``).
   Either way only a prompt the decode engine takes in one step (``local_prefill_limit``: its
@@ -19,8 +20,10 @@ The rule is Dynamo's (``DisaggregatedRouter``: remote iff the prefill length min
 hit exceeds ``max_local_prefill_length`` and the prefill queue is not too deep). TensorRT-LLM's
 ``trtllm-serve`` disaggregated server (``ConditionalDisaggConfig.max_local_prefill_length``,
 ``tensorrt_llm/serve/openai_disagg_server.py``) also prefills remotely whenever its KV-aware
-router found *no* prefix match; pdtrt does not, since it has no prefix index yet: a short
-prompt is cheap to prefill where it will be decoded, match or not. Both off (0) is today's
+router found *no* prefix match; pdtrt does not: a short net-new prompt is cheap to prefill
+where it will be decoded, match or not. The prompt itself must still fit the decode engine's
+one step (``local_prefill_limit``), cached or not: a block evicted between the choice and the
+request would otherwise leave the engine a prompt it cannot take. Both off (0) is the default
 path: every request not aggregated is prefilled remotely.
 """
 
