@@ -19,6 +19,9 @@ from pdtrt.spec.load import load_deployment
 from pdtrt.workload.arrivals import ArrivalProcess
 from pdtrt.workload.lengths import LengthDist, parse_length
 
+# the router's spellings (pdtrt.enums.Routing) of the same policies
+_ROUTING = {"least_load": RoutingPolicy.LEAST_LOADED, "round_robin": RoutingPolicy.ROUND_ROBIN,
+            "kv_aware": RoutingPolicy.KV_AWARE}
 _MODES = {"both": (ServingMode.AGGREGATED, ServingMode.DISAGGREGATED),
           "aggregated": (ServingMode.AGGREGATED,), "disaggregated": (ServingMode.DISAGGREGATED,)}
 
@@ -64,6 +67,18 @@ def _rows(res: SimResult) -> dict[str, str]:
         "unfinished": str(d["num_unfinished"]),
         **({"prompt tokens from cache": f"{d['cached_prompt_tokens']:,} of "
             f"{d['prompt_tokens']:,}"} if d.get("cached_prompt_tokens") else {}),
+        **(_reuse_rows(d["reuse"]) if "reuse" in d else {}),
+    }
+
+
+def _reuse_rows(r: dict) -> dict[str, str]:
+    first, later = r["ttft_first_turn_ms"], r["ttft_later_turns_ms"]
+    return {
+        "prompt tokens computed": f"{r['computed_prompt_tokens']:,}",
+        "KV transferred": f"{r['kv_transfer_bytes'] / 1e9:,.2f} GB",
+        "prefills local / remote": f"{r['num_local_prefills']} / {r['num_remote_prefills']}",
+        "TTFT p50 / p90, turn 1": f"{_fmt(first['p50'])} / {_fmt(first['p90'])} ms",
+        "TTFT p50 / p90, later turns": f"{_fmt(later['p50'])} / {_fmt(later['p90'])} ms",
     }
 
 
@@ -100,8 +115,11 @@ def _lengths(w: SimWorkload) -> str:
 @click.option("--decode-instances", type=click.IntRange(min=1), help="Override the spec.")
 @click.option("--batch-policy", type=click.Choice([b.value for b in BatchPolicy]),
               default="chunked", show_default=True)
-@click.option("--routing", type=click.Choice([r.value for r in RoutingPolicy]),
-              default="least-loaded", show_default=True)
+@click.option("--routing", type=click.Choice([*(r.value for r in RoutingPolicy), *_ROUTING]),
+              default="least-loaded", show_default=True,
+              help="How a replica is chosen (least_load / round_robin / kv_aware: the "
+              "router's spellings). kv-aware: least net-new prompt tokens there + outstanding "
+              "tokens, for entry and decode replicas.")
 @click.option("--backend", type=click.Choice([b.value for b in ServingBackend]),
               default="trtllm", show_default=True, help="Whose calibrated factors to use.")
 @click.option("--factors", "factors_file", type=click.Path(path_type=Path, exists=True),
@@ -110,6 +128,17 @@ def _lengths(w: SimWorkload) -> str:
               metavar="TOKENS", help="Every prompt starts with this many shared tokens (a "
               "system prompt); an engine with KV block reuse computes them once per instance. "
               "0: no reuse modelled.")
+@click.option("--turns", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Turns per conversation: turn k's prompt is the conversation so far plus "
+              "new tokens; arrivals start conversations.")
+@click.option("--think-s", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Seconds from a turn's last token to the next turn's send.")
+@click.option("--followup-isl", type=_Length(), help="New prompt tokens of turns after the "
+              "first, same forms as --isl (default: --isl).")
+@click.option("--max-local-prefill-tokens", type=click.IntRange(min=0), default=0,
+              show_default=True, metavar="TOKENS", help="Conditional disaggregation: a "
+              "request whose prompt less what its decode instance holds is at most TOKENS is "
+              "prefilled there (no prefill, no KV transfer). 0: off.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Write a PNG of the TTFT/ITL distributions and ITL over time here.")
 @json_option
@@ -118,8 +147,9 @@ def simulate_cmd(spec_file: Path, mode: str, rate: float | None, concurrency: in
                  osl: LengthDist | None, num_requests: int, seed: int,
                  agg_instances: int | None, prefill_instances: int | None,
                  decode_instances: int | None, batch_policy: str, routing: str, backend: str,
-                 factors_file: Path | None, shared_prefix: int, plot_path: Path | None,
-                 as_json: bool) -> None:
+                 factors_file: Path | None, shared_prefix: int, turns: int, think_s: float,
+                 followup_isl: LengthDist | None, max_local_prefill_tokens: int,
+                 plot_path: Path | None, as_json: bool) -> None:
     """Simulate SPEC_FILE's deployment and its aggregated baseline (discrete events).
 
     Arrivals, length distributions, continuous batching with max_batch_size /
@@ -136,9 +166,11 @@ def simulate_cmd(spec_file: Path, mode: str, rate: float | None, concurrency: in
         process=ArrivalProcess(arrival), trace=trace, isl=isl, osl=osl,
         num_requests=num_requests, seed=seed, agg_instances=agg_instances,
         prefill_instances=prefill_instances, decode_instances=decode_instances,
-        batch_policy=BatchPolicy(batch_policy), routing=RoutingPolicy(routing),
+        batch_policy=BatchPolicy(batch_policy),
+        routing=_ROUTING.get(routing) or RoutingPolicy(routing),
         backend=ServingBackend(backend), factors_file=factors_file,
-        shared_prefix=shared_prefix)
+        shared_prefix=shared_prefix, turns=turns, think_s=think_s, followup_isl=followup_isl,
+        max_local_prefill_tokens=max_local_prefill_tokens)
     configs = sim_configs(dep, overrides)
     results = [simulate(c) for c in configs]
     if plot_path is not None:

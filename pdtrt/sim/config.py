@@ -31,10 +31,19 @@ class SimConfig:
     routing: RoutingPolicy = RoutingPolicy.LEAST_LOADED
     slo: SLO = SLO()
     warmup_share: float = 0.1
+    kv_overlap_weight: float = 1.0  # kv-aware routing: weight of net-new prompt tokens
+    # conditional disaggregation: a request whose net-new prompt at its decode replica is at
+    # most this many tokens is prefilled there (pdtrt.runtime.router.prefill_policy); 0: never
+    max_local_prefill_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
             raise InfeasibleError(f"num_requests must be >= 1, got {self.num_requests}")
+        if self.max_local_prefill_tokens < 0:
+            raise InfeasibleError("max_local_prefill_tokens must be >= 0, got "
+                                  f"{self.max_local_prefill_tokens}")
+        if not self.kv_overlap_weight >= 0:
+            raise InfeasibleError(f"kv_overlap_weight must be >= 0, got {self.kv_overlap_weight}")
         for role, inst, need in self._pools():
             if inst.memory(need).max_concurrent_seqs < 1:
                 raise InfeasibleError(
@@ -44,13 +53,13 @@ class SimConfig:
 
     @property
     def max_isl(self) -> int:
-        """The longest prompt of this run's workload (KV caches are sized for it)."""
-        return self.workload.mix(self.seed).max_isl
+        """The longest prompt of this run's workload, a conversation's history included (KV
+        caches are sized for it)."""
+        return self.workload.max_prompt_tokens(self.seed)
 
     @property
     def max_seq_len(self) -> int:
-        mix = self.workload.mix(self.seed)
-        return mix.max_isl + mix.max_osl
+        return self.max_isl + self.workload.max_osl(self.seed)
 
     def _pools(self):
         s = self.serving

@@ -30,8 +30,14 @@ class Request:
     arrival_s: float
     isl: int
     osl: int
+    conversation: int = 0
+    turn: int = 0
     prefilled: int = 0
-    cached: int = 0  # prompt tokens whose KV came from the entry replica's block cache
+    cached: int = 0  # prompt tokens whose KV came from the prefilling replica's block cache
+    local_prefill: bool = False  # disaggregated, but prefilled by its decode replica
+    entry_tokens: int = 0  # what it counts in its entry replica's outstanding tokens
+    decode_tokens: int = 0  # ... in its decode replica's
+    kv_transfer_bytes: int = 0
     generated: int = 0
     first_token_s: float | None = None
     last_token_s: float | None = None
@@ -58,13 +64,17 @@ class Request:
 
 @dataclass(slots=True, kw_only=True)
 class Replica:
-    """One engine instance: its queues, running set, KV blocks and busy time."""
+    """One engine instance: its queues, running set, KV blocks and busy time, and the prompt
+    prefixes its block cache holds (``held``: conversation -> tokens in whole blocks; the
+    shared prefix is ``prefix_warm``). Cached blocks take no KV memory here and are never
+    evicted -- a simplification, optimistic for reuse under memory pressure."""
 
     index: int
     role: ReplicaRole
     instance: Instance
     kv_blocks: int
     waiting: deque[Request] = field(default_factory=deque)
+    local_waiting: deque[Request] = field(default_factory=deque)  # decode: to prefill itself
     prefilling: list[Request] = field(default_factory=list)
     decoding: list[Request] = field(default_factory=list)
     used_blocks: int = 0
@@ -72,6 +82,14 @@ class Replica:
     busy_s: float = 0.0
     num_steps: int = 0
     prefix_warm: bool = False  # holds the workload's shared prefix (block reuse)
+    held: dict[int, int] = field(default_factory=dict)
+    outstanding_tokens: int = 0  # tokens its requests still stand for (kv-aware routing)
+
+    def hold(self, req: Request, tokens: int) -> None:
+        """Keep the whole blocks of the first ``tokens`` of ``req``'s sequence for reuse."""
+        tpb = self.instance.tokens_per_block
+        c = req.conversation
+        self.held[c] = max(self.held.get(c, 0), tokens // tpb * tpb)
 
     def blocks_for(self, req: Request) -> int:
         return -(-req.seq_len // self.instance.tokens_per_block)
@@ -86,7 +104,7 @@ class Replica:
     @property
     def load(self) -> int:
         """Requests this replica holds (routing uses it)."""
-        return len(self.waiting) + self.num_running
+        return len(self.waiting) + len(self.local_waiting) + self.num_running
 
 
 @dataclass(slots=True, kw_only=True)

@@ -50,6 +50,10 @@ class SimOverrides:
     backend: ServingBackend = ServingBackend.TRTLLM
     factors_file: Path | None = None
     shared_prefix: int = 0
+    turns: int = 1
+    think_s: float = 0.0
+    followup_isl: LengthDist | None = None
+    max_local_prefill_tokens: int = 0
 
 
 def _workload(dep: Deployment, o: SimOverrides) -> SimWorkload:
@@ -60,7 +64,8 @@ def _workload(dep: Deployment, o: SimOverrides) -> SimWorkload:
     if trace and trace[0].arrival_s is not None and o.rate_per_s is None \
             and o.concurrency is None:
         return SimWorkload(isl=isl, osl=osl, trace=trace,  # replayed at its own times
-                           shared_prefix=o.shared_prefix)
+                           shared_prefix=o.shared_prefix, turns=o.turns, think_s=o.think_s,
+                           followup_isl=o.followup_isl)
     rate = o.rate_per_s if o.rate_per_s is not None else (
         None if o.concurrency is not None else wl.request_rate_per_s)
     conc = o.concurrency if o.concurrency is not None else (
@@ -70,7 +75,8 @@ def _workload(dep: Deployment, o: SimOverrides) -> SimWorkload:
                          hint="pass --rate R or --concurrency C")
     return SimWorkload(isl=isl, osl=osl, loop=LoopKind.OPEN if rate else LoopKind.CLOSED,
                        process=o.process, rate_per_s=rate, concurrency=conc, trace=trace,
-                       shared_prefix=o.shared_prefix)
+                       shared_prefix=o.shared_prefix, turns=o.turns, think_s=o.think_s,
+                       followup_isl=o.followup_isl)
 
 
 def spec_slo(dep: Deployment) -> SLO:
@@ -96,5 +102,6 @@ def sim_configs(dep: Deployment, o: SimOverrides) -> list[SimConfig]:
         out.append(SimConfig(serving=serving, factors_prefill=f, factors_decode=f,
                              workload=workload, num_requests=o.num_requests, seed=o.seed,
                              batch_policy=o.batch_policy, routing=o.routing,
-                             slo=spec_slo(dep)))
+                             slo=spec_slo(dep),
+                             max_local_prefill_tokens=o.max_local_prefill_tokens))
     return out

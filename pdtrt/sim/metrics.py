@@ -12,6 +12,9 @@ cost -- with the definitions ``pdtrt bench`` applies to real runs.
   send to last measured completion.
 - utilisation: busy time of a pool's replicas / (last completion x replicas); link likewise.
 - cost per million output tokens: price of all GPUs for the window / output tokens.
+- reuse (with conversations, kv-aware routing or conditional disaggregation): prompt tokens
+  computed (prompt - cached), KV bytes sent over links, local vs remote prefills, and TTFT of
+  first turns vs later turns (the measured requests that finished).
 
 This module summarises a finished run; it does not run one (:mod:`pdtrt.sim.simulator`).
 """
@@ -28,7 +31,7 @@ from pdtrt.sim.entities import Request
 from pdtrt.workload.latency import Dist
 from pdtrt.workload.slo import SLO, RequestOutcome, SloReport, evaluate_slo
 
-__all__ = ["SimResult", "outcome"]
+__all__ = ["ReuseStats", "SimResult", "outcome"]
 
 
 def outcome(req: Request) -> RequestOutcome:
@@ -39,6 +42,26 @@ def outcome(req: Request) -> RequestOutcome:
         assert req.first_token_s is not None and req.last_token_s is not None
         tpot = (req.last_token_s - req.first_token_s) / (req.osl - 1)
     return RequestOutcome(sent_s=req.arrival_s, done_s=req.done_s, ttft_s=ttft, tpot_s=tpot)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ReuseStats:
+    """Of the measured requests: what prefix reuse and the prefill path saved."""
+
+    computed_prompt_tokens: int
+    kv_transfer_bytes: int
+    num_local_prefills: int  # disaggregated, prefilled by the decode replica itself
+    num_remote_prefills: int  # disaggregated, prefilled by a prefill replica
+    ttft_first_turn_s: np.ndarray
+    ttft_later_turns_s: np.ndarray
+
+    def to_dict(self) -> dict[str, object]:
+        return {"computed_prompt_tokens": self.computed_prompt_tokens,
+                "kv_transfer_bytes": self.kv_transfer_bytes,
+                "num_local_prefills": self.num_local_prefills,
+                "num_remote_prefills": self.num_remote_prefills,
+                "ttft_first_turn_ms": Dist.of_seconds(self.ttft_first_turn_s).to_dict(),
+                "ttft_later_turns_ms": Dist.of_seconds(self.ttft_later_turns_s).to_dict()}
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -59,6 +82,7 @@ class SimResult:
     num_events: int
     prompt_tokens: int = 0  # of the measured requests
     cached_prompt_tokens: int = 0  # of those, taken from a block cache (shared prefix)
+    reuse: ReuseStats | None = None
 
     @cached_property
     def _done(self) -> list[RequestOutcome]:
@@ -160,5 +184,6 @@ class SimResult:
             "num_events": self.num_events,
             **({"prompt_tokens": self.prompt_tokens,
                 "cached_prompt_tokens": self.cached_prompt_tokens}
-               if self.cached_prompt_tokens else {}),
+               if self.cached_prompt_tokens or self.reuse else {}),
+            **({"reuse": self.reuse.to_dict()} if self.reuse else {}),
         }

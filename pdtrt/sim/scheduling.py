@@ -14,7 +14,12 @@ Batch policies (how one replica fills a step, TensorRT-LLM inflight batching):
 KV admission reserves the blocks of the whole sequence (prompt + output) on aggregated and
 decode replicas, of the prompt only on prefill replicas (TensorRT-LLM's guaranteed-no-evict).
 
-Routing: ``round-robin`` or ``least-loaded`` (fewest requests held, lowest index on ties).
+Routing: ``round-robin`` or ``least-loaded`` (fewest requests held, lowest index on ties);
+``kv-aware`` needs each request's cached tokens per replica, so the state chooses with it
+(:meth:`pdtrt.sim.state.SimState.choose`).
+
+A decode replica's ``local_waiting`` requests (conditional disaggregation: it prefills them
+itself) are admitted like an aggregated replica's new requests.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class BatchPolicy(StrEnum):
 class RoutingPolicy(StrEnum):
     ROUND_ROBIN = "round-robin"
     LEAST_LOADED = "least-loaded"
+    KV_AWARE = "kv-aware"  # least net-new prompt tokens x weight + outstanding tokens
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,13 +84,13 @@ def _fill(replica: Replica, chunked: bool) -> Batch | None:
             break
         chunks.append((req, n))
         budget -= n
-    while (replica.waiting and budget > 0 and replica.num_running < inst.max_batch_size
-           and replica.role is not ReplicaRole.DECODE):
-        req = replica.waiting[0]
+    queue = replica.local_waiting if replica.role is ReplicaRole.DECODE else replica.waiting
+    while queue and budget > 0 and replica.num_running < inst.max_batch_size:
+        req = queue[0]
         n = take(req)
         if n == 0 or not _admit(replica, req):
             break
-        replica.waiting.popleft()
+        queue.popleft()
         replica.prefilling.append(req)
         chunks.append((req, n))
         budget -= n

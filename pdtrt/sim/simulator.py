@@ -13,11 +13,14 @@ import itertools
 
 import numpy as np
 
+from pdtrt.enums import ServingMode
 from pdtrt.sim.config import SimConfig
+from pdtrt.sim.entities import Request
 from pdtrt.sim.events import Event, ReplicaSchedule, RequestArrival
-from pdtrt.sim.metrics import SimResult, outcome
+from pdtrt.sim.metrics import ReuseStats, SimResult, outcome
+from pdtrt.sim.scheduling import RoutingPolicy
 from pdtrt.sim.state import SimState
-from pdtrt.sim.workload import generate_requests
+from pdtrt.sim.workload import generate_conversations
 from pdtrt.workload.arrivals import LoopKind
 
 __all__ = ["run_events", "simulate"]
@@ -47,14 +50,15 @@ def simulate(config: SimConfig) -> SimResult:
     """Simulate ``config``. Randomness comes only from ``config.seed`` (request lengths and
     arrival times, as :mod:`pdtrt.workload` draws them), so a seed gives one result."""
     state = SimState(config)
-    specs = generate_requests(config.workload, config.seed, config.num_requests)
+    convs = generate_conversations(config.workload, config.seed, config.num_requests)
+    state.conversations = {conv[0].conversation: conv for conv in convs}
     if config.workload.loop is LoopKind.CLOSED:
         assert config.workload.concurrency is not None
-        first, rest = specs[: config.workload.concurrency], specs[config.workload.concurrency:]
+        first, rest = convs[: config.workload.concurrency], convs[config.workload.concurrency:]
         state.closed_loop_backlog.extend(rest)
-        initial: list[Event] = [RequestArrival.sent(s, 0.0, state) for s in first]
+        initial: list[Event] = [RequestArrival.sent(c[0], 0.0, state) for c in first]
     else:
-        initial = [RequestArrival.sent(s, s.arrival_s, state) for s in specs]
+        initial = [RequestArrival.sent(c[0], c[0].arrival_s, state) for c in convs]
     run_events(state, initial)
     return _result(config, state)
 
@@ -86,4 +90,24 @@ def _result(config: SimConfig, state: SimState) -> SimResult:
         utilisation=_utilisation(state), num_gpus=s.num_gpus,
         cost_per_hour_usd=s.cost_per_hour_usd(), slo=config.slo, num_events=state.num_events,
         prompt_tokens=sum(r.isl for r in measured),
-        cached_prompt_tokens=sum(r.cached for r in measured))
+        cached_prompt_tokens=sum(r.cached for r in measured),
+        reuse=_reuse(config, measured))
+
+
+def _reuse(config: SimConfig, measured: list[Request]) -> ReuseStats | None:
+    """Prefix reuse, prefill paths and TTFT by turn -- reported when conversations, kv-aware
+    routing or conditional disaggregation are asked for."""
+    if (config.workload.turns == 1 and config.routing is not RoutingPolicy.KV_AWARE
+            and not config.max_local_prefill_tokens):
+        return None
+    done = [r for r in measured if r.done_s is not None and r.first_token_s is not None]
+    disagg = config.serving.mode is ServingMode.DISAGGREGATED
+    return ReuseStats(
+        computed_prompt_tokens=sum(r.isl - r.cached for r in measured),
+        kv_transfer_bytes=sum(r.kv_transfer_bytes for r in measured),
+        num_local_prefills=sum(1 for r in measured if r.local_prefill),
+        num_remote_prefills=sum(1 for r in measured if disagg and not r.local_prefill),
+        ttft_first_turn_s=np.array([r.first_token_s - r.arrival_s for r in done
+                                    if r.turn == 0]),
+        ttft_later_turns_s=np.array([r.first_token_s - r.arrival_s for r in done
+                                     if r.turn > 0]))

@@ -13,10 +13,11 @@ from collections import deque
 
 from pdtrt.enums import ServingMode
 from pdtrt.perf.link import kv_transfer_s
+from pdtrt.runtime.router.prefill_policy import PrefillPath, PrefillPolicy, choose_path
 from pdtrt.sim.config import SimConfig
 from pdtrt.sim.entities import Link, Replica, ReplicaRole, Request
 from pdtrt.sim.scheduling import ROUTERS, RoutingPolicy
-from pdtrt.sim.workload import RequestSpec
+from pdtrt.sim.workload import Conversation, RequestSpec
 
 __all__ = ["SimState"]
 
@@ -46,10 +47,11 @@ class SimState:
                 for i in range(s.decode_instances)]
         self.links = [Link(index=i) for i in range(len(self.replicas.get(ReplicaRole.DECODE,
                                                                           [])))]
-        self.route_entry = ROUTERS[config.routing]()
+        self.route_entry = ROUTERS.get(config.routing, ROUTERS[RoutingPolicy.LEAST_LOADED])()
         self.route_decode = ROUTERS[RoutingPolicy.LEAST_LOADED]()
         self.requests: list[Request] = []
-        self.closed_loop_backlog: deque[RequestSpec] = deque()
+        self.closed_loop_backlog: deque[Conversation] = deque()
+        self.conversations: dict[int, Conversation] = {}  # the turns still to send
         self.schedule_pending: set[tuple[ReplicaRole, int]] = set()  # an event exists
         self.schedule_wanted: list[tuple[ReplicaRole, int]] = []  # the loop creates it
         self.itl_time_s: list[float] = []
@@ -64,21 +66,60 @@ class SimState:
         return self.replicas[role][index]
 
     def new_request(self, spec: RequestSpec, *, sent_s: float) -> Request:
-        req = Request(id=len(self.requests), arrival_s=sent_s, isl=spec.isl, osl=spec.osl)
+        req = Request(id=len(self.requests), arrival_s=sent_s, isl=spec.isl, osl=spec.osl,
+                      conversation=spec.conversation, turn=spec.turn)
         self.requests.append(req)
         return req
 
+    def next_turn(self, req: Request) -> RequestSpec | None:
+        """The turn of ``req``'s conversation that follows it, if any."""
+        turns = self.conversations.get(req.conversation, ())
+        return turns[req.turn + 1] if req.turn + 1 < len(turns) else None
+
     def cached_prefix(self, req: Request, replica: Replica) -> int:
-        """Prompt tokens of ``req`` a replica holding the shared prefix reuses: whole blocks,
-        within the prompt's first ``isl - 1`` tokens (one token is always computed)."""
+        """Prompt tokens of ``req`` a replica's block cache holds: the longest prefix it keeps
+        (its conversation so far, or the shared prefix), in whole blocks, within the prompt's
+        first ``isl - 1`` tokens (one token is always computed)."""
         tpb = replica.instance.tokens_per_block
-        return min(self.config.workload.shared_prefix, req.isl - 1) // tpb * tpb
+        held = replica.held.get(req.conversation, 0)
+        if replica.prefix_warm:
+            held = max(held, self.config.workload.shared_prefix)
+        return min(held, req.isl - 1) // tpb * tpb
+
+    def choose(self, role: ReplicaRole, req: Request) -> Replica:
+        """The replica of ``role`` that gets ``req``: with kv-aware routing the least
+        ``(isl - cached there) x kv_overlap_weight + outstanding tokens`` (the router's
+        ``_kv_cost``), then the least loaded, then the lowest index; otherwise the entry
+        pool's policy, and least-loaded for decode."""
+        replicas = self.replicas[role]
+        if self.config.routing is RoutingPolicy.KV_AWARE:
+            w = self.config.kv_overlap_weight
+            return min(replicas, key=lambda r: (
+                w * (req.isl - self.cached_prefix(req, r)) + r.outstanding_tokens, r.load,
+                r.index))
+        return (self.route_decode if role is ReplicaRole.DECODE else self.route_entry)(replicas)
+
+    def prefills_locally(self, req: Request, decode: Replica) -> bool:
+        """Conditional disaggregation: whether ``decode`` prefills ``req`` itself, by the
+        router's rule (:func:`pdtrt.runtime.router.prefill_policy.choose_path`)."""
+        if not self.config.max_local_prefill_tokens:
+            return False
+        policy = PrefillPolicy(max_local_prefill=self.config.max_local_prefill_tokens,
+                               local_prefill_limit=decode.instance.max_num_tokens)
+        path, _ = choose_path(policy, prompt_tokens=req.isl,
+                              cached_tokens=self.cached_prefix(req, decode),
+                              has_aggregated=False, prefill_queue_depth=None)
+        return path is PrefillPath.LOCAL
 
     def kv_transfer_s(self, req: Request) -> float:
         s = self.config.serving
         assert s.link is not None
-        return kv_transfer_s(s.link, req.isl, s.prefill.model.kv_bytes_per_token(
-            s.prefill.kv_dtype))
+        return kv_transfer_s(s.link, req.isl, self.kv_bytes_per_token)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        s = self.config.serving
+        return s.prefill.model.kv_bytes_per_token(s.prefill.kv_dtype)
 
     @property
     def request_overhead_s(self) -> float:

@@ -161,3 +161,30 @@ def test_plan_errors(run):
     assert result.exit_code == 2 and "at most one of --max-gpus and --budget" in result.stderr
     result = run(*PLAN, "--gpus", "h100x")
     assert result.exit_code == 2 and "unknown GPU 'h100x'" in result.stderr
+
+
+def test_simulate_conversations_kv_aware_and_local_prefill(run):
+    """Short prompts (the seed decode engine's max_num_tokens is 512: a longer prompt is never
+    prefilled locally): follow-ups of 50 new tokens go to the decode side that holds them."""
+    args = ("simulate", SEED, *FAST, "--mode", "disaggregated", "--rate", "2", "--isl", "200",
+            "--osl", "50", "--turns", "3", "--think-s", "1.5", "--followup-isl", "50",
+            "--routing", "kv_aware")
+    remote = run(*args, "--json")
+    local = run(*args, "--max-local-prefill-tokens", "128", "--json")
+    assert remote.exit_code == 0 and local.exit_code == 0, local.output
+    (r,), (lo,) = json.loads(remote.stdout)["results"], json.loads(local.stdout)["results"]
+    assert r["reuse"]["num_local_prefills"] == 0 < lo["reuse"]["num_local_prefills"]
+    assert lo["reuse"]["kv_transfer_bytes"] < r["reuse"]["kv_transfer_bytes"]
+    assert set(lo["reuse"]) == {"computed_prompt_tokens", "kv_transfer_bytes",
+                                "num_local_prefills", "num_remote_prefills",
+                                "ttft_first_turn_ms", "ttft_later_turns_ms"}
+    assert lo["prompt_tokens"] - lo["cached_prompt_tokens"] == \
+        lo["reuse"]["computed_prompt_tokens"]
+    table = run(*args, "--max-local-prefill-tokens", "128")
+    assert "conversations of 3 turns, think 1.5 s" in table.stdout
+    for row in ("prompt tokens computed", "prefills local / remote", "TTFT p50 / p90, turn 1",
+                "TTFT p50 / p90, later turns", "KV transferred"):
+        assert row in table.stdout, row
+    bad = run("simulate", SEED, *FAST, "--think-s", "2")
+    assert bad.exit_code != 0 and "more than one turn" in bad.output
+    assert run("simulate", SEED, "--turns", "0").exit_code == 2

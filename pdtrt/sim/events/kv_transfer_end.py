@@ -22,6 +22,7 @@ def start_transfer(state: SimState, link: Link) -> list[Event]:
     duration = state.kv_transfer_s(req)
     link.busy = True
     req.kv_transfer_start_s = state.now_s
+    req.kv_transfer_bytes = req.isl * state.kv_bytes_per_token
     return [KVTransferEnd(time_s=state.now_s + duration, link=link.index, request=req,
                           duration_s=duration)]
 

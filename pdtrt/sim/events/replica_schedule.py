@@ -32,7 +32,7 @@ class ReplicaSchedule:
         if self.role is ReplicaRole.DECODE:
             # Reserve the whole sequence's KV, then queue the pull on this replica's link.
             link = state.links[self.index]
-            while replica.waiting and len(replica.decoding) + len(link.queue) + (
+            while replica.waiting and replica.num_running + len(link.queue) + (
                     1 if link.busy else 0) < replica.instance.max_batch_size:
                 req = replica.waiting[0]
                 need = replica.blocks_for(req)

@@ -1,11 +1,16 @@
-"""A replica's step ends: advance prefill chunks, emit tokens, finish or hand off requests."""
+"""A replica's step ends: advance prefill chunks, emit tokens, finish or hand off requests.
+
+A replica keeps the blocks of what it served for reuse: the prompt once prefilled, the prompt
+and answer when a request ends there. A finished turn sends its conversation's next turn after
+the think time; a finished conversation lets a closed-loop client start its next one.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from pdtrt.sim.entities import ReplicaRole, Request
+from pdtrt.sim.entities import Replica, ReplicaRole, Request
 from pdtrt.sim.events.base import Event, EventOrder
 from pdtrt.sim.events.request_arrival import RequestArrival
 from pdtrt.sim.scheduling import Batch
@@ -16,10 +21,22 @@ if TYPE_CHECKING:
 __all__ = ["StepEnd"]
 
 
-def _finish(state: SimState, req: Request) -> list[Event]:
+def _finish(state: SimState, replica: Replica, req: Request) -> list[Event]:
     req.done_s = state.now_s
-    if state.closed_loop_backlog:  # closed loop: this client sends its next request now
-        return [RequestArrival.sent(state.closed_loop_backlog.popleft(), state.now_s, state)]
+    if replica.role is ReplicaRole.AGGREGATED:
+        replica.outstanding_tokens -= req.entry_tokens
+    elif replica.role is ReplicaRole.DECODE:
+        replica.outstanding_tokens -= req.decode_tokens
+    if replica.role is not ReplicaRole.PREFILL:  # its KV holds the answer too (less the last)
+        replica.hold(req, req.isl + req.osl - 1)
+        if state.config.workload.shared_prefix:
+            replica.prefix_warm = True
+    nxt = state.next_turn(req)
+    if nxt is not None:  # the user reads the answer, then sends the next turn
+        return [RequestArrival.sent(nxt, state.now_s + state.config.workload.think_s, state)]
+    if state.closed_loop_backlog:  # closed loop: this client starts its next conversation
+        return [RequestArrival.sent(state.closed_loop_backlog.popleft()[0], state.now_s,
+                                    state)]
     return []
 
 
@@ -57,15 +74,20 @@ class StepEnd:
             replica.prefilling.remove(req)
             if state.config.workload.shared_prefix:
                 replica.prefix_warm = True
+            replica.hold(req, req.isl)
+            if self.role is ReplicaRole.PREFILL:
+                replica.outstanding_tokens -= req.entry_tokens
             if req.osl <= 1:
                 if self.role is ReplicaRole.PREFILL:
                     replica.used_blocks -= replica.prefill_blocks_for(req)
                 else:
                     replica.used_blocks -= replica.blocks_for(req)
-                events += _finish(state, req)
+                events += _finish(state, replica, req)
             elif self.role is ReplicaRole.PREFILL:
-                decode = state.route_decode(state.replicas[ReplicaRole.DECODE])
+                decode = state.choose(ReplicaRole.DECODE, req)
                 req.decode_replica = decode.index
+                req.decode_tokens = req.osl
+                decode.outstanding_tokens += req.decode_tokens
                 decode.waiting.append(req)
                 state.want_schedule(ReplicaRole.DECODE, decode.index)
             else:
@@ -73,6 +95,6 @@ class StepEnd:
         for req in finished:
             replica.decoding.remove(req)
             replica.used_blocks -= replica.blocks_for(req)
-            events += _finish(state, req)
+            events += _finish(state, replica, req)
         state.want_schedule(self.role, self.index)
         return events
