@@ -265,7 +265,7 @@ class Param(StrEnum):
     # "bls" | "grpc": how the router calls the phase models of its own server (grpc: at the
     # address in PDTRT_SERVER_GRPC_URL, which the server's launcher sets)
     PHASE_TRANSPORT = "phase_transport"
-    # conditional disaggregation (pdtrt.runtime.router.prefill_policy): net-new prompts up to
+    # conditional disaggregation (pdtrt.prefill_policy): net-new prompts up to
     # MAX_LOCAL_PREFILL_TOKENS, or any prompt while every prefill endpoint has at least
     # MAX_PREFILL_QUEUE_DEPTH calls per instance, are prefilled by the decode endpoint itself
     # if at most LOCAL_PREFILL_LIMIT tokens (the decode engine's max_num_tokens); "0" = off

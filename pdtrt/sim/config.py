@@ -33,7 +33,7 @@ class SimConfig:
     warmup_share: float = 0.1
     kv_overlap_weight: float = 1.0  # kv-aware routing: weight of net-new prompt tokens
     # conditional disaggregation: a request whose net-new prompt at its decode replica is at
-    # most this many tokens is prefilled there (pdtrt.runtime.router.prefill_policy); 0: never
+    # most this many tokens is prefilled there (pdtrt.prefill_policy); 0: never
     max_local_prefill_tokens: int = 0
 
     def __post_init__(self) -> None:

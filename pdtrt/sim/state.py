@@ -13,7 +13,7 @@ from collections import deque
 
 from pdtrt.enums import ServingMode
 from pdtrt.perf.link import kv_transfer_s
-from pdtrt.runtime.router.prefill_policy import PrefillPath, PrefillPolicy, choose_path
+from pdtrt.prefill_policy import PrefillPath, PrefillPolicy, choose_path
 from pdtrt.sim.config import SimConfig
 from pdtrt.sim.entities import Link, Replica, ReplicaRole, Request
 from pdtrt.sim.scheduling import ROUTERS, RoutingPolicy
@@ -101,7 +101,7 @@ class SimState:
 
     def prefills_locally(self, req: Request, decode: Replica) -> bool:
         """Conditional disaggregation: whether ``decode`` prefills ``req`` itself, by the
-        router's rule (:func:`pdtrt.runtime.router.prefill_policy.choose_path`)."""
+        router's rule (:func:`pdtrt.prefill_policy.choose_path`)."""
         if not self.config.max_local_prefill_tokens:
             return False
         policy = PrefillPolicy(max_local_prefill=self.config.max_local_prefill_tokens,

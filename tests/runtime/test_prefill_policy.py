@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdtrt.runtime.router.prefill_policy import (
+from pdtrt.prefill_policy import (
     PATH_REASONS,
     PrefillPath,
     PrefillPolicy,

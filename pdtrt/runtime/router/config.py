@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pdtrt import envvars
 from pdtrt.endpoints import EndpointSpec, parse_endpoints
 from pdtrt.engine_io import PHASE_ROLES, Param, Role
+from pdtrt.prefill_policy import PrefillPolicy
 from pdtrt.runtime.router.pool import Routing
-from pdtrt.runtime.router.prefill_policy import PrefillPolicy
 
 __all__ = ["RouterConfig"]
 

@@ -1,6 +1,6 @@
 """pdtrt's disaggregated router: a decoupled, asynchronous BLS model (docs/serve.md).
 
-Per request, one of three paths (:mod:`~pdtrt.runtime.router.prefill_policy` chooses, and
+Per request, one of three paths (:mod:`~pdtrt.prefill_policy` chooses, and
 counts the choice with its reason). **Aggregated**: a prompt shorter than
 ``aggregated_below_tokens`` goes to the aggregated model, whose stream is relayed. **Local**
 (conditional disaggregation): a decode endpoint gets the whole request (context and
@@ -65,6 +65,12 @@ import numpy as np
 from pdtrt.engine_io import PHASE_ROLES, REQUEST_TYPE_PARAMETER, ROUTER_IO, RequestType, Role
 from pdtrt.errors import InvalidRequestError, PhaseError
 from pdtrt.kv_blocks import block_hashes, reusable_blocks
+from pdtrt.prefill_policy import (
+    PATH_REASONS,
+    PrefillPath,
+    Reason,
+    choose_path,
+)
 from pdtrt.runtime.faults import FaultInjection
 from pdtrt.runtime.request_parsing import RouterRequest, StopRequest, parse_router_request
 from pdtrt.runtime.router.config import RouterConfig
@@ -77,12 +83,6 @@ from pdtrt.runtime.router.phase_client import (
     PhaseResponse,
 )
 from pdtrt.runtime.router.pool import Endpoint, EndpointPool, Routing, outstanding
-from pdtrt.runtime.router.prefill_policy import (
-    PATH_REASONS,
-    PrefillPath,
-    Reason,
-    choose_path,
-)
 from pdtrt.runtime.router.reload_losses import IN_FLIGHT_METRIC, LOST_METRIC, read_lost
 from pdtrt.runtime.router.reply import Reply
 from pdtrt.runtime.router.retry import Action, Failure, decide
@@ -473,7 +473,7 @@ class TritonPythonModel:
         reply.close()
 
     def _path(self, request: RouterRequest) -> tuple[PrefillPath, Reason]:
-        """Where this request's prefill runs (:mod:`~pdtrt.runtime.router.prefill_policy`)."""
+        """Where this request's prefill runs (:mod:`~pdtrt.prefill_policy`)."""
         loads = [e.num_outstanding / e.spec.instances for e in self.pools[Role.PREFILL].healthy]
         decode = self.pools[Role.DECODE].pick(cost=self._kv_cost(request))
         return choose_path(self.config.prefill_policy, prompt_tokens=len(request.prompt),
