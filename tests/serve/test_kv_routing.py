@@ -73,6 +73,13 @@ def counters(metrics_url: str, name: str, models) -> dict[str, float]:
     return {m: metric(metrics_url, name, model=m) for m in models}
 
 
+def caught_up() -> None:
+    """Wait until what the router and engines counted so far has reached the metrics port
+    (each flushes its counters every 0.1 s): a baseline read sooner can miss the last
+    request's increments."""
+    time.sleep(0.5)
+
+
 def settled(check) -> bool:
     """``check`` holds within a few seconds (counters reach the metrics port every 0.1 s)."""
     return wait_for(check, timeout_s=5)
@@ -92,6 +99,7 @@ def test_turns_go_where_their_history_is_and_answer_as_without_reuse(served, ora
         answer = ask(url, prompt, f"c{c}t1")
         assert answer == oracle(prompt), c
         history[c] = prompt + answer
+    caught_up()
     remote_before = metric(metrics_url, "pdtrt_router_prefill_path_total", path="remote",
                            reason="long_net_new")
     reused_before = counters(metrics_url, "pdtrt_engine_kv_reused_blocks_total", PREFILLS)
@@ -110,6 +118,7 @@ def test_turns_go_where_their_history_is_and_answer_as_without_reuse(served, ora
     assert settled(lambda: metric(metrics_url, "pdtrt_router_kv_cached_tokens_total",
                                   phase="prefill") - cached_before >= 4 * (98 // TPB) * TPB)
 
+    caught_up()
     local_before = metric(metrics_url, "pdtrt_router_prefill_path_total", path="local",
                           reason="short_net_new")
     prefill_calls = counters(metrics_url, "pdtrt_engine_requests_total", PREFILLS)
@@ -127,8 +136,10 @@ def test_a_reloaded_prefill_is_not_routed_to_by_its_old_index(served, oracle):
     url, metrics_url = info["endpoints"]["grpc"], info["endpoints"]["metrics"]
     rng = random.Random(5)
     prompt = tokens(rng, 96)
+    caught_up()
     calls = counters(metrics_url, "pdtrt_engine_requests_total", PREFILLS)
     ask(url, prompt, "warm")  # six blocks, on one prefill endpoint
+    caught_up()
     after = counters(metrics_url, "pdtrt_engine_requests_total", PREFILLS)
     (holder,) = [m for m in PREFILLS if after[m] > calls[m]]
     ejections = metric(metrics_url, "pdtrt_router_endpoint_ejections_total", phase="prefill",
@@ -141,11 +152,12 @@ def test_a_reloaded_prefill_is_not_routed_to_by_its_old_index(served, oracle):
     # The supervisor reloads it: an empty cache, and so an empty index once re-admitted.
     assert wait_for(lambda: metric(metrics_url, "pdtrt_router_endpoint_healthy",
                                    phase="prefill", endpoint=holder) == 1, timeout_s=60)
+    caught_up()
     cached_before = metric(metrics_url, "pdtrt_router_kv_cached_tokens_total", phase="prefill")
     follow_up = prompt + tokens(rng, 64)
     assert ask(url, follow_up, "after-reload") == oracle(follow_up)
     # The router counted as cached only what an endpoint really had: nothing of the reloaded
     # holder's six blocks (the other endpoint never had them).
-    time.sleep(0.5)  # what the router counted for it has reached the metrics port
+    caught_up()  # what the router counted for it
     assert metric(metrics_url, "pdtrt_router_kv_cached_tokens_total",
                   phase="prefill") == cached_before
