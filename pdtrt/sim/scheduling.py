@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from pdtrt.perf.step import StepWork, decode_work, prefill_chunk_work
 from pdtrt.sim.entities import Replica, ReplicaRole, Request
@@ -120,23 +121,42 @@ def form_batch(policy: BatchPolicy, replica: Replica) -> Batch | None:
     return BATCH_POLICIES[policy](replica)
 
 
+Cost = Callable[[Replica], float]  # what a replica costs a request, before its load
+
+
+class Router(Protocol):
+    def __call__(self, replicas: Sequence[Replica], cost: Cost | None = None) -> Replica: ...
+
+
 class _RoundRobin:
     def __init__(self) -> None:
         self._next = 0
 
-    def __call__(self, replicas: Sequence[Replica]) -> Replica:
+    def __call__(self, replicas: Sequence[Replica], cost: Cost | None = None) -> Replica:
         replica = replicas[self._next % len(replicas)]
         self._next += 1
         return replica
 
 
 class _LeastLoaded:
-    def __call__(self, replicas: Sequence[Replica]) -> Replica:
-        return min(replicas, key=lambda r: (r.load, r.index))
+    """The least loaded replica; among equals the one chosen least recently, as the router
+    breaks its ties (``pdtrt.runtime.router.pool.Pool.pick``: ``last_chosen``) -- an idle pool
+    takes turns instead of sending everything to its first replica."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, int] = {}  # replica index -> the choice that last took it
+        self._choices = 0
+
+    def __call__(self, replicas: Sequence[Replica], cost: Cost | None = None) -> Replica:
+        replica = min(replicas, key=lambda r: (
+            cost(r) if cost else 0, r.load, self._last.get(r.index, -1), r.index))
+        self._choices += 1
+        self._last[replica.index] = self._choices
+        return replica
 
 
 # Factories, so every simulation run owns its router state (no shared counters).
-ROUTERS: dict[RoutingPolicy, Callable[[], Callable[[Sequence[Replica]], Replica]]] = {
+ROUTERS: dict[RoutingPolicy, Callable[[], Router]] = {
     RoutingPolicy.ROUND_ROBIN: _RoundRobin,
     RoutingPolicy.LEAST_LOADED: _LeastLoaded,
 }

@@ -47,6 +47,7 @@ class SimState:
                 for i in range(s.decode_instances)]
         self.links = [Link(index=i) for i in range(len(self.replicas.get(ReplicaRole.DECODE,
                                                                           [])))]
+        # kv-aware is least-loaded with its cost first (State.choose)
         self.route_entry = ROUTERS.get(config.routing, ROUTERS[RoutingPolicy.LEAST_LOADED])()
         self.route_decode = ROUTERS[RoutingPolicy.LEAST_LOADED]()
         self.requests: list[Request] = []
@@ -89,15 +90,15 @@ class SimState:
     def choose(self, role: ReplicaRole, req: Request) -> Replica:
         """The replica of ``role`` that gets ``req``: with kv-aware routing the least
         ``(isl - cached there) x kv_overlap_weight + outstanding tokens`` (the router's
-        ``_kv_cost``), then the least loaded, then the lowest index; otherwise the entry
-        pool's policy, and least-loaded for decode."""
+        ``_kv_cost``), then the least loaded, then the least recently chosen; otherwise the
+        entry pool's policy, and least-loaded for decode."""
         replicas = self.replicas[role]
+        route = self.route_decode if role is ReplicaRole.DECODE else self.route_entry
         if self.config.routing is RoutingPolicy.KV_AWARE:
             w = self.config.kv_overlap_weight
-            return min(replicas, key=lambda r: (
-                w * (req.isl - self.cached_prefix(req, r)) + r.outstanding_tokens, r.load,
-                r.index))
-        return (self.route_decode if role is ReplicaRole.DECODE else self.route_entry)(replicas)
+            return route(replicas, lambda r: (
+                w * (req.isl - self.cached_prefix(req, r)) + r.outstanding_tokens))
+        return route(replicas)
 
     def prefills_locally(self, req: Request, decode: Replica) -> bool:
         """Conditional disaggregation: whether ``decode`` prefills ``req`` itself, by the

@@ -188,3 +188,29 @@ def test_simulate_conversations_kv_aware_and_local_prefill(run):
     bad = run("simulate", SEED, *FAST, "--think-s", "2")
     assert bad.exit_code != 0 and "more than one turn" in bad.output
     assert run("simulate", SEED, "--turns", "0").exit_code == 2
+
+
+def test_plan_a_chat_workload(run, tmp_path):
+    """--shared-prefix / --turns / --think-s / --followup-isl: planned with block reuse and
+    kv_aware routing, compared with least_load, the spec serving what was simulated."""
+    spec = tmp_path / "chat.yaml"
+    args = ("plan", "--model", M8B, "--gpus", "h100-sxm,l40s", "--isl", "1200", "--osl", "100",
+            "--shared-prefix", "1000", "--turns", "3", "--think-s", "1", "--followup-isl", "80",
+            "--rate", "6", "--ttft-p90", "500", "--itl-p90", "30", "--max-gpus", "4")
+    result = run(*args, "-o", str(spec))
+    assert result.exit_code == 0, result.output
+    assert "KV-aware routing on " in result.stdout and "with least_load (" in result.stdout
+    assert "conditional disaggregation on disagg " in result.stdout
+    dep = load_deployment(spec)
+    assert dep.spec.router.routing.value == "kv_aware"
+    assert dep.spec.decode.engine.enable_block_reuse
+    assert dep.spec.prefill.engine.max_input_len == 1200 + 2 * (100 + 80)
+    data = json.loads(run(*args, "--json").stdout)
+    kv, least = data["routing"]["runs"]["kv_aware"], data["routing"]["runs"]["least_load"]
+    assert kv["prompt_tokens"] == least["prompt_tokens"] > kv["computed_prompt_tokens"]
+    assert data["local_prefill"]["chosen"] == 0 and data["local_prefill"]["runs"] == {}
+    bad = run(*args[:-2], "--shared-prefix", "1300")
+    assert bad.exit_code == 2 and "not within the first turn's prompt of 1200" in bad.stderr
+    bad = run("plan", "--model", M8B, "--gpus", "l40s", "--isl", "100", "--osl", "10",
+              "--rate", "1", "--ttft-p90", "500", "--itl-p90", "50", "--think-s", "2")
+    assert bad.exit_code == 2 and "more than one turn" in bad.stderr
