@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import EXAMPLES
 
 from pdtrt.enums import Phase
@@ -207,7 +208,8 @@ def test_plan_a_chat_workload(run, tmp_path):
     assert dep.spec.prefill.engine.max_input_len == 1200 + 2 * (100 + 80)
     data = json.loads(run(*args, "--json").stdout)
     kv, least = data["routing"]["runs"]["kv_aware"], data["routing"]["runs"]["least_load"]
-    assert kv["prompt_tokens"] == least["prompt_tokens"] > kv["computed_prompt_tokens"]
+    assert kv["prompt_tokens"] == pytest.approx(least["prompt_tokens"], rel=0.01)
+    assert kv["prompt_tokens"] > kv["computed_prompt_tokens"]
     assert data["local_prefill"]["chosen"] == 0 and data["local_prefill"]["runs"] == {}
     bad = run(*args[:-2], "--shared-prefix", "1300")
     assert bad.exit_code == 2 and "not within the first turn's prompt of 1200" in bad.stderr

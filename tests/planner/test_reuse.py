@@ -68,7 +68,8 @@ def test_chat_plan_verifies_with_kv_aware_and_compares_least_load(chat_plan):
     assert r is not None and r.config == p.chosen.config.label()
     kv, ll = r.runs["kv_aware"], r.runs["least_load"]
     assert kv == SimRun.of(p.chosen.sim)  # the verifying run itself
-    assert kv.prompt_tokens == ll.prompt_tokens  # same requests, same seed
+    # the same requests (same seed; which ones finish inside the measurement may differ)
+    assert kv.prompt_tokens == pytest.approx(ll.prompt_tokens, rel=0.01)
     assert kv.computed_prompt_tokens <= ll.computed_prompt_tokens
     assert r.computed_saved_share == pytest.approx(
         1 - kv.computed_prompt_tokens / ll.computed_prompt_tokens)
