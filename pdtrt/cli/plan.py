@@ -69,7 +69,8 @@ def _render(result: Plan, top: int, spec: PlanCandidate | None, output: Path | N
             f"{kv.prompt_tokens:,} prompt tokens vs {ll.computed_prompt_tokens:,} with "
             f"least_load ({r.computed_saved_share:.0%} fewer); TTFT p50 "
             f"{_ms(kv.ttft_p50_ms, '.0f')} vs {_ms(ll.ttft_p50_ms, '.0f')}; goodput "
-            f"{kv.goodput_req_per_s:.2f} vs {ll.goodput_req_per_s:.2f} req/s")
+            f"{kv.goodput_req_per_s:.2f} vs {ll.goodput_req_per_s:.2f} req/s"
+            + ("" if r.has_choice else " (one replica per pool: the routing has no choice)"))
     if result.local_prefill is not None:
         click.echo(f"conditional disaggregation on {result.local_prefill.config}: "
                    f"max_local_prefill_tokens {result.local_prefill.chosen} "

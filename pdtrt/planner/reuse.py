@@ -35,10 +35,6 @@ __all__ = ["LOCAL_PREFILL_STEPS", "LocalPrefillSweep", "RoutingComparison", "Sim
 LOCAL_PREFILL_STEPS = (0, 64, 128, 256, 512, 1024, 2048, 4096)
 GOODPUT_TIE = 0.01  # goodputs within 1 % are a tie, broken by TTFT
 
-# the router's spelling of each simulated routing (router.routing in the spec)
-ROUTER_SPELLING = {RoutingPolicy.KV_AWARE: "kv_aware", RoutingPolicy.LEAST_LOADED: "least_load",
-                   RoutingPolicy.ROUND_ROBIN: "round_robin"}
-
 Simulate = Callable[[SimConfig], SimResult]
 
 
@@ -77,6 +73,7 @@ class SimRun:
 class RoutingComparison:
     config: str  # the configuration's label
     runs: dict[str, SimRun]  # by the router's spelling: kv_aware and least_load
+    has_choice: bool  # some pool has two replicas or more (else routing cannot differ)
 
     @property
     def computed_saved_share(self) -> float:
@@ -86,6 +83,7 @@ class RoutingComparison:
 
     def to_dict(self) -> dict[str, object]:
         return {"config": self.config, "computed_saved_share": self.computed_saved_share,
+                "has_choice": self.has_choice,
                 "runs": {k: v.to_dict() for k, v in self.runs.items()}}
 
 
@@ -108,7 +106,9 @@ def compare_routing(base: SimConfig, config: ServingConfig, kv_aware: SimResult,
     """``config`` (already simulated with kv_aware routing: ``kv_aware``) again with
     least_load routing on the same workload and seed."""
     least = simulate(replace(base, serving=config, routing=RoutingPolicy.LEAST_LOADED))
-    return RoutingComparison(config=config.label(), runs={
+    choice = config.prefill_instances > 1 or (config.decode is not None
+                                              and config.decode_instances > 1)
+    return RoutingComparison(config=config.label(), has_choice=choice, runs={
         "kv_aware": SimRun.of(kv_aware), "least_load": SimRun.of(least)})
 
 

@@ -86,7 +86,7 @@ def test_kv_aware_saves_prompt_tokens_where_there_is_a_choice(llama8b, catalog):
     comparison = compare_routing(base, config, simulate(base), simulate)
     kv, ll = comparison.runs["kv_aware"], comparison.runs["least_load"]
     assert kv.computed_prompt_tokens < 0.8 * ll.computed_prompt_tokens
-    assert comparison.computed_saved_share > 0.2
+    assert comparison.computed_saved_share > 0.2 and comparison.has_choice
 
 
 def test_the_chat_spec_serves_what_was_simulated(chat_plan, llama8b, tmp_path):
@@ -150,3 +150,13 @@ def test_better_threshold_rule():
     assert _better((64, _run(9.0, 50.0)), (0, _run(9.05, 60.0)))  # a 1 % tie: TTFT
     assert _better((0, _run(9.0, 50.0)), (64, _run(9.0, 50.0)))  # then the smaller
     assert not _better((64, _run(9.0, 50.0)), (0, _run(9.0, 50.0)))
+
+
+def test_one_replica_per_pool_leaves_the_routing_no_choice(llama8b, catalog):
+    req = chat(llama8b, catalog, rate=2.0)
+    config = disagg(llama8b, catalog.get("h100-sxm"), catalog.get("h100-sxm"), 1, 1)
+    base = _sim_config(req, config)
+    comparison = compare_routing(base, config, simulate(base), simulate)
+    assert not comparison.has_choice
+    kv, ll = comparison.runs["kv_aware"], comparison.runs["least_load"]
+    assert kv.computed_prompt_tokens == ll.computed_prompt_tokens
