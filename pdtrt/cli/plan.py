@@ -73,7 +73,8 @@ def _render(result: Plan, top: int, spec: PlanCandidate | None, output: Path | N
             + ("" if r.has_choice else " (one replica per pool: the routing has no choice)"))
     if result.local_prefill is not None:
         click.echo(f"conditional disaggregation on {result.local_prefill.config}: "
-                   f"max_local_prefill_tokens {result.local_prefill.chosen} "
+                   f"max_local_prefill_tokens {result.local_prefill.chosen}, "
+                   f"max_prefill_queue_depth {result.local_prefill.chosen_queue_depth:g} "
                    f"({result.local_prefill.why})")
     if spec is not None:
         click.echo(f"wrote {output} ({spec.config.label()})")

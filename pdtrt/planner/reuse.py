@@ -8,20 +8,21 @@ one configuration on the request's own workload (same seed, so the same arrivals
   routing; the chosen one is simulated again with ``least_load`` (the router's default), and
   the plan reports the prompt tokens each computes, TTFT and goodput: how much the KV-aware
   router buys on *this* workload.
-- :func:`sweep_local_prefill` -- conditional disaggregation's threshold for the spec's
+- :func:`sweep_local_prefill` -- conditional disaggregation's thresholds for the spec's
   disaggregated configuration: simulated at each ``max_local_prefill_tokens`` of
   :data:`LOCAL_PREFILL_STEPS` up to the decode engine's ``max_num_tokens`` (a longer prompt is
-  never prefilled locally: :mod:`pdtrt.prefill_policy`). The spec gets the threshold with the
-  most goodput; within 1 % of it, the lowest TTFT at the SLO percentile; then the smallest.
-  When no prompt of the workload fits the decode engine's step, nothing is simulated and the
-  threshold stays 0, with the reason. ``max_prefill_queue_depth`` is not derived: the
-  simulator does not model the queue-depth rule.
+  never prefilled locally: :mod:`pdtrt.prefill_policy`), then, with the threshold chosen, at
+  each ``max_prefill_queue_depth`` of :data:`QUEUE_DEPTH_STEPS`. Each time the spec gets the
+  value with the most goodput; within 1 % of it, the lowest TTFT at the SLO percentile; then
+  the smallest (off first). When no prompt of the workload fits the decode engine's step,
+  nothing is simulated and both stay 0, with the reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from pdtrt.perf.estimate import ServingConfig
 from pdtrt.sim.config import SimConfig
@@ -29,13 +30,15 @@ from pdtrt.sim.metrics import SimResult
 from pdtrt.sim.scheduling import RoutingPolicy
 from pdtrt.workload.conversation import ConversationShape
 
-__all__ = ["LOCAL_PREFILL_STEPS", "LocalPrefillSweep", "RoutingComparison", "SimRun",
-           "compare_routing", "sweep_local_prefill"]
+__all__ = ["LOCAL_PREFILL_STEPS", "QUEUE_DEPTH_STEPS", "LocalPrefillSweep", "RoutingComparison",
+           "SimRun", "compare_routing", "sweep_local_prefill"]
 
 LOCAL_PREFILL_STEPS = (0, 64, 128, 256, 512, 1024, 2048, 4096)
+QUEUE_DEPTH_STEPS = (0, 2, 4, 8)  # requests held by the least loaded prefill instance
 GOODPUT_TIE = 0.01  # goodputs within 1 % are a tie, broken by TTFT
 
 Simulate = Callable[[SimConfig], SimResult]
+Number = TypeVar("Number", int, float)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,11 +97,14 @@ class LocalPrefillSweep:
     runs: dict[int, SimRun]  # by max_local_prefill_tokens (empty: nothing fits)
     chosen: int
     why: str
+    queue_runs: dict[float, SimRun] = field(default_factory=dict)  # by max_prefill_queue_depth
+    chosen_queue_depth: float = 0
 
     def to_dict(self) -> dict[str, object]:
         return {"config": self.config, "decode_max_num_tokens": self.decode_max_num_tokens,
-                "chosen": self.chosen, "why": self.why,
-                "runs": {str(k): v.to_dict() for k, v in self.runs.items()}}
+                "chosen": self.chosen, "chosen_queue_depth": self.chosen_queue_depth,
+                "why": self.why, "runs": {str(k): v.to_dict() for k, v in self.runs.items()},
+                "queue_runs": {str(k): v.to_dict() for k, v in self.queue_runs.items()}}
 
 
 def compare_routing(base: SimConfig, config: ServingConfig, kv_aware: SimResult,
@@ -112,7 +118,7 @@ def compare_routing(base: SimConfig, config: ServingConfig, kv_aware: SimResult,
         "kv_aware": SimRun.of(kv_aware), "least_load": SimRun.of(least)})
 
 
-def _better(a: tuple[int, SimRun], b: tuple[int, SimRun]) -> bool:
+def _better(a: tuple[float, SimRun], b: tuple[float, SimRun]) -> bool:
     """Whether threshold/run ``a`` beats ``b`` (see module doc)."""
     (ta, ra), (tb, rb) = a, b
     if ra.slo_met != rb.slo_met:
@@ -140,17 +146,29 @@ def sweep_local_prefill(base: SimConfig, config: ServingConfig, shape: Conversat
     # past the longest prompt a larger threshold changes nothing
     longer = [t for t in steps if t >= shape.longest_prompt]
     steps = [t for t in steps if t < shape.longest_prompt] + longer[:1]
-    runs = {t: SimRun.of(simulate(replace(base, serving=config, max_local_prefill_tokens=t)))
-            for t in steps}
+    base = replace(base, serving=config)
+    runs = {t: SimRun.of(simulate(replace(base, max_local_prefill_tokens=t))) for t in steps}
+    chosen = _best(runs)
+    queue_runs = {d: runs[chosen] if d == 0 else SimRun.of(simulate(replace(
+        base, max_local_prefill_tokens=chosen, max_prefill_queue_depth=d)))
+        for d in QUEUE_DEPTH_STEPS}
+    depth = _best(queue_runs)
+    run = queue_runs[depth]
+    pct = base.slo.percentile.label
+    why = (f"of {', '.join(map(str, runs))} net-new tokens and queue depths "
+           f"{', '.join(map(str, queue_runs))} simulated, {chosen} tokens and depth {depth} "
+           f"serve best: goodput {run.goodput_req_per_s:.2f} req/s, TTFT {pct} "
+           f"{run.ttft_at_slo_ms or float('nan'):.0f} ms, {run.local_prefills} of "
+           f"{run.local_prefills + run.remote_prefills} prefills local")
+    return LocalPrefillSweep(config=label, decode_max_num_tokens=limit, runs=runs,
+                             chosen=chosen, why=why, queue_runs=queue_runs,
+                             chosen_queue_depth=depth)
+
+
+def _best(runs: Mapping[Number, SimRun]) -> Number:
+    """The value whose run is best (:func:`_better`), the smallest first among equals."""
     best = min(runs.items(), key=lambda item: item[0])
     for item in runs.items():
         if _better(item, best):
             best = item
-    chosen, run = best
-    pct = base.slo.percentile.label
-    why = (f"of {', '.join(map(str, runs))} tokens simulated, {chosen} serves best: goodput "
-           f"{run.goodput_req_per_s:.2f} req/s, TTFT {pct} "
-           f"{run.ttft_at_slo_ms or float('nan'):.0f} ms, {run.local_prefills} of "
-           f"{run.local_prefills + run.remote_prefills} prefills local")
-    return LocalPrefillSweep(config=label, decode_max_num_tokens=limit, runs=runs,
-                             chosen=chosen, why=why)
+    return best[0]

@@ -9,8 +9,8 @@ Engines take the workload's longest prompt (a chat's last turn, history included
 workload (shared prefix or turns) gets what the plan simulated: ``engine.enable_block_reuse``
 on both pools and ``router.routing: kv_aware`` -- with a warning in the header, as block reuse
 in disaggregated serving can hang a transfer (TensorRT-LLM #12542). Conditional disaggregation's
-``router.max_local_prefill_tokens`` is the plan's sweep (:mod:`pdtrt.planner.reuse`) when it
-chose one above 0.
+``router.max_local_prefill_tokens`` and ``max_prefill_queue_depth`` are the plan's sweep
+(:mod:`pdtrt.planner.reuse`) when it chose them above 0.
 """
 
 from __future__ import annotations
@@ -69,6 +69,8 @@ def _router(p: Plan) -> dict[str, object]:
         router["routing"] = "kv_aware"
     if p.local_prefill is not None and p.local_prefill.chosen:
         router["max_local_prefill_tokens"] = p.local_prefill.chosen
+    if p.local_prefill is not None and p.local_prefill.chosen_queue_depth:
+        router["max_prefill_queue_depth"] = p.local_prefill.chosen_queue_depth
     return router
 
 
@@ -122,6 +124,12 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
         header.append(f"# decode.endpoint: set the {c.decode.gpu.key} host's address; it serves "
                       "`pdtrt repo SPEC --mode pools` (docs/repo.md)")
     if reuse:
+        followup = f" --followup-isl {shape.followup_isl}" if shape.followup_isl else ""
+        header.append(f"# simulate it as planned: pdtrt simulate THIS_FILE --mode disaggregated "
+                      f"--turns {shape.turns} --shared-prefix {shape.shared_prefix}{followup} "
+                      f"--think-s {shape.think_s:g} --rate {req.rate_per_s / shape.turns:.6g} "
+                      f"--num-requests {req.sim_requests} --seed {req.seed} (its --rate starts "
+                      f"conversations: {req.rate_per_s:g} requests/s)")
         header.append(f"# chat workload ({shape.turns} turns, shared prefix {shape.shared_prefix}"
                       " tokens): block reuse on and kv_aware routing, as simulated; on GPUs a "
                       "block evicted before its asynchronous send ended hangs the transfer "

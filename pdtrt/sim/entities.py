@@ -35,6 +35,7 @@ class Request:
     prefilled: int = 0
     cached: int = 0  # prompt tokens whose KV came from the prefilling replica's block cache
     local_prefill: bool = False  # disaggregated, but prefilled by its decode replica
+    queued_local: bool = False  # ... because the prefill pool was queued (prefill_queued)
     entry_tokens: int = 0  # what it counts in its entry replica's outstanding tokens
     decode_tokens: int = 0  # ... in its decode replica's
     kv_transfer_bytes: int = 0

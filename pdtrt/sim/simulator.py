@@ -98,7 +98,7 @@ def _reuse(config: SimConfig, measured: list[Request]) -> ReuseStats | None:
     """Prefix reuse, prefill paths and TTFT by turn -- reported when conversations, kv-aware
     routing or conditional disaggregation are asked for."""
     if (config.workload.turns == 1 and config.routing is not RoutingPolicy.KV_AWARE
-            and not config.max_local_prefill_tokens):
+            and not config.conditional):
         return None
     done = [r for r in measured if r.done_s is not None and r.first_token_s is not None]
     disagg = config.serving.mode is ServingMode.DISAGGREGATED
@@ -106,6 +106,7 @@ def _reuse(config: SimConfig, measured: list[Request]) -> ReuseStats | None:
         computed_prompt_tokens=sum(r.isl - r.cached for r in measured),
         kv_transfer_bytes=sum(r.kv_transfer_bytes for r in measured),
         num_local_prefills=sum(1 for r in measured if r.local_prefill),
+        num_local_queued=sum(1 for r in measured if r.queued_local),
         num_remote_prefills=sum(1 for r in measured if disagg and not r.local_prefill),
         ttft_first_turn_s=np.array([r.first_token_s - r.arrival_s for r in done
                                     if r.turn == 0]),

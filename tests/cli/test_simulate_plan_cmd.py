@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 from conftest import EXAMPLES
 
 from pdtrt.enums import Phase
@@ -177,7 +178,7 @@ def test_simulate_conversations_kv_aware_and_local_prefill(run):
     assert r["reuse"]["num_local_prefills"] == 0 < lo["reuse"]["num_local_prefills"]
     assert lo["reuse"]["kv_transfer_bytes"] < r["reuse"]["kv_transfer_bytes"]
     assert set(lo["reuse"]) == {"computed_prompt_tokens", "kv_transfer_bytes",
-                                "num_local_prefills", "num_remote_prefills",
+                                "num_local_prefills", "num_local_queued", "num_remote_prefills",
                                 "ttft_first_turn_ms", "ttft_later_turns_ms"}
     assert lo["prompt_tokens"] - lo["cached_prompt_tokens"] == \
         lo["reuse"]["computed_prompt_tokens"]
@@ -189,6 +190,13 @@ def test_simulate_conversations_kv_aware_and_local_prefill(run):
     bad = run("simulate", SEED, *FAST, "--think-s", "2")
     assert bad.exit_code != 0 and "more than one turn" in bad.output
     assert run("simulate", SEED, "--turns", "0").exit_code == 2
+
+
+def dep_label(dep) -> str:
+    """The planner's label of a loaded spec's disaggregated configuration."""
+    from pdtrt.perf.configs import serving_from_deployment
+
+    return serving_from_deployment(dep).label()
 
 
 def test_plan_a_chat_workload(run, tmp_path):
@@ -207,6 +215,14 @@ def test_plan_a_chat_workload(run, tmp_path):
     assert dep.spec.decode.engine.enable_block_reuse
     assert dep.spec.prefill.engine.max_input_len == 1200 + 2 * (100 + 80)
     data = json.loads(run(*args, "--json").stdout)
+    # the header's simulate command reproduces the plan's run of the spec's configuration
+    (line,) = [x for x in spec.read_text().splitlines() if "simulate it as planned" in x]
+    argv = line.split("THIS_FILE ")[1].split(" (its --rate")[0].split()
+    again = json.loads(run("simulate", str(spec), *argv, "--json").stdout)["results"][0]
+    (planned,) = [c["simulation"] for c in data["ranked"] if c["config"] == dep_label(dep)]
+    assert again["goodput_req_per_s"] == pytest.approx(planned["goodput_req_per_s"], rel=0.01)
+    assert again["reuse"]["computed_prompt_tokens"] == pytest.approx(
+        planned["reuse"]["computed_prompt_tokens"], rel=0.01)
     kv, least = data["routing"]["runs"]["kv_aware"], data["routing"]["runs"]["least_load"]
     assert kv["prompt_tokens"] == pytest.approx(least["prompt_tokens"], rel=0.01)
     assert kv["prompt_tokens"] > kv["computed_prompt_tokens"]
@@ -216,3 +232,23 @@ def test_plan_a_chat_workload(run, tmp_path):
     bad = run("plan", "--model", M8B, "--gpus", "l40s", "--isl", "100", "--osl", "10",
               "--rate", "1", "--ttft-p90", "500", "--itl-p90", "50", "--think-s", "2")
     assert bad.exit_code == 2 and "more than one turn" in bad.stderr
+
+
+def test_simulate_takes_the_router_settings_from_the_spec(run, tmp_path):
+    """routing / max_local_prefill_tokens / max_prefill_queue_depth: the spec's router section
+    unless a flag overrides it; --max-prefill-queue-depth sends prompts local while the one
+    prefill instance is queued."""
+    spec = yaml.safe_load(open(SEED).read())
+    spec["router"] = {**spec.get("router", {}), "routing": "kv_aware",
+                      "max_prefill_queue_depth": 2}
+    path = tmp_path / "queued.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    args = ("simulate", str(path), *FAST, "--mode", "disaggregated", "--rate", "12", "--isl",
+            "400", "--osl", "40")
+    from_spec = json.loads(run(*args, "--json").stdout)["results"][0]
+    assert from_spec["reuse"]["num_local_queued"] == from_spec["reuse"]["num_local_prefills"] > 0
+    off = json.loads(run(*args, "--max-prefill-queue-depth", "0", "--routing", "least_load",
+                         "--json").stdout)["results"][0]
+    assert "reuse" not in off  # least_load, nothing conditional: no reuse block
+    table = run(*args)
+    assert "local as the prefill pool was queued)" in table.stdout

@@ -10,6 +10,7 @@ from pdtrt.enums import ServingMode
 from pdtrt.planner.request import STEADY_CONVERSATIONS
 from pdtrt.planner.reuse import (
     LOCAL_PREFILL_STEPS,
+    QUEUE_DEPTH_STEPS,
     SimRun,
     _better,
     compare_routing,
@@ -105,6 +106,7 @@ def test_the_chat_spec_serves_what_was_simulated(chat_plan, llama8b, tmp_path):
     local = chat_plan.local_prefill
     assert local is not None and f"# conditional disaggregation: {local.why}" in text
     assert dep.spec.router.max_local_prefill_tokens == local.chosen
+    assert dep.spec.router.max_prefill_queue_depth == local.chosen_queue_depth
 
 
 def test_a_single_request_spec_keeps_the_router_defaults(llama8b, catalog):
@@ -114,7 +116,8 @@ def test_a_single_request_spec_keeps_the_router_defaults(llama8b, catalog):
     assert "router" not in spec and "enable_block_reuse" not in spec["decode"]["engine"]
     # ISL 3000 never fits the decode engine's step: nothing to sweep, said so
     local = p.local_prefill
-    assert local is not None and local.runs == {} and local.chosen == 0
+    assert local is not None and local.runs == local.queue_runs == {}
+    assert local.chosen == local.chosen_queue_depth == 0
     assert f"max_num_tokens {local.decode_max_num_tokens} < the shortest prompt" in local.why
 
 
@@ -133,10 +136,17 @@ def test_the_local_prefill_sweep_picks_by_goodput_then_ttft(llama8b, catalog):
     assert sweep.runs[512].local_prefills > 0
     winner = sweep.runs[sweep.chosen]
     assert all(not _better((t, r), (sweep.chosen, winner)) for t, r in sweep.runs.items())
+    # then the queue depth, with that threshold: off is the threshold's own run
+    assert list(sweep.queue_runs) == list(QUEUE_DEPTH_STEPS)
+    assert sweep.queue_runs[0] == winner
+    depth = sweep.chosen_queue_depth
+    assert all(not _better((d, r), (depth, sweep.queue_runs[depth]))
+               for d, r in sweep.queue_runs.items())
     # a fresh sweep of the same configuration is the same (seeded)
     again = sweep_local_prefill(_sim_config(req, best.config), best.config, req.shape,
                                 simulate)
-    assert again.chosen == sweep.chosen and again.runs == sweep.runs
+    assert (again.chosen, again.runs, again.queue_runs) == (sweep.chosen, sweep.runs,
+                                                             sweep.queue_runs)
 
 
 def _run(goodput, ttft, met=True):

@@ -128,3 +128,27 @@ def test_bad_conversations_are_workload_errors(kw, match):
 def test_a_negative_local_prefill_threshold_is_refused(llama8b, h100):
     with pytest.raises(InfeasibleError, match="max_local_prefill_tokens must be >= 0"):
         run(disagg(llama8b, h100, h100, 1, 1), chat(), max_local_prefill_tokens=-1)
+
+
+def test_a_queued_prefill_pool_sends_prompts_that_fit_to_the_decode_side(llama8b, h100):
+    """The router's prefill_queued rule: while the least loaded prefill replica holds at least
+    max_prefill_queue_depth requests, a prompt the decode engine takes in one step is
+    prefilled there -- never a longer one."""
+    serving = disagg(llama8b, h100, h100, 1, 2, prefill_batch=1)
+    limit = serving.decode.max_num_tokens
+    short = SimWorkload(rate_per_s=40.0, isl=parse_length(f"uniform:200:{2 * limit}"),
+                        osl=LengthDist.fixed(20))
+    off = run(serving, short, n=300)
+    on = run(serving, short, n=300, max_prefill_queue_depth=2)
+    assert off.reuse is None  # nothing conditional asked
+    queued = on.reuse
+    assert queued.num_local_prefills == queued.num_local_queued > 0
+    assert queued.num_remote_prefills > 0
+    assert len(on.outcomes) == queued.num_local_prefills + queued.num_remote_prefills
+    # the queue it relieves: TTFT p90 falls
+    assert on.ttft_ms.p90 < off.ttft_ms.p90
+    # only prompts that fit one decode step went local
+    big = SimWorkload(rate_per_s=40.0, isl=LengthDist.fixed(limit + 1), osl=LengthDist.fixed(20))
+    assert run(serving, big, n=200, max_prefill_queue_depth=1).reuse.num_local_prefills == 0
+    with pytest.raises(InfeasibleError, match="max_prefill_queue_depth must be >= 0"):
+        run(serving, short, n=10, max_prefill_queue_depth=-1)
