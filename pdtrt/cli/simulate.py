@@ -10,6 +10,7 @@ from rich.table import Table
 from pdtrt.cli.render import console, emit_json, json_option
 from pdtrt.enums import ServingBackend, ServingMode
 from pdtrt.errors import WorkloadError
+from pdtrt.perf.scheduling import CapacityPolicy
 from pdtrt.sim.from_spec import ROUTING, SimOverrides, sim_configs
 from pdtrt.sim.metrics import SimResult
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
@@ -144,6 +145,10 @@ def _lengths(w: SimWorkload) -> str:
               "holds this many requests, a prompt the decode engine takes in one step is "
               "prefilled there instead. 0: off. Default: the spec's "
               "router.max_prefill_queue_depth.")
+@click.option("--capacity-policy", type=click.Choice([p.value for p in CapacityPolicy]),
+              default=CapacityPolicy.GUARANTEED_NO_EVICT.value, show_default=True,
+              help="TensorRT-LLM capacity scheduler: what KV admission reserves "
+                   "(max-utilization pauses and re-prefills when the cache fills).")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Write a PNG of the TTFT/ITL distributions and ITL over time here.")
 @json_option
@@ -154,8 +159,8 @@ def simulate_cmd(spec_file: Path, mode: str, rate: float | None, concurrency: in
                  decode_instances: int | None, batch_policy: str, routing: str | None, backend: str,
                  factors_file: Path | None, shared_prefix: int, turns: int, think_s: float,
                  followup_isl: LengthDist | None, max_local_prefill_tokens: int | None,
-                 max_prefill_queue_depth: float | None, plot_path: Path | None,
-                 as_json: bool) -> None:
+                 max_prefill_queue_depth: float | None, capacity_policy: str,
+                 plot_path: Path | None, as_json: bool) -> None:
     """Simulate SPEC_FILE's deployment and its aggregated baseline (discrete events).
 
     Arrivals, length distributions, continuous batching with max_batch_size /
@@ -177,7 +182,8 @@ def simulate_cmd(spec_file: Path, mode: str, rate: float | None, concurrency: in
         backend=ServingBackend(backend), factors_file=factors_file,
         shared_prefix=shared_prefix, turns=turns, think_s=think_s, followup_isl=followup_isl,
         max_local_prefill_tokens=max_local_prefill_tokens,
-        max_prefill_queue_depth=max_prefill_queue_depth)
+        max_prefill_queue_depth=max_prefill_queue_depth,
+        capacity_policy=CapacityPolicy(capacity_policy))
     configs = sim_configs(dep, overrides)
     results = [simulate(c) for c in configs]
     if plot_path is not None:

@@ -21,6 +21,7 @@ from pdtrt.errors import PdtrtError
 from pdtrt.perf.configs import aggregated_baseline, serving_from_deployment
 from pdtrt.perf.estimate import ServingConfig
 from pdtrt.perf.factors import load_factors
+from pdtrt.perf.scheduling import CapacityPolicy
 from pdtrt.sim.config import SimConfig
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
 from pdtrt.sim.workload import SimWorkload
@@ -63,6 +64,7 @@ class SimOverrides:
     followup_isl: LengthDist | None = None
     max_local_prefill_tokens: int | None = None
     max_prefill_queue_depth: float | None = None
+    capacity_policy: CapacityPolicy = CapacityPolicy.GUARANTEED_NO_EVICT
 
 
 def _workload(dep: Deployment, o: SimOverrides) -> SimWorkload:
@@ -114,6 +116,10 @@ def sim_configs(dep: Deployment, o: SimOverrides) -> list[SimConfig]:
             serving = replace(serving,
                               prefill_instances=o.prefill_instances or serving.prefill_instances,
                               decode_instances=o.decode_instances or serving.decode_instances)
+        serving = replace(serving, prefill=replace(serving.prefill,
+                                                   capacity_policy=o.capacity_policy),
+                          decode=serving.decode and replace(serving.decode,
+                                                            capacity_policy=o.capacity_policy))
         out.append(SimConfig(serving=serving, factors_prefill=f, factors_decode=f,
                              workload=workload, num_requests=o.num_requests, seed=o.seed,
                              batch_policy=o.batch_policy, routing=routing,

@@ -23,7 +23,7 @@ from pdtrt.sim.state import SimState
 from pdtrt.sim.workload import generate_conversations
 from pdtrt.workload.arrivals import LoopKind
 
-__all__ = ["run_events", "simulate"]
+__all__ = ["run_events", "run_to_end", "simulate"]
 
 
 def run_events(state: SimState, initial: list[Event], *, max_events: int = 50_000_000) -> None:
@@ -49,6 +49,11 @@ def run_events(state: SimState, initial: list[Event], *, max_events: int = 50_00
 def simulate(config: SimConfig) -> SimResult:
     """Simulate ``config``. Randomness comes only from ``config.seed`` (request lengths and
     arrival times, as :mod:`pdtrt.workload` draws them), so a seed gives one result."""
+    return _result(config, run_to_end(config))
+
+
+def run_to_end(config: SimConfig) -> SimState:
+    """Run ``config`` until no event is left; the final state (replicas, requests)."""
     state = SimState(config)
     convs = generate_conversations(config.workload, config.seed, config.num_requests)
     state.conversations = {conv[0].conversation: conv for conv in convs}
@@ -60,7 +65,7 @@ def simulate(config: SimConfig) -> SimResult:
     else:
         initial = [RequestArrival.sent(c[0], c[0].arrival_s, state) for c in convs]
     run_events(state, initial)
-    return _result(config, state)
+    return state
 
 
 def _utilisation(state: SimState) -> dict[str, float]:

@@ -252,3 +252,21 @@ def test_simulate_takes_the_router_settings_from_the_spec(run, tmp_path):
     assert "reuse" not in off  # least_load, nothing conditional: no reuse block
     table = run(*args)
     assert "local as the prefill pool was queued)" in table.stdout
+
+
+def test_simulate_capacity_policy(run):
+    # one L40S decode instance and long answers: the KV cache bounds the batch, so
+    # max-utilization runs more requests at once than guaranteed-no-evict (and pauses some)
+    args = ("simulate", SEED, "--num-requests", "100", "--mode", "disaggregated",
+            "--concurrency", "100", "--isl", "3000", "--osl", "3000", "--decode-instances",
+            "1", "--json")
+    out = {}
+    for policy in ("guaranteed-no-evict", "max-utilization"):
+        result = run(*args, "--capacity-policy", policy)
+        assert result.exit_code == 0, result.output
+        (res,) = json.loads(result.stdout)["results"]
+        assert res["num_unfinished"] == 0
+        out[policy] = res
+    assert out["max-utilization"]["tpot_ms"] != out["guaranteed-no-evict"]["tpot_ms"]
+    bad = run(*args, "--capacity-policy", "static")
+    assert bad.exit_code != 0 and "static" in bad.output
