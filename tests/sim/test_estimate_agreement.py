@@ -1,7 +1,8 @@
 """One model for estimate and simulate: the same deployment through both agrees.
 
-Regime where both apply: aggregated serving, a closed loop of C clients, in steady state, with
-prompts reaching the engine independently -- what the estimate assumes with ``burst = 1``.
+Regime where both apply: aggregated or disaggregated serving, a closed loop of C clients, in
+steady state, with prompts reaching the engine independently -- what the estimate assumes
+with ``burst = 1``.
 The simulator's clients all send at t = 0; with equal lengths they would stay in step for
 ever (whole cohorts prefilled together, then decoding together), so the answers' lengths are
 drawn uniformly within +-25% of their mean, which desynchronises them; the estimate gets the
@@ -27,6 +28,7 @@ from pdtrt.enums import KVDType, ServingMode, WeightQuant
 from pdtrt.perf.estimate import Load, ServingConfig, estimate
 from pdtrt.perf.factors import load_factors
 from pdtrt.perf.hardware import Instance
+from pdtrt.perf.link import kv_link
 from pdtrt.sim import SimConfig, SimWorkload, simulate
 from pdtrt.workload import LengthDist, LoopKind, parse_length
 
@@ -51,8 +53,9 @@ def _steady(outcomes, clients: int, osl: int) -> tuple[float, float]:
             float(np.mean([o.tpot_s for o in mid])))
 
 
-def _agree(inst: Instance, isl: int, osl: int, clients: int) -> None:
-    serving = ServingConfig(mode=ServingMode.AGGREGATED, prefill=inst)
+def _agree(inst: Instance | ServingConfig, isl: int, osl: int, clients: int) -> None:
+    serving = (inst if isinstance(inst, ServingConfig)
+               else ServingConfig(mode=ServingMode.AGGREGATED, prefill=inst))
     est = estimate(serving, Load(isl=isl, osl=osl, concurrency=clients, burst=1), F)
     answers = parse_length(f"uniform:{osl * 3 // 4}:{osl * 5 // 4}")
     workload = SimWorkload(loop=LoopKind.CLOSED, concurrency=clients,
@@ -88,3 +91,20 @@ def test_estimate_and_simulate_agree_when_the_kv_cache_bounds_the_batch(llama8b,
     inst = Instance(model=llama8b, gpu=catalog.get("l40s"), kv_dtype=KVDType.BF16,
                     max_batch_size=256)
     _agree(inst, 2048, 1024, 256)
+
+
+@pytest.mark.parametrize(("decode_gpu", "decode_instances", "isl", "osl"), [
+    ("h100-sxm", 1, 1024, 256),  # same node: NVLink between the pools
+    ("l40s", 2, 3000, 500),  # the seed scenario's split: PCIe-bound KV transfer
+])
+def test_estimate_and_simulate_agree_on_a_disaggregated_closed_loop(
+        llama8b, catalog, decode_gpu, decode_instances, isl, osl):
+    h100, dec = catalog.get("h100-sxm"), catalog.get(decode_gpu)
+    prefill = Instance(model=llama8b, gpu=h100, weights=WeightQuant.FP8, kv_dtype=KVDType.FP8,
+                       max_batch_size=8)
+    decode = Instance(model=llama8b, gpu=dec, kv_dtype=KVDType.FP8, max_batch_size=512,
+                      weights=WeightQuant.FP8 if dec.has_fp8 else WeightQuant.NONE)
+    serving = ServingConfig(mode=ServingMode.DISAGGREGATED, prefill=prefill, decode=decode,
+                            decode_instances=decode_instances,
+                            link=kv_link(h100, dec, same_node=dec is h100))
+    _agree(serving, isl, osl, 128)
