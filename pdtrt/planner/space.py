@@ -5,8 +5,10 @@ phase (the model's valid TPs within one node that hold a sequence); instance cou
 limits (aggregated ``max_num_tokens`` 2048 -- short chunks, less decode stall -- or 8192; decode
 ``max_batch_size`` = what the KV holds, capped at 512; prefill ``max_num_tokens`` 8192 or
 16384 when prompts are long). Instance counts start at the fewest that keep every utilisation
-below ``MAX_UTILISATION`` at the target rate (from the step-time model) and go a few above
-(with an ITL target, decode pools are sized for the largest batch whose step meets it), so the
+below ``MAX_UTILISATION`` at the target rate (from the step-time model, prompts sharing steps
+as the engine batches them: :mod:`pdtrt.perf.batching`) and go a few above
+(with an ITL target, decode pools and aggregated instances are sized for the largest batch
+whose step meets it), so the
 space stays small -- hundreds of points, not the full product -- and bounded by ``max_gpus``
 and ``budget``.
 """
@@ -14,17 +16,18 @@ and ``budget``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from pdtrt.enums import KVDType, ServingMode, WeightQuant
 from pdtrt.facts.catalog import GPU
 from pdtrt.facts.model import ModelFacts
+from pdtrt.perf.batching import prompt_steps
 from pdtrt.perf.estimate import ServingConfig
 from pdtrt.perf.factors import EfficiencyFactors
 from pdtrt.perf.hardware import Instance
 from pdtrt.perf.link import kv_link
-from pdtrt.perf.step import decode_work, prefill_time_s, step_time
+from pdtrt.perf.step import decode_work, prefill_chunk_work, step_time
 
 __all__ = ["MAX_UTILISATION", "SearchBounds", "candidate_configs"]
 
@@ -60,6 +63,33 @@ def _instances(model: ModelFacts, gpus: Sequence[GPU], *, seq_len: int, weights:
                 yield inst
 
 
+def _fewest(load: Callable[[int], float], most: int = 4096) -> int:
+    """The fewest instances ``n`` whose ``load(n)`` (a utilisation) is below
+    ``MAX_UTILISATION`` (``most`` when none is)."""
+    lo, hi = 1, most
+    if load(hi) >= MAX_UTILISATION:
+        return most
+    while lo < hi:  # load falls as instances are added
+        mid = (lo + hi) // 2
+        if load(mid) < MAX_UTILISATION:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _decode_batch(inst: Instance, f: EfficiencyFactors, context: float,
+                  itl_target_s: float | None, least: int = 1) -> tuple[int, float]:
+    """The decode batch an instance is sized for, and its step time: all it holds, or with an
+    ITL target the largest batch whose step meets it (at least ``least``)."""
+    batch = inst.max_batch_size
+    tau = step_time(decode_work(batch, int(batch * context)), inst, f).total_s
+    while itl_target_s is not None and batch > least and tau > itl_target_s:
+        batch = max(least, int(batch * 0.8))
+        tau = step_time(decode_work(batch, int(batch * context)), inst, f).total_s
+    return batch, tau
+
+
 def _with_batch(inst: Instance, seq_len: int) -> Instance:
     from dataclasses import replace
 
@@ -84,9 +114,14 @@ def candidate_configs(model: ModelFacts, gpus: Sequence[GPU], f: EfficiencyFacto
         for inst in _instances(model, gpus, seq_len=seq, weights=weights, kv_dtype=kv_dtype,
                                max_num_tokens=tokens):
             inst = _with_batch(inst, seq)
-            t_pf = prefill_time_s(inst, f, computed)
-            batch = min(inst.max_batch_size, 64)
-            tau = step_time(decode_work(batch, int(batch * context)), inst, f).total_s
+            # the batch meeting the ITL target, but at least 64 (mixed steps stretch anyway:
+            # the simulation decides whether an instance count meets the target)
+            batch, tau = _decode_batch(inst, f, context, itl_target_s,
+                                       least=min(inst.max_batch_size, 64))
+            dec = decode_work(batch, int(batch * context))
+            # a prompt rides in the decode steps (in-flight batching): it costs what it adds
+            # to them, not a step of its own (chunked when it does not fit one step's budget)
+            t_pf = step_time(dec + prefill_chunk_work(computed), inst, f).total_s - tau
             # work per request: its prefill plus its share of decode steps
             per_request = t_pf + (osl - 1) * tau / batch
             n0 = max(1, math.ceil(rate_per_s * per_request / MAX_UTILISATION))
@@ -102,15 +137,10 @@ def candidate_configs(model: ModelFacts, gpus: Sequence[GPU], f: EfficiencyFacto
     decodes = [_with_batch(d, seq) for d in _instances(
         model, gpus, seq_len=seq, weights=weights, kv_dtype=kv_dtype, max_num_tokens=1024)]
     for pre in prefills:
-        t_pf = prefill_time_s(pre, f, computed)
-        a0 = max(1, math.ceil(rate_per_s * t_pf / MAX_UTILISATION))
+        a0 = _fewest(lambda a, pre=pre: prompt_steps(
+            pre, f, isl=computed, rate_per_s=rate_per_s / a).utilisation)
         for dec in decodes:
-            batch = dec.max_batch_size
-            tau = step_time(decode_work(batch, int(batch * context)), dec, f).total_s
-            # with an ITL target, size the pool for the largest batch whose step meets it
-            while itl_target_s is not None and batch > 1 and tau > itl_target_s:
-                batch = max(1, int(batch * 0.8))
-                tau = step_time(decode_work(batch, int(batch * context)), dec, f).total_s
+            batch, tau = _decode_batch(dec, f, context, itl_target_s)
             # one instance runs `batch` sequences, each holding its slot for (osl - 1) steps
             per_instance_rate = batch / max((osl - 1) * tau, 1e-9)
             b0 = max(1, math.ceil(rate_per_s / (per_instance_rate * MAX_UTILISATION)))

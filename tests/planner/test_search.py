@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from pdtrt.enums import Percentile, ServingMode
+from pdtrt.enums import Percentile, ServingMode, WeightQuant
 from pdtrt.errors import CatalogError, NoFeasiblePlanError, PdtrtError
 from pdtrt.perf.factors import EfficiencyFactors
 from pdtrt.planner.request import PlanRequest, resolve_request
-from pdtrt.planner.search import plan
+from pdtrt.planner.search import _candidates, plan
 from pdtrt.planner.space import SearchBounds
 from pdtrt.planner.spec_writer import spec_text, write_spec
 from pdtrt.spec.load import load_deployment
@@ -153,3 +153,14 @@ def test_no_candidates_says_why(llama8b, catalog):
     p = plan(request(llama8b, catalog, gpus=("a100-sxm",), bounds=SearchBounds(max_gpus=4)))
     assert not p.candidates and not p.ranked
     assert p.verdict.startswith("no configuration to evaluate") and "FP8" in p.verdict
+
+
+def test_the_first_guess_batches_short_prompts(llama8b, catalog):
+    """128/128 at 100 req/s fits one FP8 H100 (in-flight batching: prompts ride in the decode
+    steps); the space starts there instead of at three instances."""
+    req = request(llama8b, catalog, isl=128, osl=128, rate=100.0, ttft=500.0, itl=30.0,
+                  weights=WeightQuant.FP8, bounds=SearchBounds(max_gpus=8))
+    counts = {c.config.prefill_instances for c in _candidates(req)
+              if c.config.mode is ServingMode.AGGREGATED
+              and c.config.label().endswith("h100-sxm TP1")}
+    assert min(counts) == 1
