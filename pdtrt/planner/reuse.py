@@ -160,6 +160,9 @@ def sweep_local_prefill(base: SimConfig, config: ServingConfig, shape: Conversat
            f"serve best: goodput {run.goodput_req_per_s:.2f} req/s, TTFT {pct} "
            f"{run.ttft_at_slo_ms or float('nan'):.0f} ms, {run.local_prefills} of "
            f"{run.local_prefills + run.remote_prefills} prefills local")
+    if run.local_prefills and not run.remote_prefills:
+        why += ("; every prompt local leaves the prefill pool idle -- the decode pool "
+                "aggregated, without it, is the same service for less")
     return LocalPrefillSweep(config=label, decode_max_num_tokens=limit, runs=runs,
                              chosen=chosen, why=why, queue_runs=queue_runs,
                              chosen_queue_depth=depth)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from pdtrt.enums import ServingMode
-from pdtrt.planner.request import STEADY_CONVERSATIONS
+from pdtrt.enums import ServingMode, WeightQuant
+from pdtrt.planner.request import STEADY_CONVERSATIONS, resolve_request
 from pdtrt.planner.reuse import (
     LOCAL_PREFILL_STEPS,
     QUEUE_DEPTH_STEPS,
@@ -170,3 +170,17 @@ def test_one_replica_per_pool_leaves_the_routing_no_choice(llama8b, catalog):
     assert not comparison.has_choice
     kv, ll = comparison.runs["kv_aware"], comparison.runs["least_load"]
     assert kv.computed_prompt_tokens == ll.computed_prompt_tokens
+
+
+def test_a_sweep_that_prefills_everything_locally_says_the_prefill_pool_idles():
+    """Llama-3.1-8B FP8 128/128 at 100 req/s: the best split (an L40S prefill, an H100
+    decode) serves best with every prompt prefilled on the H100 -- which the plan says."""
+    req = resolve_request(model_ref="meta-llama/Meta-Llama-3.1-8B", gpus="h100-sxm,l40s",
+                          isl=128, osl=128, rate_per_s=100, ttft_p90_ms=500, itl_p90_ms=30,
+                          max_gpus=8, weights=WeightQuant.FP8)
+    sweep = plan(req).local_prefill
+    assert sweep is not None and sweep.chosen == 128
+    run = sweep.queue_runs[sweep.chosen_queue_depth]
+    assert run.remote_prefills == 0 < run.local_prefills
+    assert "every prompt local leaves the prefill pool idle" in sweep.why
+    assert sweep.runs[0].local_prefills == 0  # off: all remote
