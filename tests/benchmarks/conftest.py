@@ -5,8 +5,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-import pytest
-
 from tests.conftest import ROOT
 
 
@@ -18,8 +16,3 @@ def load_script(name: str):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(scope="session")
-def published_points():
-    return load_script("published_points")

@@ -14,10 +14,14 @@ import pytest
 from pdtrt.facts.catalog import load_catalog
 from pdtrt.facts.model import load_model_facts
 from pdtrt.perf.factors import load_factors
+from tests.benchmarks.conftest import load_script
+
+published_points = load_script("published_points")
+
 
 
 @pytest.fixture(scope="module")
-def points(published_points):
+def points():
     return published_points.load_points()
 
 
@@ -35,7 +39,7 @@ def test_every_point_is_well_formed(points):
     assert len(keys) == len(points), "a point is listed twice"
 
 
-def test_engine_limits_are_the_trtllm_bench_rule(points, published_points):
+def test_engine_limits_are_the_trtllm_bench_rule(points):
     catalog = load_catalog()
     for p in points:
         limits = published_points.trtllm_bench_limits(
@@ -44,7 +48,7 @@ def test_engine_limits_are_the_trtllm_bench_rule(points, published_points):
         assert limits == (p.max_batch_size, p.max_num_tokens), p.label
 
 
-def test_the_rule_on_a_hand_computed_case(published_points):
+def test_the_rule_on_a_hand_computed_case():
     # Llama-3.1-8B FP8 on one 80 GiB H100, 128/128: (80 - 8.03e9 B) x 0.95 of KV at
     # 64 KiB a token holds ~4,300 sequences of 256 tokens -> capped at 4096; x (1 + 1) tokens.
     limits = published_points.trtllm_bench_limits(
@@ -53,7 +57,7 @@ def test_the_rule_on_a_hand_computed_case(published_points):
     assert limits == (4096, 8192)
 
 
-def test_the_core_runs_on_one_point(points, published_points):
+def test_the_core_runs_on_one_point(points):
     point = next(p for p in points if p.gpu == "h100-sxm" and p.isl == 128 and p.osl == 128)
     check = published_points.check_point(point, load_factors(), load_catalog())
     assert math.isfinite(check.predicted_tok_per_s) and check.predicted_tok_per_s > 0
@@ -74,7 +78,7 @@ def test_a_per_gpu_metric_counts_every_gpu(points):
     (lambda t: t.replace("tp: 1,", "tp: 1, typo: 1,", 1), "unknown ['typo']"),
     (lambda t: t.replace("source: trtllm-0.17", "source: nowhere", 1), "unknown source"),
 ], ids=["quant", "requests", "unknown-key", "source"])
-def test_a_malformed_file_is_refused(tmp_path, published_points, edit, message):
+def test_a_malformed_file_is_refused(tmp_path, edit, message):
     text = published_points.DATA.read_text(encoding="utf-8")
     bad = tmp_path / "bad.yaml"
     bad.write_text(edit(text), encoding="utf-8")
