@@ -1,9 +1,11 @@
 """The cheapest deployment meeting an SLO, found by simulation: shared by the benchmark scripts.
 
 Meeting the SLO is taken as monotone in instance count (more instances never hurt at a fixed
-rate), so the fewest instances are found by doubling then bisection; a disaggregated pool pair
-is searched over prompt instances upward, each with its fewest decode instances, until the
-prompt instances with a single decode instance cost more than the best pair found.
+rate), so the fewest instances are found by doubling then bisection, after one look at the
+most allowed (an infeasible pool costs one simulation, not a doubling through overloaded
+ones); a disaggregated pool pair is searched over prompt instances upward, each with its
+fewest decode instances, until the prompt instances with a single decode instance cost more
+than the best pair found.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Callable
 def fewest(meets: Callable[[int], bool], low: int = 1, high: int = 64) -> int | None:
     """The smallest n in [low, high] with ``meets(n)``; None if even ``high`` does not."""
     low = max(1, low)
+    if not meets(high):
+        return None  # one simulation instead of a doubling through overloaded ones
     if meets(low):
         return low
     lo, hi = low, low
