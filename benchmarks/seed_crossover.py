@@ -235,7 +235,8 @@ def markdown(points: list[Point], cross: float | None, verdicts: dict[float, str
                          f"${p.usd_per_mtok:.3f} ({p.config.label()}, "
                          f"${p.config.cost_per_hour_usd():.2f}/h)")
         even = break_even_l40s_usd(points, r)
-        cells.append("-" if even is None else f"${even:.2f}")
+        cells.append("-" if even is None else f"${even:.2f}" if even > 0 else
+                     "never (its H100s alone cost as much)")
         lines.append(f"| {r:g} | " + " | ".join(cells) + " |")
     lines += ["", "Crossover: " + (f"the split is the cheapest from {cross:g} req/s on"
                                    if cross is not None else
