@@ -124,7 +124,7 @@ def main() -> int:
             "command": command.strip(),
             "fitted_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
             "method": "Nelder-Mead on the mean of TTFT and TPOT absolute percentage errors "
-                      "(+ a penalty on predictions more than 2x off)",
+                      "(+ a penalty on predictions more than 3x off)",
         },
         "backends": {k: v for k, v in previous.items()
                      if ServingBackend(k) not in backends},

@@ -47,7 +47,8 @@ def _lines(est: Estimate) -> list[str]:
         f"(ITL p90 {_ms(d['itl_p90_ms'])})",
         f"  throughput {d['output_tok_per_s']:.0f} output tok/s, {d['req_per_s']:.3f} req/s",
         f"  decode batch per instance {d['decode_batch_per_instance']} "
-        f"(max {d['max_decode_batch']}); prefill {_ms(d['prefill_ms'])}, decode step "
+        f"(max {d['max_decode_batch']}); prefill {_ms(d['prefill_ms'])} alone, "
+        f"{d['prompts_per_step']} prompts per prompt step; decode step "
         f"{_ms(d['decode_step_ms'])}" + (f", KV transfer {_ms(d['kv_transfer_ms'])}"
                                          if est.config.link else ""),
         f"  bottleneck: {d['bottleneck']}; utilisation prefill {d['utilisation']['prefill']:.0%}"

@@ -61,6 +61,21 @@ def _render(result: Plan, top: int, spec: PlanCandidate | None, output: Path | N
                f"{len(result.ranked)} meet the SLOs")
     console().print(_table(result, top))
     click.echo(f"verdict: {result.verdict}")
+    if result.routing is not None:
+        r = result.routing
+        kv, ll = r.runs["kv_aware"], r.runs["least_load"]
+        click.echo(
+            f"KV-aware routing on {r.config}: computes {kv.computed_prompt_tokens:,} of "
+            f"{kv.prompt_tokens:,} prompt tokens vs {ll.computed_prompt_tokens:,} with "
+            f"least_load ({r.computed_saved_share:.0%} fewer); TTFT p50 "
+            f"{_ms(kv.ttft_p50_ms, '.0f')} vs {_ms(ll.ttft_p50_ms, '.0f')}; goodput "
+            f"{kv.goodput_req_per_s:.2f} vs {ll.goodput_req_per_s:.2f} req/s"
+            + ("" if r.has_choice else " (one replica per pool: the routing has no choice)"))
+    if result.local_prefill is not None:
+        click.echo(f"conditional disaggregation on {result.local_prefill.config}: "
+                   f"max_local_prefill_tokens {result.local_prefill.chosen}, "
+                   f"max_prefill_queue_depth {result.local_prefill.chosen_queue_depth:g} "
+                   f"({result.local_prefill.why})")
     if spec is not None:
         click.echo(f"wrote {output} ({spec.config.label()})")
     if plot_path is not None:
@@ -91,6 +106,19 @@ def _render(result: Plan, top: int, spec: PlanCandidate | None, output: Path | N
               "GPUs); default: the KV crosses a NIC.")
 @click.option("--backend", type=click.Choice([b.value for b in ServingBackend]),
               default="trtllm", show_default=True, help="Whose calibrated factors to use.")
+@click.option("--shared-prefix", type=click.IntRange(min=0), default=0, show_default=True,
+              metavar="TOKENS", help="Chat workload: every conversation's first prompt starts "
+              "with this many shared tokens (a system prompt). With it or --turns the plan "
+              "assumes KV block reuse and kv_aware routing, and reports what they buy.")
+@click.option("--turns", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Chat workload: requests per conversation; turn k's prompt is the "
+              "conversation so far plus --followup-isl new tokens. --rate still counts "
+              "requests.")
+@click.option("--think-s", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Chat workload: seconds from a turn's last token to the next turn.")
+@click.option("--followup-isl", type=click.IntRange(min=1),
+              help="Chat workload: new prompt tokens of turns after the first (default: "
+              "--isl).")
 @click.option("--num-requests", type=click.IntRange(min=50), default=300, show_default=True,
               help="Requests per verifying simulation.")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -103,7 +131,8 @@ def _render(result: Plan, top: int, spec: PlanCandidate | None, output: Path | N
 @json_option
 def plan_cmd(model_ref: str, gpus: str, prices: Path | None, isl: int, osl: int, rate: float,
              ttft_p90: float, itl_p90: float, max_gpus: int | None, budget: float | None,
-             weights: str, kv_dtype: str, same_node: bool, backend: str, num_requests: int,
+             weights: str, kv_dtype: str, same_node: bool, backend: str, shared_prefix: int,
+             turns: int, think_s: float, followup_isl: int | None, num_requests: int,
              seed: int, top: int, output: Path | None, plot_path: Path | None,
              as_json: bool) -> None:
     """Find the configuration with the best goodput per dollar that meets the SLOs.
@@ -112,19 +141,25 @@ def plan_cmd(model_ref: str, gpus: str, prices: Path | None, isl: int, osl: int,
     instance counts and engine limits; screens with the performance model, verifies the
     cheapest survivors by simulation, ranks by goodput per $/h and says plainly when
     disaggregation does not pay. With -o writes a spec for build/repo/serve; with --plot a
-    Pareto PNG.
+    Pareto PNG. A chat workload (--shared-prefix, --turns) is planned with KV block reuse and
+    kv_aware routing; the plan says what they save against least_load routing, and the spec
+    gets conditional disaggregation's threshold from simulation.
 
     \b
     Example:
       pdtrt plan --model meta-llama/Meta-Llama-3.1-8B --gpus h100-sxm,l40s --isl 3000 \\
         --osl 500 --rate 4 --ttft-p90 1000 --itl-p90 30 --max-gpus 8 -o pdtrt.yaml
+      pdtrt plan --model meta-llama/Meta-Llama-3.1-8B --gpus h100-sxm,l40s --isl 1200 \\
+        --osl 200 --shared-prefix 1000 --turns 6 --followup-isl 100 --think-s 5 \\
+        --rate 8 --ttft-p90 500 --itl-p90 30 --max-gpus 8
     """
     req = resolve_request(
         model_ref=model_ref, gpus=gpus, prices=prices, isl=isl, osl=osl, rate_per_s=rate,
         ttft_p90_ms=ttft_p90, itl_p90_ms=itl_p90, max_gpus=max_gpus,
         budget_usd_per_hour=budget, weights=WEIGHTS[weights], kv_dtype=KV_DTYPES[kv_dtype],
         same_node=same_node, backend=ServingBackend(backend), num_requests=num_requests,
-        seed=seed)
+        seed=seed, shared_prefix=shared_prefix, turns=turns, think_s=think_s,
+        followup_isl=followup_isl)
     result = plan(req)
     spec = write_spec(result, output) if output is not None else None
     if plot_path is not None:

@@ -10,7 +10,8 @@ from rich.table import Table
 from pdtrt.cli.render import console, emit_json, json_option
 from pdtrt.enums import ServingBackend, ServingMode
 from pdtrt.errors import WorkloadError
-from pdtrt.sim.from_spec import SimOverrides, sim_configs
+from pdtrt.perf.scheduling import CapacityPolicy
+from pdtrt.sim.from_spec import ROUTING, SimOverrides, sim_configs
 from pdtrt.sim.metrics import SimResult
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
 from pdtrt.sim.simulator import simulate
@@ -20,8 +21,7 @@ from pdtrt.workload.arrivals import ArrivalProcess
 from pdtrt.workload.lengths import LengthDist, parse_length
 
 # the router's spellings (pdtrt.enums.Routing) of the same policies
-_ROUTING = {"least_load": RoutingPolicy.LEAST_LOADED, "round_robin": RoutingPolicy.ROUND_ROBIN,
-            "kv_aware": RoutingPolicy.KV_AWARE}
+_ROUTING = {str(k): v for k, v in ROUTING.items()}
 _MODES = {"both": (ServingMode.AGGREGATED, ServingMode.DISAGGREGATED),
           "aggregated": (ServingMode.AGGREGATED,), "disaggregated": (ServingMode.DISAGGREGATED,)}
 
@@ -76,7 +76,9 @@ def _reuse_rows(r: dict) -> dict[str, str]:
     return {
         "prompt tokens computed": f"{r['computed_prompt_tokens']:,}",
         "KV transferred": f"{r['kv_transfer_bytes'] / 1e9:,.2f} GB",
-        "prefills local / remote": f"{r['num_local_prefills']} / {r['num_remote_prefills']}",
+        "prefills local / remote": f"{r['num_local_prefills']} / {r['num_remote_prefills']}"
+        + (f" ({r['num_local_queued']} local as the prefill pool was queued)"
+           if r["num_local_queued"] else ""),
         "TTFT p50 / p90, turn 1": f"{_fmt(first['p50'])} / {_fmt(first['p90'])} ms",
         "TTFT p50 / p90, later turns": f"{_fmt(later['p50'])} / {_fmt(later['p90'])} ms",
     }
@@ -116,10 +118,9 @@ def _lengths(w: SimWorkload) -> str:
 @click.option("--batch-policy", type=click.Choice([b.value for b in BatchPolicy]),
               default="chunked", show_default=True)
 @click.option("--routing", type=click.Choice([*(r.value for r in RoutingPolicy), *_ROUTING]),
-              default="least-loaded", show_default=True,
               help="How a replica is chosen (least_load / round_robin / kv_aware: the "
               "router's spellings). kv-aware: least net-new prompt tokens there + outstanding "
-              "tokens, for entry and decode replicas.")
+              "tokens, for entry and decode replicas. Default: the spec's router.routing.")
 @click.option("--backend", type=click.Choice([b.value for b in ServingBackend]),
               default="trtllm", show_default=True, help="Whose calibrated factors to use.")
 @click.option("--factors", "factors_file", type=click.Path(path_type=Path, exists=True),
@@ -135,10 +136,19 @@ def _lengths(w: SimWorkload) -> str:
               help="Seconds from a turn's last token to the next turn's send.")
 @click.option("--followup-isl", type=_Length(), help="New prompt tokens of turns after the "
               "first, same forms as --isl (default: --isl).")
-@click.option("--max-local-prefill-tokens", type=click.IntRange(min=0), default=0,
-              show_default=True, metavar="TOKENS", help="Conditional disaggregation: a "
-              "request whose prompt less what its decode instance holds is at most TOKENS is "
-              "prefilled there (no prefill, no KV transfer). 0: off.")
+@click.option("--max-local-prefill-tokens", type=click.IntRange(min=0), metavar="TOKENS",
+              help="Conditional disaggregation: a request whose prompt less what its decode "
+              "instance holds is at most TOKENS is prefilled there (no prefill, no KV "
+              "transfer). 0: off. Default: the spec's router.max_local_prefill_tokens.")
+@click.option("--max-prefill-queue-depth", type=click.FloatRange(min=0), metavar="REQUESTS",
+              help="Conditional disaggregation: while even the least loaded prefill instance "
+              "holds this many requests, a prompt the decode engine takes in one step is "
+              "prefilled there instead. 0: off. Default: the spec's "
+              "router.max_prefill_queue_depth.")
+@click.option("--capacity-policy", type=click.Choice([p.value for p in CapacityPolicy]),
+              default=CapacityPolicy.GUARANTEED_NO_EVICT.value, show_default=True,
+              help="TensorRT-LLM capacity scheduler: what KV admission reserves "
+                   "(max-utilization pauses and re-prefills when the cache fills).")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Write a PNG of the TTFT/ITL distributions and ITL over time here.")
 @json_option
@@ -146,9 +156,10 @@ def simulate_cmd(spec_file: Path, mode: str, rate: float | None, concurrency: in
                  arrival: str, trace: Path | None, isl: LengthDist | None,
                  osl: LengthDist | None, num_requests: int, seed: int,
                  agg_instances: int | None, prefill_instances: int | None,
-                 decode_instances: int | None, batch_policy: str, routing: str, backend: str,
+                 decode_instances: int | None, batch_policy: str, routing: str | None, backend: str,
                  factors_file: Path | None, shared_prefix: int, turns: int, think_s: float,
-                 followup_isl: LengthDist | None, max_local_prefill_tokens: int,
+                 followup_isl: LengthDist | None, max_local_prefill_tokens: int | None,
+                 max_prefill_queue_depth: float | None, capacity_policy: str,
                  plot_path: Path | None, as_json: bool) -> None:
     """Simulate SPEC_FILE's deployment and its aggregated baseline (discrete events).
 
@@ -167,10 +178,12 @@ def simulate_cmd(spec_file: Path, mode: str, rate: float | None, concurrency: in
         num_requests=num_requests, seed=seed, agg_instances=agg_instances,
         prefill_instances=prefill_instances, decode_instances=decode_instances,
         batch_policy=BatchPolicy(batch_policy),
-        routing=_ROUTING.get(routing) or RoutingPolicy(routing),
+        routing=(_ROUTING.get(routing) or RoutingPolicy(routing)) if routing else None,
         backend=ServingBackend(backend), factors_file=factors_file,
         shared_prefix=shared_prefix, turns=turns, think_s=think_s, followup_isl=followup_isl,
-        max_local_prefill_tokens=max_local_prefill_tokens)
+        max_local_prefill_tokens=max_local_prefill_tokens,
+        max_prefill_queue_depth=max_prefill_queue_depth,
+        capacity_policy=CapacityPolicy(capacity_policy))
     configs = sim_configs(dep, overrides)
     results = [simulate(c) for c in configs]
     if plot_path is not None:

@@ -13,8 +13,11 @@ cannot measure -- ``step_overhead_s``, ``eager_layer_overhead_s`` -- and what th
 not publish about its harness and engines: ``closed_loop_burst``, ``startup_share`` and the
 runs' KV-cache fraction (:class:`SampleDeployment`) (:data:`KERNEL_FITTED`); the efficiencies
 come from the kernels. No client-overhead constant is fitted. Without curves (vLLM, SGLang)
-the scalar set (:data:`SCALAR_FITTED`). Predictions more than 2x off pay a squared log-ratio
-penalty on top of the MAPE, since the sample check bounds every prediction at 3x.
+the scalar set (:data:`SCALAR_FITTED`). Predictions more than 3x off pay a squared log-ratio
+penalty on top of the MAPE. (The knee was 2x until issue 30: with prompts batched as
+TensorRT-LLM batches them, three 128-client rows whose TTFT no engine term explains made the
+2x penalty fit a launch overhead four times the MAPE-optimal one, which then broke every
+check outside the sample -- docs/planning.md section 2.)
 
 :func:`leave_one_group_out` refits without one group (one TP, one range of client counts, one
 runtime version) and predicts it: the errors a user should expect outside the fitted points.
@@ -51,8 +54,8 @@ SCALAR_FITTED = ("gemm_eff", "attention_eff", "bandwidth_eff", "startup_share",
 KERNEL_FITTED = ("step_overhead_s", "eager_layer_overhead_s", "closed_loop_burst",
                  "startup_share", "sample_kv_cache_fraction")
 _SAMPLE = "sample_"
-# Predictions further off than 2x cost extra in the fit: the sample check bounds them at 3x.
-_KNEE, _PENALTY = math.log(2.0), 50.0
+# Predictions further off than 3x cost extra in the fit (module doc).
+_KNEE, _PENALTY = math.log(3.0), 50.0
 # Held-out groups of the validation: closed-loop client counts by range.
 CLIENT_RANGES = ((8, 16), (32, 64), (128, 256))
 # Where the search starts: aiconfigurator's hints for bandwidth and latencies, a modest GEMM
@@ -238,8 +241,7 @@ def nelder_mead(fun: Callable[[np.ndarray], float], x0: np.ndarray, *, max_evals
 def _loss(rows: Sequence[CalibrationRow], model: ModelFacts, catalog: Catalog,
           f: EfficiencyFactors, sample: SampleDeployment) -> float:
     """Mean absolute percentage error of TTFT and TPOT, plus a squared log-ratio penalty on
-    any prediction more than 2x off (keeps the worst rows in check, as the 3x bound
-    demands)."""
+    any prediction more than 3x off (keeps the worst rows in check)."""
     err = 0.0
     for r in rows:
         for pred, meas in zip(predict(r, model, catalog, f, sample), (r.ttft_ms, r.tpot_ms),

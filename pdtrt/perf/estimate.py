@@ -159,6 +159,7 @@ class Estimate:
             else round(p.decode_batch, 2),
             "max_decode_batch": p.max_decode_batch,
             "prefill_ms": ms(p.prefill_service_s),
+            "prompts_per_step": round(p.prompts_per_step, 2),
             "decode_step_ms": ms(p.decode_step_s),
             "kv_transfer_ms": ms(p.kv_transfer_s),
             "utilisation": {"prefill": round(p.prefill_util, 4),
@@ -204,9 +205,9 @@ def _limits(config: ServingConfig, load: Load, p: OperatingPoint, slots: int) ->
     elif p.stable and p.decode_batch >= 0.95 * cap.seqs:
         out.append(f"{'KV' if cap.limit == 'KV cache' else 'batch'}-bound: decode batch "
                    f"{p.decode_batch:.0f} of {cap.seqs} that fit ({cap.limit})")
-    if p.stable and p.prefill_util >= 0.8:
-        out.append(f"queue-bound: prompts queue for the engine (prefill utilisation "
-                   f"{p.prefill_util:.0%})")
+    if p.stable and p.prompt_util >= 0.8:
+        out.append(f"queue-bound: prompts queue for the engine ({p.prompt_util:.0%} of the "
+                   "prompts per second its steps can take)")
     return tuple(out)
 
 

@@ -9,16 +9,18 @@
   ``max_batch_size`` caps the running requests. Clients beyond that capacity wait for a slot:
   the estimate is then *KV-bound* (or batch-bound).
 - **Micro-batch scheduler**: every step carries one token for each running decode and fills
-  the rest of the ``max_num_tokens`` budget with prompt tokens, in chunks when chunked context
-  is on. New prompts are scheduled ahead of waiting decode work: a step with a prompt in it
-  runs at the prompt's pace, and every running decode waits for it (head-of-line blocking;
-  :mod:`pdtrt.perf.point` turns this into TPOT).
-- **Arrivals in bursts**: prompts that reach the engine together (``burst``) are prefilled one
-  after another, so the k-th waits for k-1 prefills; bursts queue behind each other like an
-  M^X/D/1 queue (:func:`pdtrt.perf.queueing.mxd1_wait_s`). Independent (Poisson) arrivals are
+  the rest of the ``max_num_tokens`` budget (and of ``max_batch_size``'s request slots) with
+  every waiting prompt that fits, in chunks when chunked context is on
+  (:mod:`pdtrt.perf.batching`). A step with prompts in it runs at their pace, and every
+  running decode waits for it (head-of-line blocking; :mod:`pdtrt.perf.point` turns this
+  into TPOT).
+- **Arrivals in bursts**: prompts that reach the engine together (``burst``) share a step as
+  far as the budget allows; a burst larger than a step is prefilled a step-full after
+  another, and prompts too long to share a step one after another (an M^X/D/1 queue,
+  :func:`pdtrt.perf.queueing.mxd1_wait_s`). Independent (Poisson) arrivals are
   ``burst = 1``; a closed-loop benchmark whose clients all started together keeps them in
   step (equal output lengths finish together), which is what the calibration sample shows.
-  When prompt queueing dominates, the estimate is *queue-bound*.
+  When prompts arrive near the most the steps can take, the estimate is *queue-bound*.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from typing import Protocol
 
 from pdtrt.facts.memory import MemoryFit
 
-__all__ = ["Admitting", "Capacity", "CapacityPolicy", "running_capacity"]
+__all__ = ["Admitting", "Capacity", "CapacityPolicy", "kv_blocks", "reserved_tokens",
+           "running_capacity"]
 
 
 class CapacityPolicy(StrEnum):
@@ -60,12 +63,35 @@ class Admitting(Protocol):
     def memory(self, seq_len: int) -> MemoryFit: ...
 
 
+def reserved_tokens(policy: CapacityPolicy, *, prompt: int, output: int,
+                    generated: int) -> int:
+    """KV tokens a running request of ``prompt`` + ``output`` tokens has reserved once it has
+    ``generated`` output tokens: under ``GUARANTEED_NO_EVICT`` the whole sequence from
+    admission on; under ``MAX_UTILIZATION`` what it holds after its next step.
+    ``cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp`` (NVIDIA/TensorRT-LLM at
+    02a10fed0dbf5db74c7da035be9c5fbef6d2df7a): ``GuaranteedNoEvictScheduler`` admits a pending
+    request only while the blocks to drive every scheduled request to completion are free,
+    and stops at the first that does not fit; ``MaxUtilizationScheduler`` counts the blocks of
+    each request's next step and, when one does not fit, pauses the last started request
+    (frees its blocks) and tries again. The analytical model and the simulator
+    (:mod:`pdtrt.sim.scheduling`) both reserve by this function."""
+    if policy is CapacityPolicy.MAX_UTILIZATION:
+        return prompt + min(generated + 1, output)
+    return prompt + output
+
+
+def kv_blocks(tokens: int, tokens_per_block: int) -> int:
+    """Paged KV blocks that hold ``tokens``."""
+    return -(-tokens // tokens_per_block)
+
+
 def running_capacity(inst: Admitting, isl: int, osl: int) -> Capacity:
-    """Running requests of ``isl`` + ``osl`` tokens one instance admits (see module doc)."""
-    if inst.capacity_policy is CapacityPolicy.MAX_UTILIZATION:
-        kv = inst.memory(isl + max(osl // 2, 1)).max_concurrent_seqs
-    else:
-        kv = inst.memory(isl + osl).max_concurrent_seqs
+    """Running requests of ``isl`` + ``osl`` tokens one instance admits (see module doc):
+    the sequences that fit at their reservation averaged over a request's life."""
+    policy = inst.capacity_policy
+    mid = max(osl // 2, 1) - 1 if policy is CapacityPolicy.MAX_UTILIZATION else 0
+    kv = inst.memory(reserved_tokens(policy, prompt=isl, output=osl,
+                                     generated=mid)).max_concurrent_seqs
     if kv <= inst.max_batch_size:
         return Capacity(seqs=kv, limit="KV cache", kv_seqs=kv)
     return Capacity(seqs=inst.max_batch_size, limit="max_batch_size", kv_seqs=kv)

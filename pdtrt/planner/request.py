@@ -5,11 +5,15 @@ a :class:`PlanRequest`, validating once; the CLI only passes them on. The SLO is
 :class:`pdtrt.workload.SLO`: ``--ttft-p90 MS --itl-p90 MS`` are per-request thresholds (TTFT,
 and TPOT -- the request's mean inter-token latency) that 90 % of requests must meet
 (:mod:`pdtrt.workload.slo`). The workload is Poisson arrivals at the target rate with fixed
-lengths (the ``N`` form of the shared length syntax).
+lengths (the ``N`` form of the shared length syntax); with ``--shared-prefix`` / ``--turns``
+it is a chat workload (:class:`pdtrt.workload.ConversationShape`): ``--rate`` still counts
+requests (turns), conversations start at ``rate / turns``, and the plan assumes what such a
+workload is served with -- KV block reuse on both pools and ``kv_aware`` routing.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,13 +23,16 @@ from pdtrt.facts.catalog import GPU, Catalog, load_catalog, load_prices
 from pdtrt.facts.model import ModelFacts, load_model_facts
 from pdtrt.perf.factors import EfficiencyFactors, load_factors
 from pdtrt.planner.space import SearchBounds
+from pdtrt.sim.scheduling import RoutingPolicy
 from pdtrt.sim.workload import SimWorkload
 from pdtrt.workload.arrivals import ArrivalProcess, LoopKind
+from pdtrt.workload.conversation import ConversationShape
 from pdtrt.workload.lengths import LengthDist
 from pdtrt.workload.slo import SLO
 
 __all__ = ["KV_DTYPES", "WEIGHTS", "PlanRequest", "resolve_request"]
 
+STEADY_CONVERSATIONS = 4  # conversations simulated per one open at once (PlanRequest)
 WEIGHTS = {"bf16": WeightQuant.NONE, "fp8": WeightQuant.FP8}  # --weights
 KV_DTYPES = {"bf16": KVDType.BF16, "fp8": KVDType.FP8}  # --kv-dtype
 
@@ -49,13 +56,48 @@ class PlanRequest:
     max_sims_per_mode: int = 8
     model_path: Path | None = None  # where the model came from, when it is a local path
     catalog: Catalog | None = None  # the GPUs' catalog (with --prices), for the written spec
+    shared_prefix: int = 0  # system-prompt tokens every conversation starts with
+    turns: int = 1  # requests per conversation
+    think_s: float = 0.0  # from a turn's last token to the next turn's send
+    followup_isl: int | None = None  # new tokens of turns > 0 (None: isl)
+
+    @property
+    def shape(self) -> ConversationShape:
+        """The workload's conversations (one request each without ``--turns``)."""
+        return ConversationShape(isl=self.isl, osl=self.osl, shared_prefix=self.shared_prefix,
+                                 turns=self.turns, think_s=self.think_s,
+                                 followup_isl=self.followup_isl)
+
+    @property
+    def routing(self) -> RoutingPolicy:
+        """kv_aware when block reuse has something to find (the plan then writes block reuse
+        on and ``router.routing: kv_aware``), the router's default otherwise."""
+        return RoutingPolicy.KV_AWARE if self.shape.reuses else RoutingPolicy.LEAST_LOADED
+
+    @property
+    def sim_requests(self) -> int:
+        """Requests per verifying simulation: ``num_requests``, or for conversations enough of
+        them that the run is mostly steady state -- at least ``STEADY_CONVERSATIONS`` times the
+        conversations open at once (``rate x (think time + a turn at the SLO's bounds)``), a
+        conversation's turns being spread over its whole length."""
+        if self.turns == 1:
+            return self.num_requests
+        turn_s = ((self.slo.ttft_ms or 0) + (self.slo.itl_ms or 0) * self.osl) / 1e3
+        open_at_once = math.ceil(self.rate_per_s * (self.think_s + turn_s))
+        conversations = max(math.ceil(self.num_requests / self.turns),
+                            STEADY_CONVERSATIONS * open_at_once)
+        return conversations * self.turns
 
     @property
     def workload(self) -> SimWorkload:
         """What every verifying simulation receives."""
+        followup = self.followup_isl
         return SimWorkload(isl=LengthDist.fixed(self.isl), osl=LengthDist.fixed(self.osl),
                            loop=LoopKind.OPEN, process=ArrivalProcess.POISSON,
-                           rate_per_s=self.rate_per_s)
+                           rate_per_s=self.rate_per_s / self.turns,
+                           shared_prefix=self.shared_prefix, turns=self.turns,
+                           think_s=self.think_s,
+                           followup_isl=LengthDist.fixed(followup) if followup else None)
 
 
 def _gpus(names: str, catalog: Catalog) -> tuple[GPU, ...]:
@@ -70,12 +112,17 @@ def resolve_request(*, model_ref: str, gpus: str, isl: int, osl: int, rate_per_s
                     max_gpus: int | None = None, budget_usd_per_hour: float | None = None,
                     weights: WeightQuant = WeightQuant.NONE, kv_dtype: KVDType = KVDType.FP8,
                     same_node: bool = False, backend: ServingBackend = ServingBackend.TRTLLM,
-                    num_requests: int = 300, seed: int = 0) -> PlanRequest:
+                    num_requests: int = 300, seed: int = 0, shared_prefix: int = 0,
+                    turns: int = 1, think_s: float = 0.0,
+                    followup_isl: int | None = None) -> PlanRequest:
     """The typed request for the command line's values. Raises PdtrtError for both a GPU
-    count and a budget, an empty GPU list; CatalogError for an unknown GPU or a bad prices
-    file; ModelConfigError for a model that cannot be read."""
+    count and a budget, an empty GPU list; WorkloadError for a conversation shape that cannot
+    be (a shared prefix longer than the prompt, think time without turns); CatalogError for
+    an unknown GPU or a bad prices file; ModelConfigError for a model that cannot be read."""
     if max_gpus is not None and budget_usd_per_hour is not None:
         raise PdtrtError("give at most one of --max-gpus and --budget")
+    ConversationShape(isl=isl, osl=osl, shared_prefix=shared_prefix, turns=turns,
+                      think_s=think_s, followup_isl=followup_isl)  # checked before any work
     catalog = load_catalog(load_prices(prices) if prices else None)
     gpu_list = _gpus(gpus, catalog)
     path = Path(model_ref)
@@ -86,4 +133,5 @@ def resolve_request(*, model_ref: str, gpus: str, isl: int, osl: int, rate_per_s
         factors=load_factors(backend), weights=weights, kv_dtype=kv_dtype,
         bounds=SearchBounds(max_gpus=max_gpus, budget_usd_per_hour=budget_usd_per_hour),
         same_node=same_node, num_requests=num_requests, seed=seed,
-        model_path=path.resolve() if path.exists() else None, catalog=catalog)
+        model_path=path.resolve() if path.exists() else None, catalog=catalog,
+        shared_prefix=shared_prefix, turns=turns, think_s=think_s, followup_isl=followup_isl)

@@ -10,6 +10,14 @@
    :func:`pdtrt.workload.evaluate_slo`, the definition ``pdtrt bench`` uses -- are feasible.
 4. Rank the feasible ones by goodput (SLO-meeting requests/s) per dollar-hour; the verdict
    compares the best aggregated with the best disaggregated and says why the loser lost.
+5. Follow-ups (:mod:`pdtrt.planner.reuse`): on a chat workload, the chosen configuration
+   again with ``least_load`` routing (what the KV-aware router buys); for the best
+   disaggregated one, conditional disaggregation's ``max_local_prefill_tokens``.
+
+A chat workload (``--shared-prefix``, ``--turns``) enumerates engines for its longest prompt,
+sizes and screens prefill pools by the tokens block reuse leaves to compute
+(:class:`pdtrt.workload.ConversationShape`: an ideal, nothing evicted -- looser than the
+truth, which the kv_aware simulation then measures) and decode pools at its mean context.
 
 The result is typed (:class:`Plan`) with its JSON form; rendering is the CLI's.
 """
@@ -20,8 +28,15 @@ from dataclasses import dataclass, replace
 
 from pdtrt.enums import ServingMode, WeightQuant
 from pdtrt.perf.estimate import ServingConfig, operating_point
+from pdtrt.perf.hardware import Instance
 from pdtrt.planner.candidate import PlanCandidate, screen
 from pdtrt.planner.request import PlanRequest
+from pdtrt.planner.reuse import (
+    LocalPrefillSweep,
+    RoutingComparison,
+    compare_routing,
+    sweep_local_prefill,
+)
 from pdtrt.planner.space import candidate_configs
 from pdtrt.sim.config import SimConfig
 from pdtrt.sim.metrics import SimResult
@@ -36,6 +51,8 @@ class Plan:
     candidates: tuple[PlanCandidate, ...]
     ranked: tuple[PlanCandidate, ...]
     verdict: str
+    routing: RoutingComparison | None = None  # chat workloads: kv_aware vs least_load
+    local_prefill: LocalPrefillSweep | None = None  # for the best disaggregated candidate
 
     @property
     def chosen(self) -> PlanCandidate | None:
@@ -59,13 +76,19 @@ class Plan:
             "ranked": [c.to_dict() for c in self.ranked],
             "num_candidates": len(self.candidates), "num_screened": self.num_screened,
             "num_simulated": len(self.simulated),
+            "routing": self.routing.to_dict() if self.routing else None,
+            "local_prefill": self.local_prefill.to_dict() if self.local_prefill else None,
         }
 
 
+def _sim_config(req: PlanRequest, config: ServingConfig) -> SimConfig:
+    return SimConfig(serving=config, factors_prefill=req.factors, factors_decode=req.factors,
+                     workload=req.workload, num_requests=req.sim_requests, seed=req.seed,
+                     slo=req.slo, routing=req.routing)
+
+
 def _sim(req: PlanRequest, config: ServingConfig) -> SimResult:
-    return simulate(SimConfig(serving=config, factors_prefill=req.factors,
-                              factors_decode=req.factors, workload=req.workload,
-                              num_requests=req.num_requests, seed=req.seed, slo=req.slo))
+    return simulate(_sim_config(req, config))
 
 
 def _verdict(ranked: list[PlanCandidate], screened: list[PlanCandidate],
@@ -113,14 +136,18 @@ def _verdict(ranked: list[PlanCandidate], screened: list[PlanCandidate],
 
 
 def _candidates(req: PlanRequest) -> list[PlanCandidate]:
-    """Every point of the space with its analytical operating point and screen."""
-    out = []
+    """Every point of the space with its analytical operating point and screen (a chat
+    workload's: at the tokens its prefills compute, see module doc)."""
+    shape, out = req.shape, []
+    computed = shape.mean_computed_tokens(block=Instance.tokens_per_block) if shape.reuses else None
     for config in candidate_configs(
-            req.model, req.gpus, req.factors, isl=req.isl, osl=req.osl,
+            req.model, req.gpus, req.factors, isl=shape.longest_prompt, osl=req.osl,
             rate_per_s=req.rate_per_s, weights=req.weights, kv_dtype=req.kv_dtype,
             bounds=req.bounds, same_node=req.same_node,
-            itl_target_s=req.slo.itl_ms / 1e3 if req.slo.itl_ms else None):
-        p = operating_point(config, req.factors, req.factors, isl=req.isl, osl=req.osl,
+            itl_target_s=req.slo.itl_ms / 1e3 if req.slo.itl_ms else None,
+            prefill_isl=computed, context=shape.mean_prompt + req.osl / 2):
+        isl = max(1, round(computed)) if computed is not None else req.isl
+        p = operating_point(config, req.factors, req.factors, isl=isl, osl=req.osl,
                             rate_per_s=req.rate_per_s)
         out.append(PlanCandidate(config=config, point=p, screen_ok=screen(p, req.slo),
                                  rate_per_s=req.rate_per_s, osl=req.osl, slo=req.slo))
@@ -153,5 +180,16 @@ def plan(req: PlanRequest) -> Plan:
     ranked = sorted((c for c in everything if c.meets_slo),
                     key=lambda c: (-c.goodput_per_usd_hour, c.cost_per_hour_usd,
                                    c.config.label()))
+    routing = local = None
+    if ranked and req.shape.reuses:
+        chosen = ranked[0]
+        assert chosen.sim is not None
+        routing = compare_routing(_sim_config(req, chosen.config), chosen.config, chosen.sim,
+                                  simulate)
+    disagg = next((c for c in ranked if c.config.mode is ServingMode.DISAGGREGATED), None)
+    if disagg is not None:
+        local = sweep_local_prefill(_sim_config(req, disagg.config), disagg.config, req.shape,
+                                    simulate)
     return Plan(request=req, candidates=tuple(everything), ranked=tuple(ranked),
-                verdict=_verdict(ranked, screened, everything, req))
+                verdict=_verdict(ranked, screened, everything, req), routing=routing,
+                local_prefill=local)

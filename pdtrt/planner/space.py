@@ -70,16 +70,21 @@ def _with_batch(inst: Instance, seq_len: int) -> Instance:
 def candidate_configs(model: ModelFacts, gpus: Sequence[GPU], f: EfficiencyFactors, *,
                       isl: int, osl: int, rate_per_s: float, weights: WeightQuant,
                       kv_dtype: KVDType, bounds: SearchBounds, itl_target_s: float | None = None,
-                      same_node: bool = False) -> Iterator[ServingConfig]:
-    """Every configuration of the space (see module doc) within ``bounds``."""
+                      same_node: bool = False, prefill_isl: float | None = None,
+                      context: float | None = None) -> Iterator[ServingConfig]:
+    """Every configuration of the space (see module doc) within ``bounds``. ``isl`` is the
+    longest prompt (engine limits, what must fit in memory); a chat workload with block reuse
+    computes fewer tokens per prefill (``prefill_isl``, default ``isl``: instance counts) and
+    decodes at a mean context of ``context`` tokens (default ``isl + osl / 2``)."""
     seq = isl + osl
-    context = isl + osl / 2
+    context = isl + osl / 2 if context is None else context
+    computed = isl if prefill_isl is None else max(1, round(prefill_isl))
     # -- aggregated ------------------------------------------------------------------------
     for tokens in (2048, 8192):
         for inst in _instances(model, gpus, seq_len=seq, weights=weights, kv_dtype=kv_dtype,
                                max_num_tokens=tokens):
             inst = _with_batch(inst, seq)
-            t_pf = prefill_time_s(inst, f, isl)
+            t_pf = prefill_time_s(inst, f, computed)
             batch = min(inst.max_batch_size, 64)
             tau = step_time(decode_work(batch, int(batch * context)), inst, f).total_s
             # work per request: its prefill plus its share of decode steps
@@ -97,7 +102,7 @@ def candidate_configs(model: ModelFacts, gpus: Sequence[GPU], f: EfficiencyFacto
     decodes = [_with_batch(d, seq) for d in _instances(
         model, gpus, seq_len=seq, weights=weights, kv_dtype=kv_dtype, max_num_tokens=1024)]
     for pre in prefills:
-        t_pf = prefill_time_s(pre, f, isl)
+        t_pf = prefill_time_s(pre, f, computed)
         a0 = max(1, math.ceil(rate_per_s * t_pf / MAX_UTILISATION))
         for dec in decodes:
             batch = dec.max_batch_size

@@ -4,6 +4,13 @@ A spec always describes a disaggregated deployment (a prefill pool and a decode 
 the verdict is "do not disaggregate", the planner still writes the best disaggregated
 configuration that met the SLOs, with the verdict at the top of the file, so the trade-off is
 there to build and measure; with none, it refuses (:class:`NoFeasiblePlanError`).
+
+Engines take the workload's longest prompt (a chat's last turn, history included). A chat
+workload (shared prefix or turns) gets what the plan simulated: ``engine.enable_block_reuse``
+on both pools and ``router.routing: kv_aware`` -- with a warning in the header, as block reuse
+in disaggregated serving can hang a transfer (TensorRT-LLM #12542). Conditional disaggregation's
+``router.max_local_prefill_tokens`` and ``max_prefill_queue_depth`` are the plan's sweep
+(:mod:`pdtrt.planner.reuse`) when it chose them above 0.
 """
 
 from __future__ import annotations
@@ -43,15 +50,28 @@ def _target(weights: WeightQuant, kv_dtype: KVDType) -> Target:
     return Target.TRTLLM_0_21
 
 
-def _pool(inst: Instance, instances: int, isl: int, seq_len: int) -> dict[str, object]:
-    return {
-        "gpu": inst.gpu.key, "tp": inst.tp, "instances": instances,
-        "price_per_hour_usd": inst.gpu.price_per_hour_usd,
-        "engine": {"max_batch_size": inst.max_batch_size,
-                   "max_num_tokens": inst.max_num_tokens, "max_input_len": isl,
-                   "max_seq_len": seq_len, "tokens_per_block": inst.tokens_per_block,
-                   "kv_cache_free_gpu_mem_fraction": inst.kv_cache_fraction},
-    }
+def _pool(inst: Instance, instances: int, isl: int, seq_len: int,
+          reuse: bool) -> dict[str, object]:
+    engine: dict[str, object] = {
+        "max_batch_size": inst.max_batch_size, "max_num_tokens": inst.max_num_tokens,
+        "max_input_len": isl, "max_seq_len": seq_len, "tokens_per_block": inst.tokens_per_block,
+        "kv_cache_free_gpu_mem_fraction": inst.kv_cache_fraction}
+    if reuse:
+        engine["enable_block_reuse"] = True
+    return {"gpu": inst.gpu.key, "tp": inst.tp, "instances": instances,
+            "price_per_hour_usd": inst.gpu.price_per_hour_usd, "engine": engine}
+
+
+def _router(p: Plan) -> dict[str, object]:
+    """The router settings the plan simulated (empty: the defaults)."""
+    router: dict[str, object] = {}
+    if p.request.shape.reuses:
+        router["routing"] = "kv_aware"
+    if p.local_prefill is not None and p.local_prefill.chosen:
+        router["max_local_prefill_tokens"] = p.local_prefill.chosen
+    if p.local_prefill is not None and p.local_prefill.chosen_queue_depth:
+        router["max_prefill_queue_depth"] = p.local_prefill.chosen_queue_depth
+    return router
 
 
 def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str:
@@ -61,7 +81,9 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
     assert c.decode is not None and c.link is not None
     name = re.sub(r"[^a-z0-9._-]+", "-", model_name.split("/")[-1].lower()).strip("-")
     name = f"{name}-{c.prefill.gpu.key}-{c.decode.gpu.key}"[:64]
-    seq = req.isl + req.osl
+    shape = req.shape
+    isl, reuse = shape.longest_prompt, shape.reuses
+    seq = isl + req.osl
     model: dict[str, object] = {"name": model_name}
     if model_path:
         model["path"] = model_path
@@ -70,13 +92,13 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
                   "kv_cache_dtype": str(req.kv_dtype)})
     same_node = req.same_node
     target = _target(req.weights, req.kv_dtype)
-    decode = _pool(c.decode, c.decode_instances, req.isl, seq)
+    decode = _pool(c.decode, c.decode_instances, isl, seq, reuse)
     two_hosts = target is Target.TRTLLM_1_2 and c.decode.gpu.key != c.prefill.gpu.key
     if two_hosts:  # trtllm-1.2 serves a pool on another GPU type from its own host's server
         decode = {**decode, "endpoint": f"{c.decode.gpu.key}-host:8001"}
     spec = {
         "version": 1, "name": name, "target": str(target), "model": model,
-        "prefill": _pool(c.prefill, c.prefill_instances, req.isl, seq),
+        "prefill": _pool(c.prefill, c.prefill_instances, isl, seq, reuse),
         "decode": decode,
         "kv_transfer": {"backend": "ucx",
                         "transports": ["sm", "cuda_ipc", "cuda_copy"] if same_node
@@ -84,6 +106,8 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
         "slo": req.slo.to_dict(),
         "workload": {"isl": req.isl, "osl": req.osl, "request_rate_per_s": req.rate_per_s},
     }
+    if _router(p):
+        spec = {**spec, "router": _router(p)}
     if two_hosts:  # the other host's router calls this server, and it calls the decode host's
         spec = {**spec, "serving": {"host": "0.0.0.0"}}
     chosen = p.chosen
@@ -99,6 +123,20 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
     if two_hosts:
         header.append(f"# decode.endpoint: set the {c.decode.gpu.key} host's address; it serves "
                       "`pdtrt repo SPEC --mode pools` (docs/repo.md)")
+    if reuse:
+        followup = f" --followup-isl {shape.followup_isl}" if shape.followup_isl else ""
+        header.append(f"# simulate it as planned: pdtrt simulate THIS_FILE --mode disaggregated "
+                      f"--turns {shape.turns} --shared-prefix {shape.shared_prefix}{followup} "
+                      f"--think-s {shape.think_s:g} --rate {req.rate_per_s / shape.turns:.6g} "
+                      f"--num-requests {req.sim_requests} --seed {req.seed} (its --rate starts "
+                      f"conversations: {req.rate_per_s:g} requests/s)")
+        header.append(f"# chat workload ({shape.turns} turns, shared prefix {shape.shared_prefix}"
+                      " tokens): block reuse on and kv_aware routing, as simulated; on GPUs a "
+                      "block evicted before its asynchronous send ended hangs the transfer "
+                      "(TensorRT-LLM #12542): turn reuse off (routing least_load) where that "
+                      "bites")
+    if p.local_prefill is not None:
+        header.append(f"# conditional disaggregation: {p.local_prefill.why}")
     header += [f"#   {r}" for r in cand.reasons()]
     return "\n".join(header) + "\n" + yaml.safe_dump(spec, sort_keys=False)
 

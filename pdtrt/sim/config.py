@@ -35,6 +35,10 @@ class SimConfig:
     # conditional disaggregation: a request whose net-new prompt at its decode replica is at
     # most this many tokens is prefilled there (pdtrt.prefill_policy); 0: never
     max_local_prefill_tokens: int = 0
+    # ... and while even the least loaded prefill replica holds at least this many requests,
+    # a request whose prompt fits the decode engine's step is prefilled there too; 0: never
+    # (both only for a disaggregated configuration)
+    max_prefill_queue_depth: float = 0.0
 
     def __post_init__(self) -> None:
         if self.num_requests < 1:
@@ -42,6 +46,9 @@ class SimConfig:
         if self.max_local_prefill_tokens < 0:
             raise InfeasibleError("max_local_prefill_tokens must be >= 0, got "
                                   f"{self.max_local_prefill_tokens}")
+        if not self.max_prefill_queue_depth >= 0:
+            raise InfeasibleError("max_prefill_queue_depth must be >= 0, got "
+                                  f"{self.max_prefill_queue_depth}")
         if not self.kv_overlap_weight >= 0:
             raise InfeasibleError(f"kv_overlap_weight must be >= 0, got {self.kv_overlap_weight}")
         for role, inst, need in self._pools():
@@ -50,6 +57,11 @@ class SimConfig:
                     f"{role} instance {inst.label()} cannot hold one sequence of {need} tokens: "
                     f"{inst.memory(need).explain()}",
                     hint="use a larger TP, fp8 weights / KV cache, or a GPU with more memory")
+
+    @property
+    def conditional(self) -> bool:
+        """Whether some request may be prefilled by its decode replica."""
+        return bool(self.max_local_prefill_tokens or self.max_prefill_queue_depth)
 
     @property
     def max_isl(self) -> int:

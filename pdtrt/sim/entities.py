@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from pdtrt.perf.hardware import Instance
+from pdtrt.perf.scheduling import kv_blocks, reserved_tokens
 
 __all__ = ["Link", "Replica", "ReplicaRole", "Request"]
 
@@ -35,10 +36,13 @@ class Request:
     prefilled: int = 0
     cached: int = 0  # prompt tokens whose KV came from the prefilling replica's block cache
     local_prefill: bool = False  # disaggregated, but prefilled by its decode replica
+    queued_local: bool = False  # ... because the prefill pool was queued (prefill_queued)
     entry_tokens: int = 0  # what it counts in its entry replica's outstanding tokens
     decode_tokens: int = 0  # ... in its decode replica's
     kv_transfer_bytes: int = 0
     generated: int = 0
+    blocks: int = 0  # KV blocks it holds on its aggregated or decode replica
+    replay: int = 0  # output tokens to prefill again after a pause (max-utilization)
     first_token_s: float | None = None
     last_token_s: float | None = None
     done_s: float | None = None
@@ -50,7 +54,7 @@ class Request:
 
     @property
     def prefill_left(self) -> int:
-        return self.isl - self.prefilled
+        return self.isl + self.replay - self.prefilled
 
     @property
     def seq_len(self) -> int:
@@ -81,6 +85,8 @@ class Replica:
     busy: bool = False
     busy_s: float = 0.0
     num_steps: int = 0
+    num_paused: int = 0  # requests paused to free KV blocks (max-utilization)
+    peak_running: int = 0  # most requests it ran at once
     prefix_warm: bool = False  # holds the workload's shared prefix (block reuse)
     held: dict[int, int] = field(default_factory=dict)
     outstanding_tokens: int = 0  # tokens its requests still stand for (kv-aware routing)
@@ -92,10 +98,29 @@ class Replica:
         self.held[c] = max(self.held.get(c, 0), tokens // tpb * tpb)
 
     def blocks_for(self, req: Request) -> int:
-        return -(-req.seq_len // self.instance.tokens_per_block)
+        """Blocks ``req`` must hold here for its next step, under the instance's capacity
+        policy (:func:`pdtrt.perf.scheduling.reserved_tokens`)."""
+        tokens = reserved_tokens(self.instance.capacity_policy, prompt=req.isl, output=req.osl,
+                                 generated=req.generated)
+        return kv_blocks(tokens, self.instance.tokens_per_block)
 
     def prefill_blocks_for(self, req: Request) -> int:
-        return -(-req.isl // self.instance.tokens_per_block)
+        return kv_blocks(req.isl, self.instance.tokens_per_block)
+
+    def reserve(self, req: Request) -> bool:
+        """Grow ``req``'s blocks here to :meth:`blocks_for`; False (nothing taken) when the
+        cache has too few free blocks."""
+        need = self.blocks_for(req) - req.blocks
+        if self.used_blocks + need > self.kv_blocks:
+            return False
+        self.used_blocks += need
+        req.blocks += need
+        return True
+
+    def release(self, req: Request) -> None:
+        """Free the blocks ``req`` holds here."""
+        self.used_blocks -= req.blocks
+        req.blocks = 0
 
     @property
     def num_running(self) -> int:

@@ -1,6 +1,10 @@
 """Simulation runs from a deployment spec: the spec's disaggregated deployment and its
 aggregated baseline, with the spec's workload and SLO unless overridden.
 
+The router's ``routing``, ``max_local_prefill_tokens`` and ``max_prefill_queue_depth`` come
+from the spec's ``router`` section unless overridden (the last two apply to the disaggregated
+deployment only), so a spec ``pdtrt plan`` wrote is simulated as the plan simulated it.
+
 The spec's ``workload.isl`` / ``osl`` are fixed lengths (the ``N`` form of
 :func:`pdtrt.workload.parse_length`); ``--isl`` / ``--osl`` may be any form. A trace given
 without ``--rate`` / ``--concurrency`` is replayed at its own times when its entries carry
@@ -12,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pdtrt.enums import Percentile, ServingBackend, ServingMode
+from pdtrt.enums import Percentile, Routing, ServingBackend, ServingMode
 from pdtrt.errors import PdtrtError
 from pdtrt.perf.configs import aggregated_baseline, serving_from_deployment
 from pdtrt.perf.estimate import ServingConfig
 from pdtrt.perf.factors import load_factors
+from pdtrt.perf.scheduling import CapacityPolicy
 from pdtrt.sim.config import SimConfig
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
 from pdtrt.sim.workload import SimWorkload
@@ -26,7 +31,11 @@ from pdtrt.workload.lengths import LengthDist
 from pdtrt.workload.slo import SLO
 from pdtrt.workload.trace import read_trace
 
-__all__ = ["SimOverrides", "sim_configs", "spec_slo"]
+__all__ = ["ROUTING", "SimOverrides", "sim_configs", "spec_slo"]
+
+# the router's routings (spec router.routing) as the simulator's policies
+ROUTING = {Routing.LEAST_LOAD: RoutingPolicy.LEAST_LOADED,
+           Routing.ROUND_ROBIN: RoutingPolicy.ROUND_ROBIN, Routing.KV_AWARE: RoutingPolicy.KV_AWARE}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,14 +55,16 @@ class SimOverrides:
     prefill_instances: int | None = None
     decode_instances: int | None = None
     batch_policy: BatchPolicy = BatchPolicy.CHUNKED
-    routing: RoutingPolicy = RoutingPolicy.LEAST_LOADED
+    routing: RoutingPolicy | None = None
     backend: ServingBackend = ServingBackend.TRTLLM
     factors_file: Path | None = None
     shared_prefix: int = 0
     turns: int = 1
     think_s: float = 0.0
     followup_isl: LengthDist | None = None
-    max_local_prefill_tokens: int = 0
+    max_local_prefill_tokens: int | None = None
+    max_prefill_queue_depth: float | None = None
+    capacity_policy: CapacityPolicy = CapacityPolicy.GUARANTEED_NO_EVICT
 
 
 def _workload(dep: Deployment, o: SimOverrides) -> SimWorkload:
@@ -89,6 +100,12 @@ def sim_configs(dep: Deployment, o: SimOverrides) -> list[SimConfig]:
     """One :class:`SimConfig` per requested mode, in ``o.modes`` order."""
     f = load_factors(o.backend, o.factors_file)
     workload = _workload(dep, o)
+    router = dep.spec.router
+    routing = o.routing or ROUTING[router.routing]
+    local = (router.max_local_prefill_tokens if o.max_local_prefill_tokens is None
+             else o.max_local_prefill_tokens)
+    depth = (router.max_prefill_queue_depth if o.max_prefill_queue_depth is None
+             else o.max_prefill_queue_depth)
     out = []
     for mode in o.modes:
         serving: ServingConfig
@@ -99,9 +116,15 @@ def sim_configs(dep: Deployment, o: SimOverrides) -> list[SimConfig]:
             serving = replace(serving,
                               prefill_instances=o.prefill_instances or serving.prefill_instances,
                               decode_instances=o.decode_instances or serving.decode_instances)
+        serving = replace(serving, prefill=replace(serving.prefill,
+                                                   capacity_policy=o.capacity_policy),
+                          decode=serving.decode and replace(serving.decode,
+                                                            capacity_policy=o.capacity_policy))
         out.append(SimConfig(serving=serving, factors_prefill=f, factors_decode=f,
                              workload=workload, num_requests=o.num_requests, seed=o.seed,
-                             batch_policy=o.batch_policy, routing=o.routing,
+                             batch_policy=o.batch_policy, routing=routing,
                              slo=spec_slo(dep),
-                             max_local_prefill_tokens=o.max_local_prefill_tokens))
+                             **({"max_local_prefill_tokens": local,
+                                 "max_prefill_queue_depth": depth}
+                                if mode is ServingMode.DISAGGREGATED else {})))
     return out

@@ -51,6 +51,7 @@ class ReuseStats:
     computed_prompt_tokens: int
     kv_transfer_bytes: int
     num_local_prefills: int  # disaggregated, prefilled by the decode replica itself
+    num_local_queued: int  # of those, because the prefill pool was queued (prefill_queued)
     num_remote_prefills: int  # disaggregated, prefilled by a prefill replica
     ttft_first_turn_s: np.ndarray
     ttft_later_turns_s: np.ndarray
@@ -59,6 +60,7 @@ class ReuseStats:
         return {"computed_prompt_tokens": self.computed_prompt_tokens,
                 "kv_transfer_bytes": self.kv_transfer_bytes,
                 "num_local_prefills": self.num_local_prefills,
+                "num_local_queued": self.num_local_queued,
                 "num_remote_prefills": self.num_remote_prefills,
                 "ttft_first_turn_ms": Dist.of_seconds(self.ttft_first_turn_s).to_dict(),
                 "ttft_later_turns_ms": Dist.of_seconds(self.ttft_later_turns_s).to_dict()}

@@ -23,7 +23,7 @@ from pdtrt.sim.state import SimState
 from pdtrt.sim.workload import generate_conversations
 from pdtrt.workload.arrivals import LoopKind
 
-__all__ = ["run_events", "simulate"]
+__all__ = ["run_events", "run_to_end", "simulate"]
 
 
 def run_events(state: SimState, initial: list[Event], *, max_events: int = 50_000_000) -> None:
@@ -49,6 +49,11 @@ def run_events(state: SimState, initial: list[Event], *, max_events: int = 50_00
 def simulate(config: SimConfig) -> SimResult:
     """Simulate ``config``. Randomness comes only from ``config.seed`` (request lengths and
     arrival times, as :mod:`pdtrt.workload` draws them), so a seed gives one result."""
+    return _result(config, run_to_end(config))
+
+
+def run_to_end(config: SimConfig) -> SimState:
+    """Run ``config`` until no event is left; the final state (replicas, requests)."""
     state = SimState(config)
     convs = generate_conversations(config.workload, config.seed, config.num_requests)
     state.conversations = {conv[0].conversation: conv for conv in convs}
@@ -60,7 +65,7 @@ def simulate(config: SimConfig) -> SimResult:
     else:
         initial = [RequestArrival.sent(c[0], c[0].arrival_s, state) for c in convs]
     run_events(state, initial)
-    return _result(config, state)
+    return state
 
 
 def _utilisation(state: SimState) -> dict[str, float]:
@@ -98,7 +103,7 @@ def _reuse(config: SimConfig, measured: list[Request]) -> ReuseStats | None:
     """Prefix reuse, prefill paths and TTFT by turn -- reported when conversations, kv-aware
     routing or conditional disaggregation are asked for."""
     if (config.workload.turns == 1 and config.routing is not RoutingPolicy.KV_AWARE
-            and not config.max_local_prefill_tokens):
+            and not config.conditional):
         return None
     done = [r for r in measured if r.done_s is not None and r.first_token_s is not None]
     disagg = config.serving.mode is ServingMode.DISAGGREGATED
@@ -106,6 +111,7 @@ def _reuse(config: SimConfig, measured: list[Request]) -> ReuseStats | None:
         computed_prompt_tokens=sum(r.isl - r.cached for r in measured),
         kv_transfer_bytes=sum(r.kv_transfer_bytes for r in measured),
         num_local_prefills=sum(1 for r in measured if r.local_prefill),
+        num_local_queued=sum(1 for r in measured if r.queued_local),
         num_remote_prefills=sum(1 for r in measured if disagg and not r.local_prefill),
         ttft_first_turn_s=np.array([r.first_token_s - r.arrival_s for r in done
                                     if r.turn == 0]),

@@ -13,7 +13,7 @@ from collections import deque
 
 from pdtrt.enums import ServingMode
 from pdtrt.perf.link import kv_transfer_s
-from pdtrt.prefill_policy import PrefillPath, PrefillPolicy, choose_path
+from pdtrt.prefill_policy import PrefillPath, PrefillPolicy, Reason, choose_path
 from pdtrt.sim.config import SimConfig
 from pdtrt.sim.entities import Link, Replica, ReplicaRole, Request
 from pdtrt.sim.scheduling import ROUTERS, RoutingPolicy
@@ -47,6 +47,7 @@ class SimState:
                 for i in range(s.decode_instances)]
         self.links = [Link(index=i) for i in range(len(self.replicas.get(ReplicaRole.DECODE,
                                                                           [])))]
+        # kv-aware is least-loaded with its cost first (State.choose)
         self.route_entry = ROUTERS.get(config.routing, ROUTERS[RoutingPolicy.LEAST_LOADED])()
         self.route_decode = ROUTERS[RoutingPolicy.LEAST_LOADED]()
         self.requests: list[Request] = []
@@ -89,27 +90,32 @@ class SimState:
     def choose(self, role: ReplicaRole, req: Request) -> Replica:
         """The replica of ``role`` that gets ``req``: with kv-aware routing the least
         ``(isl - cached there) x kv_overlap_weight + outstanding tokens`` (the router's
-        ``_kv_cost``), then the least loaded, then the lowest index; otherwise the entry
-        pool's policy, and least-loaded for decode."""
+        ``_kv_cost``), then the least loaded, then the least recently chosen; otherwise the
+        entry pool's policy, and least-loaded for decode."""
         replicas = self.replicas[role]
+        route = self.route_decode if role is ReplicaRole.DECODE else self.route_entry
         if self.config.routing is RoutingPolicy.KV_AWARE:
             w = self.config.kv_overlap_weight
-            return min(replicas, key=lambda r: (
-                w * (req.isl - self.cached_prefix(req, r)) + r.outstanding_tokens, r.load,
-                r.index))
-        return (self.route_decode if role is ReplicaRole.DECODE else self.route_entry)(replicas)
+            return route(replicas, lambda r: (
+                w * (req.isl - self.cached_prefix(req, r)) + r.outstanding_tokens))
+        return route(replicas)
 
-    def prefills_locally(self, req: Request, decode: Replica) -> bool:
-        """Conditional disaggregation: whether ``decode`` prefills ``req`` itself, by the
-        router's rule (:func:`pdtrt.prefill_policy.choose_path`)."""
-        if not self.config.max_local_prefill_tokens:
-            return False
+    def local_prefill_reason(self, req: Request, decode: Replica) -> Reason | None:
+        """Conditional disaggregation: why ``decode`` prefills ``req`` itself (None: it does
+        not), by the router's rule (:func:`pdtrt.prefill_policy.choose_path`); the prefill
+        pool's queue depth is the requests its least loaded replica holds (the router's
+        calls in flight per instance at its least loaded endpoint)."""
+        if not self.config.conditional:
+            return None
         policy = PrefillPolicy(max_local_prefill=self.config.max_local_prefill_tokens,
+                               max_prefill_queue_depth=self.config.max_prefill_queue_depth,
                                local_prefill_limit=decode.instance.max_num_tokens)
-        path, _ = choose_path(policy, prompt_tokens=req.isl,
-                              cached_tokens=self.cached_prefix(req, decode),
-                              has_aggregated=False, prefill_queue_depth=None)
-        return path is PrefillPath.LOCAL
+        prefills = self.replicas.get(ReplicaRole.PREFILL, [])
+        path, reason = choose_path(
+            policy, prompt_tokens=req.isl, cached_tokens=self.cached_prefix(req, decode),
+            has_aggregated=False,
+            prefill_queue_depth=min(r.load for r in prefills) if prefills else None)
+        return reason if path is PrefillPath.LOCAL else None
 
     def kv_transfer_s(self, req: Request) -> float:
         s = self.config.serving

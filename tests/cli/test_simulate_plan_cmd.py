@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import yaml
 from conftest import EXAMPLES
 
 from pdtrt.enums import Phase
@@ -176,7 +178,7 @@ def test_simulate_conversations_kv_aware_and_local_prefill(run):
     assert r["reuse"]["num_local_prefills"] == 0 < lo["reuse"]["num_local_prefills"]
     assert lo["reuse"]["kv_transfer_bytes"] < r["reuse"]["kv_transfer_bytes"]
     assert set(lo["reuse"]) == {"computed_prompt_tokens", "kv_transfer_bytes",
-                                "num_local_prefills", "num_remote_prefills",
+                                "num_local_prefills", "num_local_queued", "num_remote_prefills",
                                 "ttft_first_turn_ms", "ttft_later_turns_ms"}
     assert lo["prompt_tokens"] - lo["cached_prompt_tokens"] == \
         lo["reuse"]["computed_prompt_tokens"]
@@ -188,3 +190,83 @@ def test_simulate_conversations_kv_aware_and_local_prefill(run):
     bad = run("simulate", SEED, *FAST, "--think-s", "2")
     assert bad.exit_code != 0 and "more than one turn" in bad.output
     assert run("simulate", SEED, "--turns", "0").exit_code == 2
+
+
+def dep_label(dep) -> str:
+    """The planner's label of a loaded spec's disaggregated configuration."""
+    from pdtrt.perf.configs import serving_from_deployment
+
+    return serving_from_deployment(dep).label()
+
+
+def test_plan_a_chat_workload(run, tmp_path):
+    """--shared-prefix / --turns / --think-s / --followup-isl: planned with block reuse and
+    kv_aware routing, compared with least_load, the spec serving what was simulated."""
+    spec = tmp_path / "chat.yaml"
+    args = ("plan", "--model", M8B, "--gpus", "h100-sxm,l40s", "--isl", "1200", "--osl", "100",
+            "--shared-prefix", "1000", "--turns", "3", "--think-s", "1", "--followup-isl", "80",
+            "--rate", "6", "--ttft-p90", "500", "--itl-p90", "30", "--max-gpus", "4")
+    result = run(*args, "-o", str(spec))
+    assert result.exit_code == 0, result.output
+    assert "KV-aware routing on " in result.stdout and "with least_load (" in result.stdout
+    assert "conditional disaggregation on disagg " in result.stdout
+    dep = load_deployment(spec)
+    assert dep.spec.router.routing.value == "kv_aware"
+    assert dep.spec.decode.engine.enable_block_reuse
+    assert dep.spec.prefill.engine.max_input_len == 1200 + 2 * (100 + 80)
+    data = json.loads(run(*args, "--json").stdout)
+    # the header's simulate command reproduces the plan's run of the spec's configuration
+    (line,) = [x for x in spec.read_text().splitlines() if "simulate it as planned" in x]
+    argv = line.split("THIS_FILE ")[1].split(" (its --rate")[0].split()
+    again = json.loads(run("simulate", str(spec), *argv, "--json").stdout)["results"][0]
+    (planned,) = [c["simulation"] for c in data["ranked"] if c["config"] == dep_label(dep)]
+    assert again["goodput_req_per_s"] == pytest.approx(planned["goodput_req_per_s"], rel=0.01)
+    assert again["reuse"]["computed_prompt_tokens"] == pytest.approx(
+        planned["reuse"]["computed_prompt_tokens"], rel=0.01)
+    kv, least = data["routing"]["runs"]["kv_aware"], data["routing"]["runs"]["least_load"]
+    assert kv["prompt_tokens"] == pytest.approx(least["prompt_tokens"], rel=0.01)
+    assert kv["prompt_tokens"] > kv["computed_prompt_tokens"]
+    assert data["local_prefill"]["chosen"] == 0 and data["local_prefill"]["runs"] == {}
+    bad = run(*args[:-2], "--shared-prefix", "1300")
+    assert bad.exit_code == 2 and "not within the first turn's prompt of 1200" in bad.stderr
+    bad = run("plan", "--model", M8B, "--gpus", "l40s", "--isl", "100", "--osl", "10",
+              "--rate", "1", "--ttft-p90", "500", "--itl-p90", "50", "--think-s", "2")
+    assert bad.exit_code == 2 and "more than one turn" in bad.stderr
+
+
+def test_simulate_takes_the_router_settings_from_the_spec(run, tmp_path):
+    """routing / max_local_prefill_tokens / max_prefill_queue_depth: the spec's router section
+    unless a flag overrides it; --max-prefill-queue-depth sends prompts local while the one
+    prefill instance is queued."""
+    spec = yaml.safe_load(open(SEED).read())
+    spec["router"] = {**spec.get("router", {}), "routing": "kv_aware",
+                      "max_prefill_queue_depth": 2}
+    path = tmp_path / "queued.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    args = ("simulate", str(path), *FAST, "--mode", "disaggregated", "--rate", "12", "--isl",
+            "400", "--osl", "40")
+    from_spec = json.loads(run(*args, "--json").stdout)["results"][0]
+    assert from_spec["reuse"]["num_local_queued"] == from_spec["reuse"]["num_local_prefills"] > 0
+    off = json.loads(run(*args, "--max-prefill-queue-depth", "0", "--routing", "least_load",
+                         "--json").stdout)["results"][0]
+    assert "reuse" not in off  # least_load, nothing conditional: no reuse block
+    table = run(*args)
+    assert "local as the prefill pool was queued)" in table.stdout
+
+
+def test_simulate_capacity_policy(run):
+    # one L40S decode instance and long answers: the KV cache bounds the batch, so
+    # max-utilization runs more requests at once than guaranteed-no-evict (and pauses some)
+    args = ("simulate", SEED, "--num-requests", "100", "--mode", "disaggregated",
+            "--concurrency", "100", "--isl", "3000", "--osl", "3000", "--decode-instances",
+            "1", "--json")
+    out = {}
+    for policy in ("guaranteed-no-evict", "max-utilization"):
+        result = run(*args, "--capacity-policy", policy)
+        assert result.exit_code == 0, result.output
+        (res,) = json.loads(result.stdout)["results"]
+        assert res["num_unfinished"] == 0
+        out[policy] = res
+    assert out["max-utilization"]["tpot_ms"] != out["guaranteed-no-evict"]["tpot_ms"]
+    bad = run(*args, "--capacity-policy", "static")
+    assert bad.exit_code != 0 and "static" in bad.output

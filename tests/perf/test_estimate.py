@@ -85,8 +85,9 @@ def test_closed_loop_queueing_raises_ttft_and_tpot(llama8b, catalog):
     tpot = [e.point.tpot_s for e in ests]
     assert ttft == sorted(ttft) and tpot == sorted(tpot)
     # queueing, not a roofline at fixed batch; prompts run ahead of decodes, so most of the
-    # load goes into TPOT (every prompt stalls every decode) and TTFT stays bounded
-    assert ttft[-1] > 2.5 * ttft[0] and tpot[-1] > 5 * tpot[0]
+    # load goes into TPOT (every prompt stalls every decode) and TTFT stays bounded: prompts
+    # that wait together share a step (two 3000-token prompts per 8192-token step here)
+    assert ttft[-1] > 2 * ttft[0] and tpot[-1] > 5 * tpot[0]
     many = estimate(agg(llama8b, h100), Load(isl=3000, osl=500, concurrency=1024), F)
     assert any(x.startswith("KV-bound: 1024 clients") for x in many.limits)
     assert ttft[-1] < many.ttft_s < math.inf  # the clients beyond the KV cache wait a slot

@@ -132,9 +132,9 @@ def test_head_of_line_blocking_in_aggregated(llama8b, h100):
     d = run(disagg(llama8b, h100, h100, 3, 1), w)
     assert a.itl_ms.p99 > 5 * a.itl_ms.p50  # decode steps stall behind 6000-token prefills
     assert d.itl_ms.p99 < 1.5 * d.itl_ms.p50
-    # at high load with long prompts disaggregation wins TTFT and TPOT at equal GPU count
+    # at high load with long prompts disaggregation wins TPOT at equal GPU count (TTFT is
+    # close: four aggregated entry replicas that take turns against three prefill replicas)
     assert d.num_gpus == a.num_gpus == 4
-    assert d.ttft_ms.p90 < a.ttft_ms.p90
     assert d.tpot_ms.p90 < a.tpot_ms.p90
 
 

@@ -30,16 +30,13 @@ class ReplicaSchedule:
         replica = state.replica(self.role, self.index)
         events: list[Event] = []
         if self.role is ReplicaRole.DECODE:
-            # Reserve the whole sequence's KV, then queue the pull on this replica's link.
+            # Reserve its KV (the capacity policy's share), then queue the pull on the link.
             link = state.links[self.index]
             while replica.waiting and replica.num_running + len(link.queue) + (
                     1 if link.busy else 0) < replica.instance.max_batch_size:
-                req = replica.waiting[0]
-                need = replica.blocks_for(req)
-                if replica.used_blocks + need > replica.kv_blocks:
+                if not replica.reserve(replica.waiting[0]):
                     break
-                replica.used_blocks += need
-                replica.waiting.popleft()
+                req = replica.waiting.popleft()
                 link.queue.append(req)
             events += start_transfer(state, link)
         if replica.busy:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from pdtrt.prefill_policy import Reason
 from pdtrt.sim.entities import ReplicaRole
 from pdtrt.sim.events.base import Event, EventOrder
 from pdtrt.sim.workload import RequestSpec
@@ -41,10 +42,12 @@ class RequestArrival:
 
     def handle(self, state: SimState) -> list[Event]:
         req = state.new_request(self.spec, sent_s=self.sent_s)
-        if state.config.max_local_prefill_tokens and ReplicaRole.DECODE in state.replicas:
+        if state.config.conditional and ReplicaRole.DECODE in state.replicas:
             decode = state.choose(ReplicaRole.DECODE, req)
-            if state.prefills_locally(req, decode):
+            reason = state.local_prefill_reason(req, decode)
+            if reason is not None:
                 req.local_prefill, req.decode_replica = True, decode.index
+                req.queued_local = reason is Reason.PREFILL_QUEUED
                 req.prefilled = req.cached = state.cached_prefix(req, decode)
                 req.decode_tokens = req.isl - req.cached + req.osl
                 decode.outstanding_tokens += req.decode_tokens

@@ -68,7 +68,12 @@ class StepEnd:
                 finished.append(req)
         for req, tokens in self.batch.chunks:
             req.prefilled += tokens
-            if req.prefilled < req.isl:
+            if req.prefill_left > 0:
+                continue
+            if req.replay:  # paused and prefilled again: it decodes on from where it was
+                req.prefilled, req.replay = req.isl, 0
+                replica.prefilling.remove(req)
+                replica.decoding.append(req)
                 continue
             req.generated, req.first_token_s, req.last_token_s = 1, now, now
             replica.prefilling.remove(req)
@@ -81,7 +86,7 @@ class StepEnd:
                 if self.role is ReplicaRole.PREFILL:
                     replica.used_blocks -= replica.prefill_blocks_for(req)
                 else:
-                    replica.used_blocks -= replica.blocks_for(req)
+                    replica.release(req)
                 events += _finish(state, replica, req)
             elif self.role is ReplicaRole.PREFILL:
                 decode = state.choose(ReplicaRole.DECODE, req)
@@ -94,7 +99,7 @@ class StepEnd:
                 replica.decoding.append(req)
         for req in finished:
             replica.decoding.remove(req)
-            replica.used_blocks -= replica.blocks_for(req)
+            replica.release(req)
             events += _finish(state, replica, req)
         state.want_schedule(self.role, self.index)
         return events
