@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The seed scenario's cost per million tokens against the request rate, and where the split pays.
 
-    .venv/bin/python benchmarks/seed_crossover.py     # ~11 min; writes the PNG and results below
+    .venv/bin/python benchmarks/seed_crossover.py     # 11-20 min; writes the PNG and results below
     .venv/bin/python benchmarks/seed_crossover.py --replot    # redraw the PNG from the JSON
 
 The seed spec (docs/examples/llama3-8b-h100-l40s-trtllm-0.21.yaml: Llama-3.1-8B, BF16 weights,
