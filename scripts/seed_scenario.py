@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 from pdtrt.enums import WeightQuant  # noqa: E402
 from pdtrt.perf.configs import aggregated_baseline, serving_from_deployment  # noqa: E402
 from pdtrt.perf.factors import load_factors  # noqa: E402
-from pdtrt.sim import SimConfig, Workload, simulate  # noqa: E402
+from pdtrt.sim import SimConfig, SimWorkload, simulate  # noqa: E402
 from pdtrt.spec.load import load_deployment  # noqa: E402
 from pdtrt.workload import SLO, LengthDist  # noqa: E402
 
@@ -31,7 +31,7 @@ SPEC_SLO = SLO(ttft_ms=1000, itl_ms=30)
 
 
 def run(serving, rate, n, f):
-    w = Workload(rate_per_s=rate, isl=LengthDist.fixed(3000), osl=LengthDist.fixed(500))
+    w = SimWorkload(rate_per_s=rate, isl=LengthDist.fixed(3000), osl=LengthDist.fixed(500))
     return simulate(SimConfig(serving=serving, factors_prefill=f, factors_decode=f,
                               workload=w, num_requests=n, slo=SPEC_SLO))
 

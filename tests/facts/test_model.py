@@ -165,3 +165,11 @@ def test_builtins_are_the_shared_configs():
 def test_tiny_llama_matches_reference_size():
     # cpu-triton.md: the tiny seeded Llama of the reference engine has 139,584 parameters.
     assert load_model_facts("pdtrt/tiny-llama").num_params == 139_584
+
+
+def test_llama2_70b_builtin_matches_its_published_size():
+    # pdtrt/data/models/meta-llama--Llama-2-70b-hf.json holds the values of the public HF
+    # config (docs/model-facts.md); 68,976,648,192 is the count published with the model.
+    m = load_model_facts("meta-llama/Llama-2-70b-hf")
+    assert m.num_params == 68_976_648_192
+    assert (m.num_kv_heads, m.max_seq_len, m.vocab_size) == (8, 4096, 32000)
