@@ -27,7 +27,7 @@ from pdtrt.perf.estimate import ServingConfig
 from pdtrt.perf.factors import EfficiencyFactors
 from pdtrt.perf.hardware import Instance
 from pdtrt.perf.link import kv_link
-from pdtrt.perf.step import decode_work, prefill_chunk_work, step_time
+from pdtrt.perf.step import decode_work, prefill_chunk_work, prefill_time_s, step_time
 
 __all__ = ["MAX_UTILISATION", "SearchBounds", "candidate_configs"]
 
@@ -79,13 +79,13 @@ def _fewest(load: Callable[[int], float], most: int = 4096) -> int:
 
 
 def _decode_batch(inst: Instance, f: EfficiencyFactors, context: float,
-                  itl_target_s: float | None, least: int = 1) -> tuple[int, float]:
+                  itl_target_s: float | None) -> tuple[int, float]:
     """The decode batch an instance is sized for, and its step time: all it holds, or with an
-    ITL target the largest batch whose step meets it (at least ``least``)."""
+    ITL target the largest batch whose step meets it."""
     batch = inst.max_batch_size
     tau = step_time(decode_work(batch, int(batch * context)), inst, f).total_s
-    while itl_target_s is not None and batch > least and tau > itl_target_s:
-        batch = max(least, int(batch * 0.8))
+    while itl_target_s is not None and batch > 1 and tau > itl_target_s:
+        batch = max(1, int(batch * 0.8))
         tau = step_time(decode_work(batch, int(batch * context)), inst, f).total_s
     return batch, tau
 
@@ -114,18 +114,22 @@ def candidate_configs(model: ModelFacts, gpus: Sequence[GPU], f: EfficiencyFacto
         for inst in _instances(model, gpus, seq_len=seq, weights=weights, kv_dtype=kv_dtype,
                                max_num_tokens=tokens):
             inst = _with_batch(inst, seq)
-            # the batch meeting the ITL target, but at least 64 (mixed steps stretch anyway:
-            # the simulation decides whether an instance count meets the target)
-            batch, tau = _decode_batch(inst, f, context, itl_target_s,
-                                       least=min(inst.max_batch_size, 64))
+            # Two guesses; the range covers both, the screen and the simulation decide.
+            # Fewest: a prompt rides in the decode steps (in-flight batching) and costs what
+            # it adds to them, at the largest batch whose step meets the ITL target.
+            batch, tau = _decode_batch(inst, f, context, itl_target_s)
             dec = decode_work(batch, int(batch * context))
-            # a prompt rides in the decode steps (in-flight batching): it costs what it adds
-            # to them, not a step of its own (chunked when it does not fit one step's budget)
             t_pf = step_time(dec + prefill_chunk_work(computed), inst, f).total_s - tau
-            # work per request: its prefill plus its share of decode steps
-            per_request = t_pf + (osl - 1) * tau / batch
-            n0 = max(1, math.ceil(rate_per_s * per_request / MAX_UTILISATION))
-            for n in range(n0, n0 + EXTRA_INSTANCES + 1):
+            n_lo = max(1, math.ceil(rate_per_s * (t_pf + (osl - 1) * tau / batch)
+                                    / MAX_UTILISATION))
+            # Most: a prompt costs a prefill of its own and decodes run 64 at a time (the
+            # steps it stretches must stay within the ITL target: long prompts, tight targets)
+            small = min(inst.max_batch_size, 64)
+            tau_small = step_time(decode_work(small, int(small * context)), inst, f).total_s
+            n_hi = max(1, math.ceil(rate_per_s * (prefill_time_s(inst, f, computed)
+                                                  + (osl - 1) * tau_small / small)
+                                    / MAX_UTILISATION))
+            for n in range(min(n_lo, n_hi), n_hi + EXTRA_INSTANCES + 1):
                 cfg = ServingConfig(mode=ServingMode.AGGREGATED, prefill=inst,
                                     prefill_instances=n)
                 if bounds.allows(cfg):
@@ -137,15 +141,19 @@ def candidate_configs(model: ModelFacts, gpus: Sequence[GPU], f: EfficiencyFacto
     decodes = [_with_batch(d, seq) for d in _instances(
         model, gpus, seq_len=seq, weights=weights, kv_dtype=kv_dtype, max_num_tokens=1024)]
     for pre in prefills:
-        a0 = _fewest(lambda a, pre=pre: prompt_steps(
+        # prompts share prompt-only steps (the fewest instances), or one prefill each (the
+        # old, unbatched guess: it holds a tight TTFT target's queueing); the range covers both
+        a_lo = _fewest(lambda a, pre=pre: prompt_steps(
             pre, f, isl=computed, rate_per_s=rate_per_s / a).utilisation)
+        a_hi = max(a_lo, math.ceil(rate_per_s * prefill_time_s(pre, f, computed)
+                                   / MAX_UTILISATION))
         for dec in decodes:
             batch, tau = _decode_batch(dec, f, context, itl_target_s)
             # one instance runs `batch` sequences, each holding its slot for (osl - 1) steps
             per_instance_rate = batch / max((osl - 1) * tau, 1e-9)
             b0 = max(1, math.ceil(rate_per_s / (per_instance_rate * MAX_UTILISATION)))
             link = kv_link(pre.gpu, dec.gpu, same_node=same_node)
-            for a in range(a0, a0 + EXTRA_INSTANCES):
+            for a in range(a_lo, a_hi + EXTRA_INSTANCES):
                 for b in range(max(1, b0 - 1), b0 + EXTRA_INSTANCES + 1):
                     cfg = ServingConfig(mode=ServingMode.DISAGGREGATED, prefill=pre,
                                         prefill_instances=a, decode=dec, decode_instances=b,

@@ -19,9 +19,10 @@ request's next block does not fit the last started request is paused: its blocks
 and it is prefilled again (prompt and the tokens it had generated) when it is admitted again.
 Prefill replicas reserve the prompt only.
 
-Routing: ``round-robin`` or ``least-loaded`` (fewest requests held, lowest index on ties);
-``kv-aware`` needs each request's cached tokens per replica, so the state chooses with it
-(:meth:`pdtrt.sim.state.SimState.choose`).
+Routing: ``round-robin`` or ``least-loaded`` (fewest requests held, then the least recently
+chosen, as the router's pools break ties); ``kv-aware`` is least-loaded with a cost first (each
+request's net-new tokens per replica, which the state knows: :meth:`pdtrt.sim.state.SimState.
+choose`).
 
 A decode replica's ``local_waiting`` requests (conditional disaggregation: it prefills them
 itself) are admitted like an aggregated replica's new requests.
