@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from pdtrt.perf.estimate import ServingConfig
 from pdtrt.sim.config import SimConfig
 from pdtrt.sim.metrics import SimResult
 from pdtrt.sim.scheduling import RoutingPolicy
@@ -107,11 +106,12 @@ class LocalPrefillSweep:
                 "queue_runs": {str(k): v.to_dict() for k, v in self.queue_runs.items()}}
 
 
-def compare_routing(base: SimConfig, config: ServingConfig, kv_aware: SimResult,
+def compare_routing(base: SimConfig, kv_aware: SimResult,
                     simulate: Simulate) -> RoutingComparison:
-    """``config`` (already simulated with kv_aware routing: ``kv_aware``) again with
+    """``base`` (already simulated with kv_aware routing: ``kv_aware``) again with
     least_load routing on the same workload and seed."""
-    least = simulate(replace(base, serving=config, routing=RoutingPolicy.LEAST_LOADED))
+    config = base.serving
+    least = simulate(replace(base, routing=RoutingPolicy.LEAST_LOADED))
     choice = config.prefill_instances > 1 or (config.decode is not None
                                               and config.decode_instances > 1)
     return RoutingComparison(config=config.label(), has_choice=choice, runs={
@@ -131,10 +131,12 @@ def _better(a: tuple[float, SimRun], b: tuple[float, SimRun]) -> bool:
     return la < lb if la != lb else ta < tb
 
 
-def sweep_local_prefill(base: SimConfig, config: ServingConfig, shape: ConversationShape,
+def sweep_local_prefill(base: SimConfig, verified: SimResult, shape: ConversationShape,
                         simulate: Simulate) -> LocalPrefillSweep:
-    """The threshold of conditional disaggregation for the disaggregated ``config``."""
-    assert config.decode is not None
+    """The thresholds of conditional disaggregation for ``base``'s disaggregated
+    configuration, whose run without them is ``verified``."""
+    config = base.serving
+    assert config.decode is not None and not base.conditional
     limit = config.decode.max_num_tokens
     label = config.label()
     if shape.isl > limit:  # turn 0 is every conversation's shortest prompt
@@ -146,8 +148,8 @@ def sweep_local_prefill(base: SimConfig, config: ServingConfig, shape: Conversat
     # past the longest prompt a larger threshold changes nothing
     longer = [t for t in steps if t >= shape.longest_prompt]
     steps = [t for t in steps if t < shape.longest_prompt] + longer[:1]
-    base = replace(base, serving=config)
-    runs = {t: SimRun.of(simulate(replace(base, max_local_prefill_tokens=t))) for t in steps}
+    runs = {t: SimRun.of(verified if t == 0 else
+                         simulate(replace(base, max_local_prefill_tokens=t))) for t in steps}
     chosen = _best(runs)
     queue_runs = {d: runs[chosen] if d == 0 else SimRun.of(simulate(replace(
         base, max_local_prefill_tokens=chosen, max_prefill_queue_depth=d)))

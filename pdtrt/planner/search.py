@@ -139,14 +139,14 @@ def _candidates(req: PlanRequest) -> list[PlanCandidate]:
     """Every point of the space with its analytical operating point and screen (a chat
     workload's: at the tokens its prefills compute, see module doc)."""
     shape, out = req.shape, []
-    computed = shape.mean_computed_tokens(block=Instance.tokens_per_block) if shape.reuses else None
+    isl = (max(1, round(shape.mean_computed_tokens(block=Instance.tokens_per_block)))
+           if shape.reuses else req.isl)  # what a prefill computes, on average
     for config in candidate_configs(
             req.model, req.gpus, req.factors, isl=shape.longest_prompt, osl=req.osl,
             rate_per_s=req.rate_per_s, weights=req.weights, kv_dtype=req.kv_dtype,
             bounds=req.bounds, same_node=req.same_node,
             itl_target_s=req.slo.itl_ms / 1e3 if req.slo.itl_ms else None,
-            prefill_isl=computed, context=shape.mean_prompt + req.osl / 2):
-        isl = max(1, round(computed)) if computed is not None else req.isl
+            prefill_isl=isl, context=shape.mean_prompt + req.osl / 2):
         p = operating_point(config, req.factors, req.factors, isl=isl, osl=req.osl,
                             rate_per_s=req.rate_per_s)
         out.append(PlanCandidate(config=config, point=p, screen_ok=screen(p, req.slo),
@@ -184,11 +184,11 @@ def plan(req: PlanRequest) -> Plan:
     if ranked and req.shape.reuses:
         chosen = ranked[0]
         assert chosen.sim is not None
-        routing = compare_routing(_sim_config(req, chosen.config), chosen.config, chosen.sim,
-                                  simulate)
+        routing = compare_routing(_sim_config(req, chosen.config), chosen.sim, simulate)
     disagg = next((c for c in ranked if c.config.mode is ServingMode.DISAGGREGATED), None)
     if disagg is not None:
-        local = sweep_local_prefill(_sim_config(req, disagg.config), disagg.config, req.shape,
+        assert disagg.sim is not None
+        local = sweep_local_prefill(_sim_config(req, disagg.config), disagg.sim, req.shape,
                                     simulate)
     return Plan(request=req, candidates=tuple(everything), ranked=tuple(ranked),
                 verdict=_verdict(ranked, screened, everything, req), routing=routing,

@@ -100,7 +100,7 @@ def _with_batch(inst: Instance, seq_len: int) -> Instance:
 def candidate_configs(model: ModelFacts, gpus: Sequence[GPU], f: EfficiencyFactors, *,
                       isl: int, osl: int, rate_per_s: float, weights: WeightQuant,
                       kv_dtype: KVDType, bounds: SearchBounds, itl_target_s: float | None = None,
-                      same_node: bool = False, prefill_isl: float | None = None,
+                      same_node: bool = False, prefill_isl: int | None = None,
                       context: float | None = None) -> Iterator[ServingConfig]:
     """Every configuration of the space (see module doc) within ``bounds``. ``isl`` is the
     longest prompt (engine limits, what must fit in memory); a chat workload with block reuse
@@ -108,7 +108,7 @@ def candidate_configs(model: ModelFacts, gpus: Sequence[GPU], f: EfficiencyFacto
     decodes at a mean context of ``context`` tokens (default ``isl + osl / 2``)."""
     seq = isl + osl
     context = isl + osl / 2 if context is None else context
-    computed = isl if prefill_isl is None else max(1, round(prefill_isl))
+    computed = isl if prefill_isl is None else prefill_isl
     # -- aggregated ------------------------------------------------------------------------
     for tokens in (2048, 8192):
         for inst in _instances(model, gpus, seq_len=seq, weights=weights, kv_dtype=kv_dtype,
@@ -138,8 +138,15 @@ def candidate_configs(model: ModelFacts, gpus: Sequence[GPU], f: EfficiencyFacto
     prefills = [p for tokens in ((8192, 16384) if isl > 4096 else (8192,))
                 for p in _instances(model, gpus, seq_len=isl, weights=weights,
                                     kv_dtype=kv_dtype, max_num_tokens=tokens, max_batch_size=8)]
-    decodes = [_with_batch(d, seq) for d in _instances(
-        model, gpus, seq_len=seq, weights=weights, kv_dtype=kv_dtype, max_num_tokens=1024)]
+    decodes = []  # (instance, first guess of its count)
+    for dec in _instances(model, gpus, seq_len=seq, weights=weights, kv_dtype=kv_dtype,
+                          max_num_tokens=1024):
+        dec = _with_batch(dec, seq)
+        batch, tau = _decode_batch(dec, f, context, itl_target_s)
+        # one instance runs `batch` sequences, each holding its slot for (osl - 1) steps
+        per_instance_rate = batch / max((osl - 1) * tau, 1e-9)
+        decodes.append((dec, max(1, math.ceil(rate_per_s
+                                              / (per_instance_rate * MAX_UTILISATION)))))
     for pre in prefills:
         # prompts share prompt-only steps (the fewest instances), or one prefill each (the
         # old, unbatched guess: it holds a tight TTFT target's queueing); the range covers both
@@ -147,11 +154,7 @@ def candidate_configs(model: ModelFacts, gpus: Sequence[GPU], f: EfficiencyFacto
             pre, f, isl=computed, rate_per_s=rate_per_s / a).utilisation)
         a_hi = max(a_lo, math.ceil(rate_per_s * prefill_time_s(pre, f, computed)
                                    / MAX_UTILISATION))
-        for dec in decodes:
-            batch, tau = _decode_batch(dec, f, context, itl_target_s)
-            # one instance runs `batch` sequences, each holding its slot for (osl - 1) steps
-            per_instance_rate = batch / max((osl - 1) * tau, 1e-9)
-            b0 = max(1, math.ceil(rate_per_s / (per_instance_rate * MAX_UTILISATION)))
+        for dec, b0 in decodes:
             link = kv_link(pre.gpu, dec.gpu, same_node=same_node)
             for a in range(a_lo, a_hi + EXTRA_INSTANCES):
                 for b in range(max(1, b0 - 1), b0 + EXTRA_INSTANCES + 1):

@@ -106,8 +106,8 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
         "slo": req.slo.to_dict(),
         "workload": {"isl": req.isl, "osl": req.osl, "request_rate_per_s": req.rate_per_s},
     }
-    if _router(p):
-        spec = {**spec, "router": _router(p)}
+    if router := _router(p):
+        spec = {**spec, "router": router}
     if two_hosts:  # the other host's router calls this server, and it calls the decode host's
         spec = {**spec, "serving": {"host": "0.0.0.0"}}
     chosen = p.chosen

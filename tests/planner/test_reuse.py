@@ -84,7 +84,7 @@ def test_kv_aware_saves_prompt_tokens_where_there_is_a_choice(llama8b, catalog):
     req = chat(llama8b, catalog, rate=6.0)
     config = disagg(llama8b, catalog.get("h100-sxm"), catalog.get("h100-sxm"), 2, 2)
     base = _sim_config(req, config)
-    comparison = compare_routing(base, config, simulate(base), simulate)
+    comparison = compare_routing(base, simulate(base), simulate)
     kv, ll = comparison.runs["kv_aware"], comparison.runs["least_load"]
     assert kv.computed_prompt_tokens < 0.8 * ll.computed_prompt_tokens
     assert comparison.computed_saved_share > 0.2 and comparison.has_choice
@@ -143,8 +143,8 @@ def test_the_local_prefill_sweep_picks_by_goodput_then_ttft(llama8b, catalog):
     assert all(not _better((d, r), (depth, sweep.queue_runs[depth]))
                for d, r in sweep.queue_runs.items())
     # a fresh sweep of the same configuration is the same (seeded)
-    again = sweep_local_prefill(_sim_config(req, best.config), best.config, req.shape,
-                                simulate)
+    base = _sim_config(req, best.config)
+    again = sweep_local_prefill(base, simulate(base), req.shape, simulate)
     assert (again.chosen, again.runs, again.queue_runs) == (sweep.chosen, sweep.runs,
                                                              sweep.queue_runs)
 
@@ -166,7 +166,7 @@ def test_one_replica_per_pool_leaves_the_routing_no_choice(llama8b, catalog):
     req = chat(llama8b, catalog, rate=2.0)
     config = disagg(llama8b, catalog.get("h100-sxm"), catalog.get("h100-sxm"), 1, 1)
     base = _sim_config(req, config)
-    comparison = compare_routing(base, config, simulate(base), simulate)
+    comparison = compare_routing(base, simulate(base), simulate)
     assert not comparison.has_choice
     kv, ll = comparison.runs["kv_aware"], comparison.runs["least_load"]
     assert kv.computed_prompt_tokens == ll.computed_prompt_tokens
