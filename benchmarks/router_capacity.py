@@ -28,6 +28,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -64,11 +65,14 @@ def _per_token(cpu_s_used: float, tokens: int) -> float:
     return cpu_s_used / tokens * 1e6 if tokens else float("nan")
 
 
-def start(work: Path, rate: float, transport: str = "bls"):
+def start(work: Path, rate: float, transport: str = "bls",
+          also: Callable[[Path, str], None] | None = None):
     """The reference repository's router as ``router_fixed`` (its pools pointed at the
     stand-ins), with ``prefill_fixed`` and ``decode_fixed``; nothing else is in it.
     ``transport``: how the router calls them -- ``bls`` (the same server, pdtrt's default) or
-    ``grpc`` (the same server, as if it were another: tritonclient's gRPC streams)."""
+    ``grpc`` (the same server, as if it were another: tritonclient's gRPC streams). ``also``
+    adds models to the repository before the server starts (it gets the repository and the
+    server's gRPC address)."""
     from pdtrt.serve.launcher import prepare, server_config
     from pdtrt.serve.triton_server import TritonServer, free_port
 
@@ -84,6 +88,8 @@ def start(work: Path, rate: float, transport: str = "bls"):
     url = f"127.0.0.1:{grpc_port}" if transport == "grpc" else ""
     _copy(repo, "router", "router_fixed", None, prefill_model="prefill_fixed",
           decode_model="decode_fixed", aggregated_model="", prefill_url=url, decode_url=url)
+    if also is not None:
+        also(repo, f"127.0.0.1:{grpc_port}")
     for name in ("prefill", "decode", "aggregated", "router", "health"):
         shutil.rmtree(repo / name, ignore_errors=True)  # no engine stubs on the 2 cores
     config = server_config(prepared, grpc_port=grpc_port)
