@@ -32,6 +32,84 @@ def test_a_timed_out_wait_loses_no_response_and_the_stream_goes_on():
     assert asyncio.run(main()) == ("one", ["two"], "ended")
 
 
+def test_a_timed_read_loses_no_response_that_comes_as_its_deadline_fires():
+    async def main():
+        loop = asyncio.get_running_loop()
+        stream = ResponseStream()
+        with pytest.raises(TimeoutError):
+            await stream.read(0.01)
+        stream.put(PhaseResponse(error="late"))
+        after_timeout = (await stream.read(0.01)).error
+
+        def expire_then_put():  # the deadline wins the race: the next read gets it
+            stream._expire()
+            stream.put(PhaseResponse(error="raced"))
+
+        def put_then_expire():  # the response wins: the read returns it
+            stream.put(PhaseResponse(error="first"))
+            stream._expire()
+
+        got = []
+        for race in (expire_then_put, put_then_expire):
+            waiting = asyncio.ensure_future(stream.read(10))
+            await asyncio.sleep(0)
+            loop.call_soon(race)
+            try:
+                got.append((await waiting).error)
+            except TimeoutError:
+                got.append("timed out")
+                got.append((await stream.read(10)).error)
+        return after_timeout, got
+
+    assert asyncio.run(main()) == ("late", ["timed out", "raced", "first"])
+
+
+def test_a_timed_read_waits_its_own_timeout_with_one_timer_per_stream():
+    async def main():
+        loop = asyncio.get_running_loop()
+        stream = ResponseStream()
+        loop.call_later(0.05, stream.put, PhaseResponse(error="one"))
+        await stream.read(0.1)  # arms the timer for t + 0.1
+        timer = stream._timer
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await stream.read(0.1)  # the timer re-arms for this wait's own deadline
+        waited = loop.time() - started
+        loop.call_later(0.01, stream.put, PhaseResponse(error="two"))
+        await stream.read(10)  # arms the timer for t + 10
+        started = loop.time()
+        with pytest.raises(TimeoutError):
+            await stream.read(0.05)  # an earlier deadline than the timer's: it is moved
+        sooner = loop.time() - started
+        loop.call_later(0.15, stream.put, None)
+        end = await stream.read()  # an untimed read does not time out
+        pending = stream._timer
+        await stream.aclose()
+        return timer, waited, sooner, end, pending, stream._timer
+
+    first_timer, waited, sooner, end, pending, after_close = asyncio.run(main())
+    assert waited >= 0.1 - 1e-3 and 0.05 - 1e-3 <= sooner < 1
+    assert first_timer is not None and end is None
+    assert after_close is None and (pending is None or pending.cancelled())
+
+
+def test_closing_a_stream_cancels_its_deadline_timer():
+    async def main():
+        stream = ResponseStream()
+        stream.put(PhaseResponse(error="one"))
+        await stream.read(10)  # ready: no timer
+        assert stream._timer is None
+        waiting = asyncio.ensure_future(stream.read(10))
+        await asyncio.sleep(0)
+        timer = stream._timer
+        waiting.cancel()
+        await stream.aclose()
+        return timer, stream._timer
+
+    timer, after_close = asyncio.run(main())
+    assert timer is not None and timer.cancelled() and after_close is None
+
+
 def test_closing_a_pumped_stream_closes_its_source():
     closed = []
 

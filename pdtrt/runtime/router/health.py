@@ -112,26 +112,24 @@ async def watched(stream: AsyncIterator[PhaseResponse], *, liveness_s: float,
     ``what`` and the reason. ``liveness_s`` <= 0 watches nothing. ``stream`` is closed when
     this one ends or is closed.
 
-    The deadline is a timeout on the wait for the next response, and only when one is not
-    waiting already: a :class:`~pdtrt.runtime.router.phase_client.ResponseStream` survives a
-    timed-out wait (any other stream is read into one by a task of its own), so there is no task
+    The deadline is a timed read of a
+    :class:`~pdtrt.runtime.router.phase_client.ResponseStream` (any other stream is read into
+    one by a task of its own), which survives a timed-out wait and keeps one timer for the whole
+    stream (:meth:`~pdtrt.runtime.router.phase_client.ResponseStream.read`), so there is no task
     and no timer per response.
     """
     responses = stream if isinstance(stream, ResponseStream) else ResponseStream.pumped(stream)
+    timeout_s = liveness_s if liveness_s > 0 else None
     try:
         while True:
-            if liveness_s <= 0 or responses.ready():
-                response = await anext(responses, None)
-            else:
-                try:
-                    async with asyncio.timeout(liveness_s):
-                        response = await anext(responses, None)
-                except TimeoutError:
-                    problem = await alive()
-                    if problem is not None:
-                        yield PhaseResponse(error=f"{what} stopped answering: {problem}")
-                        return
-                    continue
+            try:
+                response = await responses.read(timeout_s)
+            except TimeoutError:
+                problem = await alive()
+                if problem is not None:
+                    yield PhaseResponse(error=f"{what} stopped answering: {problem}")
+                    return
+                continue
             if response is None:
                 return
             yield response

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import queue
 import secrets
 import threading
@@ -101,12 +102,12 @@ class ResponseStream:
 
     A producer -- a BLS reader thread, or a task (:meth:`pumped`) -- puts (:meth:`put`) each
     response as it comes, then None (the end), or an exception for the reader to raise. Unlike
-    an async generator's, a wait for the next response can be cancelled (the liveness deadline's
-    timeout, :func:`pdtrt.runtime.router.health.watched`) without losing a response or ending the
-    stream, and a response that is already waiting costs no task, no timer and no wake-up of
-    the event loop (the producer wakes the loop only when the reader waits). :attr:`asked` tells
-    a producer that reads on demand when the reader wants the next response, :attr:`closed`
-    that the reader has gone.
+    an async generator's, a wait for the next response can time out (:meth:`read`, the liveness
+    deadline of :func:`pdtrt.runtime.router.health.watched`) or be cancelled without losing a
+    response or ending the stream, and a response that is already waiting costs no task, no
+    timer and no wake-up of the event loop (the producer wakes the loop only when the reader
+    waits). :attr:`asked` tells a producer that reads on demand when the reader wants the next
+    response, :attr:`closed` that the reader has gone.
     """
 
     def __init__(self, on_close: Callable[[], Awaitable[None]] | None = None) -> None:
@@ -121,6 +122,11 @@ class ResponseStream:
         # must not read ahead waits on it (BlsPhaseClient says why)
         self.asked = threading.Semaphore(0)
         self._asking = False
+        # the deadline of timed reads (read(timeout_s=...)): one timer per stream, re-armed
+        # only when it fires, not one per read
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0  # when the timer fires (loop time)
+        self._wait_due = 0.0  # when the current timed wait times out (loop time)
 
     def put(self, item: PhaseResponse | BaseException | None) -> None:
         """Queue ``item`` (from any thread)."""
@@ -137,14 +143,24 @@ class ResponseStream:
             except RuntimeError:  # the event loop has closed
                 self.closed = True
 
-    def ready(self) -> bool:
-        """Whether the next item is waiting (reading it will not wait)."""
-        return bool(self._items)
-
     def __aiter__(self) -> ResponseStream:
         return self
 
     async def __anext__(self) -> PhaseResponse:
+        item = await self.read()
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+    async def read(self, timeout_s: float | None = None) -> PhaseResponse | None:
+        """The next response, None at the end. Raises :class:`TimeoutError` when none has
+        come within ``timeout_s``: like a cancelled wait, that takes nothing, and the next read
+        goes on where it left off.
+
+        Why not ``asyncio.timeout``: that arms and cancels a timer for every wait, i.e. for
+        every token relayed; here the stream's one timer is re-armed only when it fires while
+        the wait it was armed for is over (:meth:`_expire`).
+        """
         if not self._asking:  # one ask per response: a retried (timed-out) wait asks no more
             self._asking = True
             self.asked.release()
@@ -156,18 +172,47 @@ class ResponseStream:
                         self._items.popleft()
                     break
                 waiter = self._waiter = self._loop.create_future()
+            if timeout_s is None:
+                self._wait_due = math.inf
+            else:
+                self._wait_due = self._loop.time() + timeout_s
+                if self._timer is None or self._wait_due < self._timer_at:
+                    self._arm(self._wait_due)  # (a shorter timeout than the last: sooner)
             await waiter  # cancellable: nothing is taken until it is done
         self._asking = False
-        if item is None:
-            raise StopAsyncIteration
         if isinstance(item, BaseException):
             raise item
         return item
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self._loop.call_at(at, self._expire)
+
+    def _expire(self) -> None:
+        """The timer fired: the waiting read times out if it has waited its ``timeout_s``
+        (a later wait than the one the timer was armed for gets a timer for its own due
+        time). The waiter is taken under the lock, so a response :meth:`put` meanwhile stays
+        queued for the next read."""
+        self._timer = None
+        with self._lock:
+            waiter = self._waiter
+            if waiter is None or waiter.done() or self._wait_due == math.inf:
+                return  # no timed wait: the next one arms the timer
+            if self._wait_due > self._timer_at:
+                self._arm(self._wait_due)
+                return
+            self._waiter = None
+        waiter.set_exception(TimeoutError())
 
     async def aclose(self) -> None:
         """The reader has gone: the producer discards the rest (a task producer is
         cancelled, and awaited)."""
         self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.asked.release()  # a producer waiting for the next ask ends
         on_close, self._on_close = self._on_close, None
         if on_close is not None:
