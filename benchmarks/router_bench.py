@@ -190,6 +190,7 @@ def loadavg() -> str:
 class Record:
     start_s: float
     token_s: list[float] = field(default_factory=list)  # one per token (coalesced: same time)
+    responses: int = 0  # responses with tokens
     error: str | None = None
     end_s: float = 0.0
 
@@ -237,8 +238,9 @@ class User:
                 rec.error = str(error)
                 break
             ids = result.as_numpy("output_ids")
-            if ids is not None:
+            if ids is not None and ids.size:
                 rec.token_s += [now] * int(ids.size)
+                rec.responses += 1
             if result.get_response().parameters["triton_final_response"].bool_param:
                 break
         rec.end_s = time.perf_counter()
@@ -304,6 +306,7 @@ def summarize(records: list[Record], wall_s: float, cpu: float) -> dict[str, flo
             "itl_ms_mean": statistics.mean(itl) if itl else float("nan"),
             "itl_ms_p50": statistics.median(itl) if itl else float("nan"),
             "tok_per_s": tokens / wall_s, "wall_s": wall_s,
+            "tokens_per_response": tokens / max(1, sum(r.responses for r in ok)),
             "stub_cpu_us_per_token": cpu / tokens * 1e6 if tokens else float("nan")}
 
 
