@@ -63,6 +63,7 @@ class KernelTables:
 
     gemm: dict[str, dict[tuple[float, ...], float]]
     context: dict[tuple[str, str, int, int, int], dict[tuple[float, ...], float]]
+    gemm_axes: dict[str, list[list[float]]]  # per dtype: the measured m, n and k, sorted
 
     @classmethod
     @cache
@@ -80,12 +81,12 @@ class KernelTables:
                 key = (r["attn_dtype"], r["kv_cache_dtype"], int(r["num_heads"]),
                        int(r["num_key_value_heads"]), int(r["head_dim"]))
                 context.setdefault(key, {})[(float(r["isl"]),)] = float(r["latency"]) / 1e3
-        return cls(gemm=gemm, context=context)
+        axes = {dtype: [sorted({key[i] for key in table}) for i in range(3)]
+                for dtype, table in gemm.items()}
+        return cls(gemm=gemm, context=context, gemm_axes=axes)
 
     def gemm_s(self, dtype: str, m: int, n: int, k: int) -> float:
-        table = self.gemm[dtype]
-        axes = [sorted({key[i] for key in table}) for i in range(3)]
-        return _log_interp(table, axes, (m, n, k))
+        return _log_interp(self.gemm[dtype], self.gemm_axes[dtype], (m, n, k))
 
     def context_s(self, attn: str, kv: str, heads: int, kv_heads: int, head_dim: int,
                   isl: int) -> float:
