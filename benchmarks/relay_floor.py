@@ -32,10 +32,8 @@ import json
 import os
 import re
 import resource
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -43,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from router_bench import User, cpu_s, loadavg, run_cell, stub_pids, summarize  # noqa: E402
-from router_capacity import _copy, start  # noqa: E402
+from router_capacity import _copy, stand_in_server  # noqa: E402
 
 PATHS = ("decode_fixed", "receive_only", "relay_min", "relay_min_len", "router_fixed",
          "naive_bls_32")
@@ -132,10 +130,8 @@ def main() -> None:
         return
     os.environ.setdefault("UCX_TLS", "sm,tcp")
     paths = args.paths.split(",")
-    work = Path(tempfile.mkdtemp(prefix="pdtrt-relay-floor-"))
-    server, repo = start(work, args.stream_tokens_per_s, "grpc", also=_add_relay)
     cells = []
-    try:
+    with stand_in_server(args.stream_tokens_per_s, "grpc", also=_add_relay) as (server, repo):
         users = [User(server.endpoints.grpc_url, list(range(100, 164)), args.output_tokens)
                  for _ in range(args.concurrency)]
         for path in paths:
@@ -156,9 +152,6 @@ def main() -> None:
                 print(json.dumps(s), file=sys.stderr, flush=True)
         for u in users:
             u.close()
-    finally:
-        server.stop()
-        shutil.rmtree(work, ignore_errors=True)
     print("| round | path | delivered tok/s | TTFT p50 ms | ITL p50 ms | stub µs/token "
           "| stub cores | errors |")
     print("|---|---|---|---|---|---|---|---|")

@@ -20,16 +20,19 @@ one core would sustain -- which is what the deployment sizing uses.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -100,6 +103,27 @@ def start(work: Path, rate: float, transport: str = "bls",
     return server, repo
 
 
+@contextlib.contextmanager
+def stand_in_server(rate: float, transport: str = "bls",
+                    also: Callable[[Path, str], None] | None = None
+                    ) -> Iterator[tuple[Any, Path]]:
+    """:func:`start` in a folder of its own; afterwards the server is stopped (its stubs with
+    it) and the folder removed -- also when the benchmark is ended by SIGTERM (``timeout``),
+    which Python otherwise ends without running ``finally``: a stub with a request in flight
+    would outlive its server."""
+    work = Path(tempfile.mkdtemp(prefix="pdtrt-stand-ins-"))
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        server, repo = start(work, rate, transport, also)
+        try:
+            yield server, repo
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--concurrency", default="16,32,64,128")
@@ -113,10 +137,8 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("UCX_TLS", "sm,tcp")
     concurrency = [int(c) for c in args.concurrency.split(",")]
-    work = Path(tempfile.mkdtemp(prefix="pdtrt-router-capacity-"))
-    server, repo = start(work, args.stream_tokens_per_s, args.phase_transport)
     cells = []
-    try:
+    with stand_in_server(args.stream_tokens_per_s, args.phase_transport) as (server, repo):
         url = server.endpoints.grpc_url
         users = [User(url, list(range(100, 100 + args.prompt_tokens)), args.output_tokens)
                  for _ in range(max(concurrency))]
@@ -139,9 +161,6 @@ def main() -> None:
             print(json.dumps(s), file=sys.stderr, flush=True)
         for u in users:
             u.close()
-    finally:
-        server.stop()
-        shutil.rmtree(work, ignore_errors=True)
     last = cells[-1]
     out = {"phase_transport": args.phase_transport,
            "stream_tokens_per_s": args.stream_tokens_per_s, "output_tokens": args.output_tokens,
