@@ -24,6 +24,8 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     │   ├── GPUMismatchError      the local GPU cannot build the phase's engine (compute capability)
     │   └── ToolchainError        TensorRT-LLM tools or versions missing / different from the target
     ├── IncompatibleEnginesError  engines that cannot serve together (``pdtrt engines check``)
+    ├── LLMApiMismatchError       the installed TensorRT-LLM LLM API lacks a field or option
+    │                             pdtrt's engine model needs (checked at load; ``pdtrt doctor``)
     ├── RepoError                 a model repository cannot be generated (e.g. DIR exists)
     │   ├── RepoInvalidError      ``pdtrt repo validate`` found problems (carries every one)
     │   └── ConfigParseError      a ``config.pbtxt`` Triton's schema rejects (names the line)
@@ -67,6 +69,7 @@ __all__ = [
     "InfeasibleError",
     "InvalidRequestError",
     "KVTransferError",
+    "LLMApiMismatchError",
     "ModelConfigError",
     "ModelNotFoundError",
     "NoFeasiblePlanError",
@@ -230,6 +233,11 @@ class GPUMismatchError(BuildError):
 
 class ToolchainError(BuildError):
     """TensorRT-LLM's tools are missing or their version differs from the target's."""
+
+
+class LLMApiMismatchError(PdtrtError):
+    """The installed LLM API (TensorRT-LLM, or a twin of it) lacks a field or an option that
+    pdtrt's engine model needs: its load is refused (:mod:`pdtrt.llmapi.check`)."""
 
 
 class IncompatibleEnginesError(PdtrtError):

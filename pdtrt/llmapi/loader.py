@@ -29,6 +29,8 @@ class LLMApi:
     LLM: Any
     SamplingParams: Any
     DisaggregatedParams: Any
+    LlmArgs: Any = None  # the options' pydantic model (TorchLlmArgs); None: not checked
+    version: str = ""  # tensorrt_llm.__version__, or the release the reference stands for
 
     @property
     def is_reference(self) -> bool:
@@ -40,7 +42,16 @@ def load_llm_api(impl: LLMApiImpl = LLMApiImpl.AUTO) -> LLMApi:
     if impl is LLMApiImpl.AUTO:
         found = importlib.util.find_spec("tensorrt_llm") is not None
         impl = LLMApiImpl.TENSORRT_LLM if found else LLMApiImpl.REFERENCE
-    module = importlib.import_module("tensorrt_llm.llmapi" if impl is LLMApiImpl.TENSORRT_LLM
-                                     else "pdtrt.llmapi.reference")
+    if impl is LLMApiImpl.TENSORRT_LLM:
+        module = importlib.import_module("tensorrt_llm.llmapi")
+        # the PyTorch flow's options model (tensorrt_llm/llmapi/llm_args.py); re-exported by
+        # tensorrt_llm.llmapi in the 1.x line, looked up where it is defined otherwise
+        llm_args = getattr(module, "TorchLlmArgs", None) or getattr(
+            importlib.import_module("tensorrt_llm.llmapi.llm_args"), "TorchLlmArgs", None)
+        version = str(getattr(importlib.import_module("tensorrt_llm"), "__version__", ""))
+    else:
+        module = importlib.import_module("pdtrt.llmapi.reference")
+        llm_args, version = module.ReferenceLlmArgs, module.__version__
     return LLMApi(impl=impl, LLM=module.LLM, SamplingParams=module.SamplingParams,
-                  DisaggregatedParams=module.DisaggregatedParams)
+                  DisaggregatedParams=module.DisaggregatedParams, LlmArgs=llm_args,
+                  version=version)

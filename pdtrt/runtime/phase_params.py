@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,17 +63,23 @@ class ContextPhaseParams:
                    else tuple(int(t) for t in params.draft_tokens),
                    prompt_len=prompt_len, first_gen_log_probs=first_gen_log_probs)
 
-    def to_disaggregated(self, disaggregated_params_cls: Any) -> Any:
-        """The generation-only ``DisaggregatedParams`` (of the LLM API in use);
-        ``first_gen_log_probs`` as one ``{token: log-probability}`` per first token."""
-        logprobs = None if self.first_gen_log_probs is None else \
+    def to_disaggregated(self, disaggregated_params_cls: Any,
+                         has: Callable[[str], bool] = lambda name: True) -> Any:
+        """The generation-only ``DisaggregatedParams`` (of the LLM API in use), with only the
+        fields that are set and that the class has (``has``): ``first_gen_log_probs`` -- one
+        ``{token: log-probability}`` per first token -- exists from TensorRT-LLM's 1.3 line on
+        (PR #11727), and an unknown keyword is a ``TypeError`` in its keyword-only dataclass.
+        Without it the engine model reports the first tokens' log-probabilities itself."""
+        fields: dict[str, Any] = {
+            "request_type": str(RequestType.GENERATION_ONLY),
+            "ctx_request_id": self.ctx_request_id, "first_gen_tokens": list(self.first_gen_tokens),
+            "opaque_state": self.opaque_state,
+            "draft_tokens": None if self.draft_tokens is None else list(self.draft_tokens),
+            "first_gen_log_probs": None if self.first_gen_log_probs is None else
             [{t: lp} for t, lp in zip(self.first_gen_tokens, self.first_gen_log_probs,
-                                      strict=True)]
-        return disaggregated_params_cls(
-            request_type=str(RequestType.GENERATION_ONLY), ctx_request_id=self.ctx_request_id,
-            first_gen_tokens=list(self.first_gen_tokens), opaque_state=self.opaque_state,
-            draft_tokens=None if self.draft_tokens is None else list(self.draft_tokens),
-            first_gen_log_probs=logprobs)
+                                      strict=True)]}
+        return disaggregated_params_cls(**{k: v for k, v in fields.items()
+                                           if v is not None and has(k)})
 
     def to_array(self) -> np.ndarray:
         meta = json.dumps({"ctx_request_id": self.ctx_request_id,

@@ -43,6 +43,7 @@ class Recorder:
                 self.call(cls_name, "__init__", args, kwargs)
                 made = target(*args, **kwargs)
                 return _Proxy(made, cls_name, self) if cls_name == "LLM" else made
+            make.__wrapped__ = target  # type: ignore[attr-defined]  # its fields, for the check
             return make
 
         wrapped = dataclasses.replace(

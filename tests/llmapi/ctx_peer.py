@@ -7,6 +7,7 @@ import asyncio
 
 OPTIONS = {"enable_iter_perf_stats": True, "max_batch_size": 4, "max_num_tokens": 64,
            "max_seq_len": 64, "kv_cache_config": {"tokens_per_block": 16},
+           "disable_overlap_scheduler": True,  # TensorRT-LLM 1.2 refuses context-only otherwise
            "cache_transceiver_config": {"backend": "UCX", "kv_transfer_timeout_ms": 10_000}}
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from pdtrt.llmapi.reference import LLM, DisaggregatedParams, SamplingParams
 from tests.llmapi.ctx_peer import OPTIONS
+from tests.llmapi.twin_surfaces import DisaggregatedParams13
 from tests.runtime.conftest import hf_greedy
 
 PROMPT = [5, 60, 61, 62, 63, 64, 7]
@@ -305,9 +306,10 @@ def test_get_stats_is_empty_without_iteration_stats_and_before_the_first_request
 
 @pytest.mark.parametrize("params", [
     DisaggregatedParams(request_type="context_only", draft_tokens=[1, 2]),
-    DisaggregatedParams(request_type="context_only", ctx_dp_rank=1),
-    DisaggregatedParams(request_type="context_only", schedule_style=1),
-], ids=["draft-tokens", "attention-dp", "generation-first"])
+    DisaggregatedParams(request_type="context_only", multimodal_hashes=[[1] * 8]),
+    DisaggregatedParams13(request_type="context_only", ctx_dp_rank=1),
+    DisaggregatedParams13(request_type="context_only", schedule_style=1),
+], ids=["draft-tokens", "multimodal", "attention-dp-1.3", "generation-first-1.3"])
 def test_disaggregated_params_the_reference_cannot_honour_are_refused(llm, params):
     with pytest.raises(ValueError, match="does not implement DisaggregatedParams"):
         llm.generate_async(PROMPT, SamplingParams(max_tokens=1, end_id=-1),

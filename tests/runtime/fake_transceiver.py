@@ -23,6 +23,7 @@ class FakeTransceiver:
         self.layout = layout
         self.hold_s, self.clock = hold_s, clock
         self._held: dict[int, tuple[object, float]] = {}  # transfer id -> (kv, until)
+        self._lens: dict[int, int] = {}  # transfer id -> prompt length
         self._ids = itertools.count(1)
         self.counts = {"offered": 0, "expired": 0, "pulled": 0, "pulled_bytes": 0}
 
@@ -37,6 +38,7 @@ class FakeTransceiver:
     def offer(self, kv, prompt_len: int) -> bytes:
         tid = next(self._ids)
         self._held[tid] = (kv, self.clock() + self.hold_s)
+        self._lens[tid] = prompt_len
         self.counts["offered"] += 1
         return HeldKV(address=b"fake", transfer_id=tid, kv_nbytes=int(pack_kv(kv).nbytes),
                       prompt_len=prompt_len, layout=self.layout).encode()
@@ -51,6 +53,9 @@ class FakeTransceiver:
         self.counts["pulled"] += 1
         self.counts["pulled_bytes"] += held.kv_nbytes
         return kv
+
+    def held_prompt_lens(self) -> list[int]:
+        return [self._lens[t] for t in self.held]
 
     def stats(self) -> dict[str, float]:
         return {"held": len(self.held), "pull_s": 0.0, **self.counts}

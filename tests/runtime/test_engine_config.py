@@ -33,7 +33,9 @@ def test_reference_parameters_become_llm_api_options(role, monkeypatch):
         "max_batch_size": 8, "max_num_tokens": 256, "max_input_len": 128, "max_seq_len": 192,
         "max_beam_width": 1,
         "kv_cache_config": {"tokens_per_block": 16, "enable_block_reuse": False},
-        **(phase if role is not Role.AGGREGATED else {})}
+        **(phase if role is not Role.AGGREGATED else {}),
+        # TensorRT-LLM 1.2 refuses context-only requests with the overlap scheduler on
+        **({"disable_overlap_scheduler": True} if role is Role.PREFILL else {})}
     assert config.serves_phases is (role is not Role.AGGREGATED)
     limits = engine_limits(config, MODEL)
     assert (limits.max_input_len, limits.max_seq_len, limits.vocab_size) == (128, 192, 512)

@@ -30,8 +30,8 @@ OPTIONS = {"enable_iter_perf_stats": True, "max_batch_size": 4, "max_num_tokens"
            "max_input_len": 16, "max_seq_len": 64,
            "kv_cache_config": {"tokens_per_block": 16}}
 HOLD_S = 1.0
-PHASE_OPTIONS = {**OPTIONS, "cache_transceiver_config": {"backend": "UCX",
-                                                         "kv_transfer_timeout_ms": 1000}}
+PHASE_OPTIONS = {**OPTIONS, "disable_overlap_scheduler": True,
+                 "cache_transceiver_config": {"backend": "UCX", "kv_transfer_timeout_ms": 1000}}
 
 
 class Gate:
@@ -59,7 +59,7 @@ def engine_model(tiny_model):
     clock = FakeClock()
     shared = FakeTransceiver(engine.layout, hold_s=HOLD_S, clock=clock)
 
-    def make(role=Role.AGGREGATED, *, kv=False, faults=None, reuse=False):
+    def make(role=Role.AGGREGATED, *, kv=False, faults=None, reuse=False, api=None):
         triton = FakeTriton()
         model = TritonPythonModel(triton, clock=clock)
         options = PHASE_OPTIONS if kv else OPTIONS
@@ -69,7 +69,7 @@ def engine_model(tiny_model):
         config = LLMEngineConfig(role=role, model=Path("in-memory"), options=options)
         llm = LLM._from_engine(engine, transceiver=shared if kv else None,
                                **options)
-        model.setup(config, load_llm_api(LLMApiImpl.REFERENCE), llm, model_name=str(role),
+        model.setup(config, api or load_llm_api(LLMApiImpl.REFERENCE), llm, model_name=str(role),
                     faults=faults, model_config=tiny_model.config.to_dict())
         model.transceiver, model.fake_clock = shared, clock
         made.append(model)
@@ -510,7 +510,6 @@ def test_an_instance_pins_its_gpus_before_the_llm_api_loads(monkeypatch):
     ``tensorrt_llm`` is imported (CUDA and the LLM API's MPI workers read it at start)."""
     import os
 
-    import pdtrt.runtime.engine.model as module
     from tests.runtime.fake_triton import model_args
 
     seen = []
@@ -520,11 +519,10 @@ def test_an_instance_pins_its_gpus_before_the_llm_api_loads(monkeypatch):
         raise RuntimeError("stop here")
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "unset by the test")
-    monkeypatch.setattr(module, "load_llm_api", load_llm_api)
     args = model_args("prefill", {Param.ROLE: Role.PREFILL, Param.LLM_MODEL: "/models/llama",
                                   Param.GPU_DEVICE_IDS: "0,1;2,3"}, instance=1)
     with pytest.raises(RuntimeError, match="stop here"):
-        TritonPythonModel(FakeTriton()).initialize(args)
+        TritonPythonModel(FakeTriton(), load_api=load_llm_api).initialize(args)
     assert seen == ["2,3"]
 
 
@@ -578,3 +576,98 @@ def test_an_engine_without_block_reuse_says_so_to_a_router(engine_model):
     req = request()
     model.execute([req])
     assert ended_once(req)  # and keeps serving
+
+
+# -- the library it runs on (pdtrt.llmapi.check) ------------------------------------------------
+def _recording(cls, seen: list):
+    """``cls`` as a factory that records the keywords of every instance made."""
+    def make(**kwargs):
+        seen.append(set(kwargs))
+        return cls(**kwargs)
+    make.__wrapped__ = cls
+    return make
+
+
+@pytest.mark.parametrize("shape", ["pinned-1.2", "with-cherry-picks", "main-1.3"])
+def test_disaggregated_requests_serve_on_each_release_shape_of_the_params(engine_model, shape):
+    """Release/1.2's DisaggregatedParams has no first_gen_log_probs: an unknown keyword there is
+    a TypeError on every decode request. The engine model passes it only where the class has
+    it, and the first token's log-probability crosses the phases either way."""
+    from pdtrt.llmapi.reference.params import DisaggregatedParams
+    from tests.llmapi.twin_surfaces import (
+        DisaggregatedParams13,
+        DisaggregatedParamsWithLogprobs,
+        reference_api,
+    )
+
+    cls = {"pinned-1.2": DisaggregatedParams, "with-cherry-picks": DisaggregatedParamsWithLogprobs,
+           "main-1.3": DisaggregatedParams13}[shape]
+    seen: list[set] = []
+    api = reference_api(DisaggregatedParams=_recording(cls, seen))
+    prefill, _ = engine_model(Role.PREFILL, kv=True, api=api)
+    decode, _ = engine_model(Role.DECODE, kv=True, api=api)
+    aggregated, _ = engine_model()
+    asked = {"return_log_probs": np.array([True])}
+    ctx = request(request_type=RequestType.CONTEXT_ONLY, streaming=False, **asked)
+    prefill.execute([ctx])
+    assert ended_once(ctx)
+    gen = request(max_new=5, request_type=RequestType.GENERATION_ONLY, **asked,
+                  context_phase_params=ctx.responses[0].outputs["context_phase_params"])
+    decode.execute([gen])
+    whole = request(max_new=5, **asked)
+    aggregated.execute([whole])
+    assert ended_once(gen) and ended_once(whole) and gen.tokens == whole.tokens
+
+    def per_token(req):
+        return [v for r in req.responses if "output_log_probs" in r.outputs
+                for v in r.outputs["output_log_probs"].reshape(-1).tolist()]
+
+    assert per_token(gen) == pytest.approx(per_token(whole), abs=1e-5)
+    generation_keywords = seen[-1]
+    assert ("first_gen_log_probs" in generation_keywords) == (shape != "pinned-1.2")
+    assert {"request_type", "first_gen_tokens", "opaque_state"} <= generation_keywords
+
+
+def test_a_release_without_a_field_the_model_needs_is_refused_at_load_by_name(engine_model):
+    from pdtrt.errors import LLMApiMismatchError
+    from pdtrt.llmapi.reference.params import DisaggregatedParams
+    from tests.llmapi.twin_surfaces import reference_api, without
+
+    api = reference_api(DisaggregatedParams=without(DisaggregatedParams, "opaque_state"),
+                        version="1.1.0")
+    with pytest.raises(LLMApiMismatchError, match=r"reference 1\.1\.0 lacks .*"
+                       r"DisaggregatedParams\.opaque_state") as err:
+        engine_model(Role.DECODE, kv=True, api=api)
+    assert "1.2.1" in err.value.hint
+
+
+def test_an_option_the_release_lacks_is_refused_before_the_llm_starts(tmp_path):
+    """The options file names a key of a newer LlmArgs: the load stops, naming it, before the
+    LLM API is constructed."""
+    from pydantic import BaseModel, ConfigDict
+
+    from pdtrt.errors import LLMApiMismatchError
+    from tests.llmapi.twin_surfaces import reference_api
+    from tests.runtime.fake_triton import model_args
+
+    class OlderTransceiver(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        backend: str | None = None
+
+    class OlderArgs(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        max_batch_size: int = 2048
+        cache_transceiver_config: OlderTransceiver | None = None
+
+    built = []
+    api = reference_api(LlmArgs=OlderArgs, LLM=lambda *a, **k: built.append(k))
+    options = tmp_path / "options.yaml"
+    options.write_text("max_batch_size: 4\nsampler_type: auto\ncache_transceiver_config:\n"
+                       "  backend: UCX\n  kv_transfer_timeout_ms: 1000\n")
+    args = model_args("decode", {Param.ROLE: Role.DECODE, Param.LLM_MODEL: "/models/llama",
+                                 Param.LLM_OPTIONS: str(options)})
+    with pytest.raises(LLMApiMismatchError) as err:
+        TritonPythonModel(FakeTriton(), load_api=lambda: api).initialize(args)
+    assert "LLM-API option sampler_type" in err.value.message
+    assert "LLM-API option cache_transceiver_config.kv_transfer_timeout_ms" in err.value.message
+    assert built == []

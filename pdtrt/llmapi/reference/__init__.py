@@ -10,8 +10,12 @@ What it must expose is data: ``pdtrt/data/targets/trtllm-1.2-llmapi.yaml``.
 """
 
 from pdtrt.llmapi.reference.llm import LLM
+from pdtrt.llmapi.reference.options import ReferenceLlmArgs
 from pdtrt.llmapi.reference.outputs import CompletionOutput, RequestError, RequestOutput
 from pdtrt.llmapi.reference.params import DisaggregatedParams, SamplingParams
 
-__all__ = ["LLM", "CompletionOutput", "DisaggregatedParams", "RequestError", "RequestOutput",
-           "SamplingParams"]
+__all__ = ["LLM", "CompletionOutput", "DisaggregatedParams", "ReferenceLlmArgs", "RequestError",
+           "RequestOutput", "SamplingParams", "__version__"]
+
+# The TensorRT-LLM release whose LLM API this twin is (pdtrt.llmapi.check.PINNED_VERSION)
+__version__ = "1.2.1"

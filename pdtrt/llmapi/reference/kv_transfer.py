@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import secrets
 import struct
@@ -208,7 +209,8 @@ class UcxKVNode:
         future = asyncio.run_coroutine_threadsafe(self._pull(address, transfer_id, nbytes),
                                                   self._loop)
         try:
-            buffer = future.result(timeout=self.pull_timeout_s)
+            buffer = future.result(  # math.inf: no kv_transfer_timeout_ms, wait as upstream
+                timeout=None if math.isinf(self.pull_timeout_s) else self.pull_timeout_s)
         except TimeoutError:
             future.cancel()
             raise KVTransferError(f"KV transfer {transfer_id:x} timed out after "

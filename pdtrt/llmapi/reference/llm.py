@@ -40,7 +40,7 @@ from pdtrt.engine_io import RequestType
 from pdtrt.llmapi.reference.engine import ReferenceEngine, Sampling, load_reference_engine
 from pdtrt.llmapi.reference.options import ReferenceLlmArgs
 from pdtrt.llmapi.reference.outputs import Logprob, RequestOutput, Step
-from pdtrt.llmapi.reference.params import DisaggregatedParams, SamplingParams
+from pdtrt.llmapi.reference.params import DisaggregatedParams, SamplingParams, unsupported
 from pdtrt.llmapi.reference.prefix_cache import PrefixCache, ReuseStats
 from pdtrt.llmapi.reference.scheduler import Emission, Scheduler, SeqRequest
 from pdtrt.llmapi.reference.transceiver import KVCacheTransceiver
@@ -49,12 +49,11 @@ __all__ = ["LLM"]
 
 log = logging.getLogger(__name__)
 
-# How long a generation worker waits for a pull. TensorRT-LLM bounds its receive side with
-# kv_transfer_timeout_ms too; with the option unset (held forever) the reference still bounds
-# a pull, so a dead context worker fails the request instead of hanging it.
-_DEFAULT_PULL_TIMEOUT_MS = 30_000
-# length_penalty acts in beam search only, which the reference does not do
-_NEUTRAL = {"length_penalty": 0.0}
+# The refusal of TensorRT-LLM 1.2's PyTorch worker for a context-only request while the overlap
+# scheduler is on and a cache transceiver is set (tensorrt_llm/executor/base_worker.py
+# _enqueue_request; removed on main by PR #12816, April 2026, after 1.2.1)
+_OVERLAP_REFUSAL = ("Context only requests are not supported in pytorch backend when overlap "
+                    "is enabled.")
 
 
 class LLM:
@@ -95,7 +94,9 @@ class LLM:
             window_size=self._max_seq_len) if kv.enable_block_reuse else None
         self._scheduler = Scheduler(engine, max_batch_size=self.args.max_batch_size,
                                     max_num_tokens=self.args.max_num_tokens,
-                                    prefix_cache=self._prefix_cache)
+                                    prefix_cache=self._prefix_cache,
+                                    max_num_blocks=self._max_blocks,
+                                    held_blocks=self._held_blocks)
         self._ids = itertools.count(1)  # this LLM's request ids
         self._served = 0  # requests submitted (upstream has no stats before the first)
         self._transceiver: Any = None  # KVCacheTransceiver
@@ -108,11 +109,13 @@ class LLM:
         if transceiver is not None and transceiver_standin is not None:
             self._transceiver = transceiver_standin
         elif transceiver is not None:
+            # unset, 1.2 has no timeout (the 60 s default came in the 1.3 line): a KV nobody
+            # pulls is held, and a pull waits, for as long as it takes
             timeout_ms = transceiver.kv_transfer_timeout_ms
+            timeout_s = math.inf if timeout_ms is None else timeout_ms / 1000
             tls = tuple(os.environ.get("UCX_TLS", "sm,tcp").split(","))
-            self._transceiver = KVCacheTransceiver(
-                engine.layout, hold_s=math.inf if timeout_ms is None else timeout_ms / 1000,
-                pull_timeout_s=(timeout_ms or _DEFAULT_PULL_TIMEOUT_MS) / 1000, transports=tls)
+            self._transceiver = KVCacheTransceiver(engine.layout, hold_s=timeout_s,
+                                                   pull_timeout_s=timeout_s, transports=tls)
             self._transceiver.start()
         if self._transceiver is not None:
             self._pulls = ThreadPoolExecutor(max_workers=4, thread_name_prefix="pdtrt-kv-pull")
@@ -139,21 +142,23 @@ class LLM:
         mode = RequestType(disaggregated_params.request_type or RequestType.CONTEXT_AND_GENERATION
                            ) if disaggregated_params is not None else \
             RequestType.CONTEXT_AND_GENERATION
-        if disaggregated_params is not None and \
-                (named := disaggregated_params._unsupported()):
+        if disaggregated_params is not None and (named := unsupported(disaggregated_params)):
             raise ValueError(f"the reference LLM does not implement DisaggregatedParams."
                              f"{', DisaggregatedParams.'.join(named)}")
         if mode is RequestType.CONTEXT_ONLY and sampling_params is not None:
             sampling_params.max_tokens = 1  # upstream's PyTorch flow forces it, on the caller's
-        params = self._check(sampling_params, len(prompt))
+        params = self._check(sampling_params, len(prompt), mode)
         first_logprobs = _first_logprobs(disaggregated_params, bool(params.logprobs)) \
             if mode is RequestType.GENERATION_ONLY and disaggregated_params is not None else ()
         if mode is not RequestType.CONTEXT_AND_GENERATION and self._transceiver is None:
             raise ValueError(f"{mode} requests need cache_transceiver_config: the KV cache "
                              "transceiver is disabled")
+        if mode is RequestType.CONTEXT_ONLY and not self.args.disable_overlap_scheduler:
+            raise ValueError(_OVERLAP_REFUSAL)
         self._served += 1
-        disagg_id = None if disaggregated_params is None else \
-            disaggregated_params.disagg_request_id
+        # a field of the 1.3 line (disagg_request_id: one request id for both phases); the
+        # pinned class has none, a newer one passed in tests may
+        disagg_id = getattr(disaggregated_params, "disagg_request_id", None)
         result = RequestOutput(next(self._ids) if disagg_id is None else disagg_id, prompt,
                                on_abort=self._abort)
         seq = SeqRequest(request_id=str(result.request_id), prompt=prompt,
@@ -175,20 +180,38 @@ class LLM:
             self._scheduler.submit(seq)
         return result
 
-    def _check(self, params: SamplingParams | None, prompt_len: int) -> SamplingParams:
+    def _check(self, params: SamplingParams | None, prompt_len: int,
+               mode: RequestType) -> SamplingParams:
+        """Upstream's refusals (``_check_arguments``) and its clamp (``_deduce_max_tokens``),
+        plus the reference's own for what it does not implement."""
         if params is None or params.end_id is None:
             raise ValueError("a tokenizer is required to set end_id: pass SamplingParams with "
                              "end_id (the reference LLM has no tokenizer)")
-        for name, neutral in _NEUTRAL.items():
-            value = getattr(params, name)
-            if value is not None and value != neutral:
-                raise ValueError(f"the reference LLM does not implement {name} (got {value})")
+        if named := params._unimplemented():
+            raise ValueError(f"the reference LLM does not implement {', '.join(named)}")
         if params.logprobs is not None and params.logprobs > 1:
             raise ValueError(f"the reference LLM returns the sampled token's log-probability "
                              f"only: logprobs {params.logprobs} > 1")
-        if params.max_tokens < 1 or prompt_len + params.max_tokens > self._max_seq_len:
-            raise ValueError(f"prompt length ({prompt_len}) plus max_tokens "
-                             f"({params.max_tokens}) exceeds max_seq_len ({self._max_seq_len})")
+        # llm.py _check_arguments (PyTorch backend): without chunked prefill a prompt must fit
+        # one step's max_num_tokens; a generation-only request brings its KV and is not checked
+        budget = self.args.max_num_tokens
+        if not self.args.enable_chunked_prefill and mode is not RequestType.GENERATION_ONLY \
+                and budget and prompt_len > budget:
+            raise ValueError(f"The sum of prompt length ({float(prompt_len)}), query length (0) "
+                             f"should not exceed max_num_tokens ({budget})")
+        if params.max_tokens < 1:
+            raise ValueError(f"max_tokens ({params.max_tokens}) must be at least 1")
+        # executor/base_worker.py _deduce_max_tokens: the PyTorch flow clamps max_tokens to what
+        # max_seq_len leaves after the prompt (with a warning); nothing left is refused here
+        left = self._max_seq_len - prompt_len
+        if left < 1:
+            raise ValueError(f"prompt length ({prompt_len}) leaves no room under max_seq_len "
+                             f"({self._max_seq_len})")
+        if params.max_tokens > left:
+            log.warning("User-specified `max_tokens` (%d) is greater than deduced "
+                        "`default_max_tokens` (%d), using default_max_tokens instead.",
+                        params.max_tokens, left)
+            params.max_tokens = left
         return params
 
     def _emitter(self, result: RequestOutput, params: SamplingParams, *, seq_mode: RequestType,
@@ -201,9 +224,13 @@ class LLM:
 
         def logprobs(tokens: tuple[int, ...], lps: tuple[float, ...]
                      ) -> tuple[dict[int, Logprob], ...] | None:
+            """One entry per token that has a value: a generation-only request's first
+            tokens have none unless the caller handed them over (``first_gen_log_probs``, which
+            the pinned release lacks), so its list is that much shorter, at the front."""
             if not params.logprobs:
                 return None
-            return tuple({t: Logprob(lp, None)} for t, lp in zip(tokens, lps, strict=True))
+            return tuple({t: Logprob(lp, None)}
+                         for t, lp in zip(tokens[len(tokens) - len(lps):], lps, strict=True))
 
         def emit(em: Emission) -> None:
             if em.error is not None:
@@ -261,6 +288,14 @@ class LLM:
         is left as it is, its held KV included (upstream's ``abort_request``)."""
         if result._done_in_executor():
             log.info("Request of client_id %s is finished, cannot abort it.", result.request_id)
+
+    def _held_blocks(self) -> int:
+        """KV blocks the transceiver holds for pickup: they stay allocated in the pool until
+        pulled or expired, as upstream's context server keeps them."""
+        if self._transceiver is None:
+            return 0
+        tpb = self._engine.layout.tokens_per_block
+        return sum(-(-n // tpb) for n in self._transceiver.held_prompt_lens())
 
     # -- stats and the end -------------------------------------------------------------------
     def get_stats(self, timeout: float | None = 2) -> list[dict[str, Any]]:
@@ -335,7 +370,7 @@ def _sampling(params: SamplingParams) -> Sampling:
     """The engine's view of ``params`` (None: the runtime's default; min_tokens None or < 1
     bans nothing -- see docs/verification.md for the runtime's default of 1)."""
     return Sampling(
-        greedy=params._greedy_decoding or params.temperature == 0,
+        greedy=params._greedy_decoding,
         temperature=1.0 if params.temperature is None else params.temperature,
         top_k=params.top_k or 0, top_p=params.top_p or 0.0, seed=params.seed or 0,
         repetition_penalty=1.0 if params.repetition_penalty is None
@@ -348,17 +383,16 @@ def _sampling(params: SamplingParams) -> Sampling:
 
 
 def _first_logprobs(params: DisaggregatedParams, asked: bool) -> tuple[float, ...]:
-    """The log-probabilities of a generation-only request's first token(s): the context
-    phase's, which the caller hands over in ``first_gen_log_probs`` (one ``{token: Logprob}``
-    per token). The reference cannot make them up, so a request that asks for log-probs
-    without them is refused."""
-    if not asked:
-        return ()
-    given = params.first_gen_log_probs
+    """The log-probabilities of a generation-only request's first token(s) when the caller
+    hands them over in ``first_gen_log_probs`` (one ``{token: Logprob}`` per token; a field of
+    TensorRT-LLM's 1.3 line, PR #11727, absent from the pinned class); else none -- the
+    generation side never sampled those tokens, so its log-probs start after them."""
+    given = getattr(params, "first_gen_log_probs", None)
     tokens = params.first_gen_tokens or []
-    if given is None or len(given) != len(tokens):
-        raise ValueError("a generation_only request with logprobs needs "
-                         "DisaggregatedParams.first_gen_log_probs: one {token: Logprob} per "
-                         "first_gen_tokens entry, from the context_only result")
+    if not asked or given is None:
+        return ()
+    if len(given) != len(tokens):
+        raise ValueError(f"DisaggregatedParams.first_gen_log_probs holds {len(given)} entries "
+                         f"for {len(tokens)} first_gen_tokens")
     return tuple(float(d[t].logprob if hasattr(d[t], "logprob") else d[t])
                  for t, d in zip(tokens, given, strict=True))

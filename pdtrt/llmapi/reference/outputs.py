@@ -121,8 +121,9 @@ class RequestOutput:
         out.token_ids.extend(step.tokens)
         if step.logprobs is not None:
             out.logprobs.extend(step.logprobs)
+            tail = step.tokens[len(step.tokens) - len(step.logprobs):]  # tokens with a value
             out.cumulative_logprob = (out.cumulative_logprob or 0.0) + sum(
-                d[t].logprob for t, d in zip(step.tokens, step.logprobs, strict=True))
+                d[t].logprob for t, d in zip(tail, step.logprobs, strict=True))
         self.finished = step.final
         if step.disaggregated_params is not None:
             out.disaggregated_params = step.disaggregated_params

@@ -7,16 +7,18 @@ every rule is testable with lists of ints; :class:`~.scheduler.Scheduler` is the
 the thread, runs the engine and delivers the emissions.
 
 Each iteration drops the cancelled sequences, then admits waiting ones in arrival order while fewer
-than ``max_batch_size`` run and their prompts fit in ``max_num_tokens`` of prefill (the first
+than ``max_batch_size`` run, their prompts fit in ``max_num_tokens`` of prefill (the first
 admitted always fits, so a long prompt cannot starve; a generation-only sequence costs nothing, as
-its KV is imported). Admitted sequences join the running ones: context sequences are prefilled one
-by one, generation-only ones start from their imported first token(s) (emitted again:
-TensorRT-LLM's generation-only output covers the whole generation), and then every sequence still
-running decodes one token in one batched step. A sequence ends at its end id (not emitted; finish
-reason "stop"), at a stop word the prompt and output end with (emitted; "stop") or at
-``max_new_tokens`` ("length"; a context-only request asks for one token, as
-TensorRT-LLM forces, and its final emission hands back the prompt's KV). A failed step fails the
-running sequences; the waiting ones never touched the engine and stay queued.
+its KV is imported) and their whole length fits the KV pool's free blocks (``max_num_blocks``,
+less the running sequences' reservations and the KV held for pickup). Admitted sequences join
+the running ones: context sequences are prefilled one by one, generation-only ones start from
+their imported first token(s) (emitted again: TensorRT-LLM's generation-only output covers the
+whole generation), and then every sequence still running decodes one token in one batched step.
+A sequence ends at its end id (not emitted; finish reason "stop"), at a stop word the prompt and
+output end with (emitted; "stop") or at ``max_new_tokens`` ("length"; a context-only request asks
+for one token, as TensorRT-LLM forces, and its final emission hands back the prompt's KV). A
+failed step fails the running sequences; the waiting ones never touched the engine and stay
+queued.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from pdtrt.engine_io import RequestType
 if TYPE_CHECKING:
     from pdtrt.llmapi.reference.engine import KV
 
-__all__ = ["Delivery", "Emission", "Plan", "Seq", "State", "fail", "postprocess", "prefill_cost",
-           "schedule"]
+__all__ = ["Delivery", "Emission", "Plan", "Seq", "State", "blocks_reserved", "fail",
+           "postprocess", "prefill_cost", "schedule"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +83,13 @@ class State(Generic[S]):
 
     max_batch_size: int  # running sequences at most
     max_num_tokens: int  # prompt tokens prefilled per iteration at most (the first always fits)
+    # the KV pool: blocks at most (None: unbounded), tokens a block holds, and blocks held
+    # outside the running sequences -- finished context-only KV waiting for its pull, which
+    # upstream keeps allocated until the transfer or its timeout (TensorRT-LLM PRs #12640,
+    # #12816: a stalled transfer fills a context server's pool)
+    max_num_blocks: int | None = None
+    tokens_per_block: int = 32
+    num_held_blocks: int = 0
     waiting: deque[S] = field(default_factory=deque)
     running: list[S] = field(default_factory=list)
 
@@ -134,14 +143,30 @@ def fail(state: State[S], error: str) -> list[Delivery[S]]:
     return [(s, _finish(s, error=error)) for s in failed]
 
 
+def blocks_reserved(seq: Seq, tokens_per_block: int) -> int:
+    """KV blocks a sequence holds from admission to its end: its whole length, prompt plus
+    ``max_new_tokens``, as TensorRT-LLM's GUARANTEED_NO_EVICT capacity scheduler reserves it."""
+    return -(-(len(seq.prompt) + seq.max_new_tokens) // tokens_per_block)
+
+
 def _admit(state: State[S]) -> list[S]:
+    """Arrival order, while the batch, the prefill budget and the KV pool allow; the head of
+    the queue waits for blocks (held KV expiring, sequences ending) rather than being passed.
+    A sequence alone in an empty pool is admitted whatever it needs, so none waits forever."""
     admitted: list[S] = []
     budget = state.max_num_tokens
+    tpb = state.tokens_per_block
+    used = state.num_held_blocks + sum(blocks_reserved(s, tpb) for s in state.running)
     while state.waiting and len(state.running) + len(admitted) < state.max_batch_size:
-        cost = prefill_cost(state.waiting[0])
+        head = state.waiting[0]
+        cost, blocks = prefill_cost(head), blocks_reserved(head, tpb)
         if admitted and cost > budget:
             break
+        if state.max_num_blocks is not None and used + blocks > state.max_num_blocks and \
+                (used or admitted):
+            break
         budget -= cost
+        used += blocks
         admitted.append(state.waiting.popleft())
     return admitted
 

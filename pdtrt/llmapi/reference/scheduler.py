@@ -41,6 +41,10 @@ __all__ = ["DecodeHook", "Emission", "Scheduler", "SeqRequest"]
 
 log = logging.getLogger(__name__)
 
+# How often a queue waiting for KV blocks looks again (held KV expires on the transceiver's
+# clock, not on an event this loop sees)
+_BLOCKS_POLL_S = 0.02
+
 
 class DecodeHook(Protocol):
     """Called before each batched decode step with the batch's request ids; raising fails the
@@ -65,12 +69,15 @@ class Scheduler:
 
     def __init__(self, engine: ReferenceEngine, *, max_batch_size: int,
                  max_num_tokens: int, faults: DecodeHook | None = None,
-                 prefix_cache: PrefixCache | None = None) -> None:
+                 prefix_cache: PrefixCache | None = None, max_num_blocks: int | None = None,
+                 held_blocks: Callable[[], int] = lambda: 0) -> None:
         self.engine = engine
         self.faults = faults
         self.prefix_cache = prefix_cache  # None: no block reuse
-        self.state: State[SeqRequest] = State(max_batch_size=max_batch_size,
-                                              max_num_tokens=max_num_tokens)
+        self.held_blocks = held_blocks  # KV blocks held for pickup (context-only results)
+        self.state: State[SeqRequest] = State(
+            max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
+            max_num_blocks=max_num_blocks, tokens_per_block=engine.layout.tokens_per_block)
         self._inbox: queue.Queue[SeqRequest | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="pdtrt-scheduler", daemon=True)
         self._stopped = False
@@ -127,6 +134,9 @@ class Scheduler:
 
     def _loop(self) -> None:
         while not self._stopped:
+            waiting_only = bool(self.state.waiting) and not self.state.running
+            if waiting_only:  # the queue waits for KV blocks: wait for a change, not spin
+                self._wait_for_blocks()
             self._drain(block=not self.state.num_active)
             try:
                 self._iteration()
@@ -134,7 +144,16 @@ class Scheduler:
                 log.exception("scheduler iteration failed")
                 _deliver(fail(self.state, f"engine failure: {exc}"))
 
+    def _wait_for_blocks(self) -> None:
+        try:
+            item = self._inbox.get(timeout=_BLOCKS_POLL_S)
+        except queue.Empty:
+            return
+        if item is not None:
+            self.state.waiting.append(item)
+
     def _iteration(self) -> None:
+        self.state.num_held_blocks = self.held_blocks()
         for seq in (*self.state.running, *self.state.waiting):
             seq.cancelled = _client_cancelled(seq)
         plan = schedule(self.state)

@@ -72,6 +72,7 @@ class KVCacheTransceiver:
         self.pulled = 0
         self.pulled_bytes = 0
         self.pull_s = 0.0
+        self._offered: dict[int, int] = {}  # transfer id -> prompt length, while held
 
     def start(self) -> None:
         self.node.start()
@@ -83,6 +84,7 @@ class KVCacheTransceiver:
         """Hold ``kv`` for a generation worker; the ``opaque_state`` that lets it pull."""
         buffer = pack_kv(kv)
         transfer_id = self.node.offer(buffer)
+        self._offered[transfer_id] = prompt_len
         return HeldKV(address=self.node.address, transfer_id=transfer_id,
                       kv_nbytes=int(buffer.nbytes), prompt_len=prompt_len,
                       layout=self.layout).encode()
@@ -102,6 +104,12 @@ class KVCacheTransceiver:
         self.pulled += 1
         self.pulled_bytes += held.kv_nbytes
         return unpack_kv(buffer, self.layout, held.prompt_len)
+
+    def held_prompt_lens(self) -> list[int]:
+        """The prompt length of every KV still held (neither pulled nor expired)."""
+        for tid in [t for t in self._offered if not self.node.is_held(t)]:
+            self._offered.pop(tid, None)
+        return list(self._offered.values())
 
     def stats(self) -> dict[str, float]:
         s = self.node.stats

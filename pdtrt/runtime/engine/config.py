@@ -73,6 +73,8 @@ class LLMEngineConfig:
             options["cache_transceiver_config"] = {
                 "backend": "UCX",
                 "kv_transfer_timeout_ms": round(float(p[Param.KV_TRANSFER_TIMEOUT_S]) * 1000)}
+        if role is Role.PREFILL:  # 1.2 refuses context-only requests with it on (as trtllm-1.2)
+            options["disable_overlap_scheduler"] = True
         return cls(role=role, model=engine_dir, options=options,
                    ucx_tls=tuple(p[Param.UCX_TLS].split(",")) if p.get(Param.UCX_TLS) else ())
 

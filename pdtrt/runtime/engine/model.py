@@ -40,6 +40,7 @@ import numpy as np
 from pdtrt.engine_io import KV_EVENTS_OUTPUT, REFERENCE_ENGINE_IO, RequestType
 from pdtrt.errors import InvalidRequestError, KVTransferError
 from pdtrt.llmapi import LLMApi, load_llm_api
+from pdtrt.llmapi.check import ApiSurface, check_llm_api
 from pdtrt.runtime.engine.config import LLMEngineConfig, engine_limits
 from pdtrt.runtime.engine.inflight import InflightRequests
 from pdtrt.runtime.engine.kv_events import KvEventLog, events_enabled
@@ -64,9 +65,11 @@ _STATS_EVERY = 10  # polls between two stats refreshes (held KV expires without 
 
 
 class TritonPythonModel:
-    def __init__(self, triton: Triton, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, triton: Triton, *, clock: Callable[[], float] = time.monotonic,
+                 load_api: Callable[[], LLMApi] | None = None) -> None:
         self.triton = triton
         self.clock = clock  # when held KV's timeouts run out
+        self.load_api = load_api  # the LLM API this stub runs on (tests: a twin variant)
 
     def initialize(self, args: dict[str, Any]) -> None:
         config = LLMEngineConfig.from_params(model_params(args))
@@ -75,14 +78,27 @@ class TritonPythonModel:
         if (devices := config.visible_devices(args["model_instance_name"])) is not None:
             # before tensorrt_llm loads: CUDA and the LLM API's MPI workers read it at start
             os.environ["CUDA_VISIBLE_DEVICES"] = devices
-        api = load_llm_api()
+        api = (self.load_api or load_llm_api)()
+        surface = self.check(api, config)  # before the LLM starts: a mismatch stops the load
         llm = api.LLM(str(config.model), skip_tokenizer_init=True, **config.options)
         self.setup(config, api, llm, model_name=args["model_name"],
-                   faults=FaultInjection.from_env(config.role))
+                   faults=FaultInjection.from_env(config.role), surface=surface)
+
+    @staticmethod
+    def check(api: LLMApi, config: LLMEngineConfig) -> ApiSurface:
+        """The library's surface against what this model needs (:mod:`pdtrt.llmapi.check`):
+        raises :class:`~pdtrt.errors.LLMApiMismatchError` naming what is missing; logs the
+        differences that change nothing but the fields passed, once."""
+        surface = check_llm_api(api, config.options)
+        for note in surface.notes():
+            log.warning("LLM API: %s", note)
+        return surface
 
     def setup(self, config: LLMEngineConfig, api: LLMApi, llm: Any, *, model_name: str,
-              faults: Any = None, model_config: dict[str, Any] | None = None) -> None:
+              faults: Any = None, model_config: dict[str, Any] | None = None,
+              surface: ApiSurface | None = None) -> None:
         """Serve ``llm`` (``initialize`` builds it from ``config``; tests pass their own)."""
+        self.surface = surface or self.check(api, config)
         self.config, self.api, self.llm = config, api, llm
         self.limits = engine_limits(config, model_config)
         self.metrics = Metrics(self.triton, METRICS, {"model": model_name})
@@ -217,7 +233,9 @@ class TritonPythonModel:
         if request.mode is RequestType.CONTEXT_ONLY:
             return self.api.DisaggregatedParams(request_type=str(request.mode))
         if request.context_phase_params is not None:
-            return request.context_phase_params.to_disaggregated(self.api.DisaggregatedParams)
+            return request.context_phase_params.to_disaggregated(
+                self.api.DisaggregatedParams,
+                has=lambda name: self.surface.has("DisaggregatedParams", name))
         return None
 
     async def _serve(self, out: Responder, result: Any) -> None:

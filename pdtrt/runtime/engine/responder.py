@@ -13,6 +13,8 @@ engine model's event-loop thread and on Triton's threads (stop, drain), one at a
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 import time
 from typing import Any, Protocol
@@ -26,6 +28,8 @@ from pdtrt.runtime.request_parsing import EngineRequest
 from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, log_prob_outputs, token_outputs
 
 __all__ = ["DECODE_FOLLOWS", "Responder", "ResponderOwner"]
+
+log = logging.getLogger(__name__)
 
 # The finish reasons of a context-only result after which the generation request follows.
 # TensorRT-LLM's disaggregated server sends the generation request only when the context
@@ -118,17 +122,27 @@ class Responder:
 
     def _logprobs(self, out: Any, start: int, new: list[int]) -> list[float]:
         """The log-probabilities of the ``new`` tokens at ``start`` (``outputs[0].logprobs``:
-        one ``{token: Logprob}`` per output token). A generation-only request's first tokens
-        take the context phase's, carried in ``context_phase_params``."""
+        one ``{token: Logprob}`` per output token that has one). A generation-only request's
+        first tokens take the context phase's, carried in ``context_phase_params``: a release
+        without ``DisaggregatedParams.first_gen_log_probs`` has none for them, so its list is
+        that much shorter at the front and is read aligned to the end of ``token_ids``. A
+        sampled token missing from its entry (upstream's entry is the top-k of the logits,
+        which may not hold it) is NaN, logged, never a failed request."""
         first = self.request.context_phase_params
         given = first.first_gen_log_probs if first is not None else None
+        offset = len(out.token_ids) - len(out.logprobs or ())
         values = []
         for i, token in enumerate(new, start):
             if given is not None and i < len(given):
                 values.append(given[i])
                 continue
-            entry = out.logprobs[i][token]
-            values.append(float(getattr(entry, "logprob", entry)))
+            entry = out.logprobs[i - offset] if 0 <= i - offset < len(out.logprobs) else {}
+            if token not in entry:
+                log.warning("request %s: no log-probability for its token %d at %d; NaN sent",
+                            self.request.request_id, token, i)
+                values.append(math.nan)
+                continue
+            values.append(float(getattr(entry[token], "logprob", entry[token])))
         return values
 
     def _emit(self, new: list[int], *, final: bool, out: Any) -> None:

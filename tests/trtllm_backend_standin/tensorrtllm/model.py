@@ -71,6 +71,7 @@ def _engine_model(engine_dir: Path, manifest: EngineManifest, model_name: str) -
     options["kv_cache_config"] = {"tokens_per_block": _setting(manifest, "tokens_per_block")}
     options["cache_transceiver_config"] = {"backend": "UCX",
                                            "kv_transfer_timeout_ms": _KV_TRANSFER_TIMEOUT_MS}
+    options["disable_overlap_scheduler"] = True  # 1.2 serves context-only requests only so
     config = LLMEngineConfig(role=Role.AGGREGATED, model=engine_dir, options=options,
                              ucx_tls=("sm", "tcp"))
     os.environ["UCX_TLS"] = ",".join(config.ucx_tls)
