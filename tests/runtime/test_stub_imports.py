@@ -36,10 +36,11 @@ def _loaded(module: str) -> list[str]:
     return json.loads(out.stdout)
 
 
-# the router: 27 -- its per-request timeline (issue 28), its prefill policy and KV index with
-# the block hash (issue 27), and it reads PDTRT_FAULT_INJECTION (runtime.faults, envvars) for
-# the wedged-loop test of its probe; the engine model: 22 -- its KV-events log (issue 27)
-@pytest.mark.parametrize(("role", "most"), [(Role.ROUTER, 27), (Role.PREFILL, 22),
+# the router: 28 -- its per-request timeline (issue 28), its prefill policy and KV index with
+# the block hash (issue 27), it reads PDTRT_FAULT_INJECTION (runtime.faults, envvars) for
+# the wedged-loop test of its probe, and it matches stop words as the engines do (stop_words,
+# issue 41); the engine model: 22 -- its KV-events log (issue 27)
+@pytest.mark.parametrize(("role", "most"), [(Role.ROUTER, 28), (Role.PREFILL, 22),
                                             (Role.DECODE, 22), (Role.AGGREGATED, 22),
                                             (Role.PREPROCESSING, 12), (Role.POSTPROCESSING, 13)])
 def test_a_stub_imports_no_heavy_library_and_few_pdtrt_modules(role, most):
