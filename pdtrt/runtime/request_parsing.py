@@ -148,6 +148,7 @@ class RouterRequest:
     streaming: bool  # what the client asked; the phases are asked their own way
     exclude_input: bool
     return_log_probs: bool = False
+    stop_words: tuple[tuple[int, ...], ...] = ()  # the router ends a prefill that completes one
     inputs: Mapping[str, np.ndarray]  # the client's inputs, in the phase models' config shapes
 
     def phase_inputs(self, *, streaming: bool, **extra: np.ndarray) -> dict[str, np.ndarray]:
@@ -165,9 +166,10 @@ class RouterRequest:
 def parse_router_request(request: Incoming) -> RouterRequest | StopRequest:
     """A request to route, or TensorRT-LLM's stop request (``stop`` = true: stop the request
     with this id). Raises :class:`InvalidRequestError` for a stop without a request id, an
-    empty prompt, more than one prompt, ``input_lengths`` that disagree with ``input_ids``, and
+    empty prompt, more than one prompt, ``input_lengths`` that disagree with ``input_ids``,
     sampling inputs the engines refuse (:func:`check_sampling`, the engines' beam width being
-    :data:`DISAGGREGATED_MAX_BEAM_WIDTH`)."""
+    :data:`DISAGGREGATED_MAX_BEAM_WIDTH`) and a malformed ``stop_words_list`` (:func:`word_list`;
+    its token ids are left to the engines, which know the vocabulary)."""
     if stop := _stop_request(request):
         return stop
     prompt = _prompt(request, _EMPTY_PROMPT)
@@ -178,6 +180,7 @@ def parse_router_request(request: Incoming) -> RouterRequest | StopRequest:
         streaming=bool(request.scalar("streaming", False)),
         exclude_input=bool(request.scalar("exclude_input_in_output", False)),
         return_log_probs=bool(request.scalar("return_log_probs", False)),
+        stop_words=word_list(request, "stop_words_list"),
         inputs={name: value.reshape(-1, 1) if name in _ROUTER_SCALARS else value
                 for name, value in request.inputs.items()})
 
@@ -303,12 +306,13 @@ def parse_engine_request(request: Incoming, limits: EngineLimits
                               if mode is RequestType.GENERATION_ONLY else None))
 
 
-def word_list(request: Incoming, name: str, vocab_size: int) -> tuple[tuple[int, ...], ...]:
+def word_list(request: Incoming, name: str,
+              vocab_size: int | None = None) -> tuple[tuple[int, ...], ...]:
     """The words of a ``stop_words_list`` / ``bad_words_list`` input, in TensorRT-LLM's layout
     ``[1, 2, n]``: row 0 the words' token ids one after another, row 1 the end offset of each
     word, padded with -1 (NVIDIA's preprocessing builds it from ``stop_words`` /
     ``bad_words``). Refused: another shape, offsets that do not rise within row 0, token ids
-    outside the vocabulary."""
+    outside the vocabulary (``vocab_size``; None, for the router: not checked here)."""
     raw = request.tensor(name)
     if raw is None or raw.size == 0:
         return ()
@@ -323,7 +327,7 @@ def word_list(request: Incoming, name: str, vocab_size: int) -> tuple[tuple[int,
             raise InvalidRequestError(f"input '{name}': word end offset {end} after {start} "
                                       f"does not fit its {len(ids)} token ids")
         word = tuple(int(t) for t in ids[start:end])
-        if min(word) < 0 or max(word) >= vocab_size:
+        if vocab_size is not None and (min(word) < 0 or max(word) >= vocab_size):
             raise InvalidRequestError(f"input '{name}': token ids {list(word)} outside the "
                                       f"vocabulary [0, {vocab_size})")
         words.append(word)

@@ -17,7 +17,7 @@ import pytest
 
 from pdtrt.llmapi.reference import LLM, DisaggregatedParams, SamplingParams
 from tests.llmapi.ctx_peer import OPTIONS
-from tests.llmapi.twin_surfaces import DisaggregatedParams13
+from tests.llmapi.twin_surfaces import DisaggregatedParams13, DisaggregatedParamsWithLogprobs
 from tests.runtime.conftest import hf_greedy
 
 PROMPT = [5, 60, 61, 62, 63, 64, 7]
@@ -123,11 +123,13 @@ def test_unknown_options_are_refused_like_llmargs(tiny_model_dir, options, error
      "the reference LLM does not implement length_penalty"),
     ({"sampling_params": SamplingParams(max_tokens=4, end_id=2, logprobs=3)},
      "the sampled token's log-probability only: logprobs 3 > 1"),
-    ({"sampling_params": SamplingParams(max_tokens=64, end_id=2)}, "exceeds max_seq_len (64)"),
+    ({"sampling_params": SamplingParams(max_tokens=4, end_id=2, n=2)},
+     "the reference LLM does not implement n (2)"),
     ({"sampling_params": SamplingParams(max_tokens=4, end_id=2),
       "disaggregated_params": DisaggregatedParams(request_type="context_only")},
      "context_only requests need cache_transceiver_config"),
-], ids=["no-end-id", "beam-search-penalty", "top-logprobs", "too-long", "no-transceiver"])
+], ids=["no-end-id", "beam-search-penalty", "top-logprobs", "several-returns",
+        "no-transceiver"])
 def test_what_the_engine_cannot_serve_is_refused_at_once(llm, kwargs, error):
     with pytest.raises(ValueError, match=error.replace("(", r"\(").replace(")", r"\)")):
         llm.generate_async(PROMPT, **kwargs)
@@ -219,11 +221,12 @@ def test_each_sampling_feature_gives_the_same_output_split_across_two_engines(
     aggregated = run(submit(llm, PROMPT, _params(max_tokens=10, **{"end_id": -1, **sampling})))
     ctx = context_peer("context", (PROMPT, {**{"end_id": -1}, **sampling}))
     assert ctx["finish_reason"] == "length"
-    params = DisaggregatedParams(request_type="generation_only",
-                                 first_gen_tokens=ctx["first_gen_tokens"],
-                                 ctx_request_id=ctx["ctx_request_id"],
-                                 opaque_state=ctx["opaque_state"],
-                                 first_gen_log_probs=ctx["logprobs"] or None)
+    # a release with the cherry-picked first_gen_log_probs: the log-probs cross the phases whole
+    params = DisaggregatedParamsWithLogprobs(request_type="generation_only",
+                                             first_gen_tokens=ctx["first_gen_tokens"],
+                                             ctx_request_id=ctx["ctx_request_id"],
+                                             opaque_state=ctx["opaque_state"],
+                                             first_gen_log_probs=ctx["logprobs"] or None)
     split = run(submit(generation_llm, PROMPT,
                        _params(max_tokens=10, **{"end_id": -1, **sampling}),
                        disaggregated_params=params))
@@ -239,16 +242,20 @@ def test_each_sampling_feature_gives_the_same_output_split_across_two_engines(
 
 
 @needs_ucx
-def test_a_generation_request_asking_log_probs_needs_the_first_tokens_ones(
+def test_without_first_gen_log_probs_a_generation_request_has_none_for_its_first_tokens(
         context_peer, generation_llm):
+    """The pinned class (release/1.2 as cut) cannot carry the first token's log-probability:
+    the generation side reports only the tokens it sampled, so its list is shorter at the front
+    (the engine model fills the first ones from context_phase_params)."""
     ctx = context_peer("context", (PROMPT, {"logprobs": 1}))
     params = DisaggregatedParams(request_type="generation_only",
                                  first_gen_tokens=ctx["first_gen_tokens"],
                                  ctx_request_id=ctx["ctx_request_id"],
                                  opaque_state=ctx["opaque_state"])
-    with pytest.raises(ValueError, match="needs DisaggregatedParams.first_gen_log_probs"):
-        generation_llm.generate_async(PROMPT, _params(max_tokens=4, end_id=-1, logprobs=1),
-                                      disaggregated_params=params)
+    out = run(submit(generation_llm, PROMPT, _params(max_tokens=4, end_id=-1, logprobs=1),
+                     disaggregated_params=params)).outputs[0]
+    assert len(out.token_ids) == 4 and len(out.logprobs) == 3
+    assert [t for d in out.logprobs for t in d] == out.token_ids[1:]
 
 
 @needs_ucx

@@ -193,3 +193,51 @@ def test_a_stop_word_may_begin_in_the_prompt_or_in_the_first_tokens_a_decode_imp
     assert plan.emissions == ((gen, Emission(tokens=(5,), final=False)),)
     assert postprocess(state, [(gen, [6])]) == [
         (gen, Emission(tokens=(6,), final=True, finish_reason="stop", stop_word=(5, 6)))]
+
+
+# -- the order of the finish checks: end id, then length, then stop words (TorchSampler) -------
+def test_a_context_only_token_completing_a_stop_word_ends_length_and_hands_back_the_kv():
+    """TensorRT-LLM checks the length before the stop words, and a context-only request may
+    have one token: that token ends it "length" even when it completes a stop word (alone, or
+    with the prompt's last token), no stop word is reported, and the KV is handed back for a
+    decode like any other context-only request's."""
+    kv = object()
+    one, two = (_seq(name, mode=RequestType.CONTEXT_ONLY, kv=kv, max_new_tokens=1,
+                     stop_words=words) for name, words in (("one", ((6,),)),
+                                                           ("two", ((9, 9), (3, 6)))))
+    state = _state(waiting=[one, two])
+    schedule(state)
+    assert postprocess(state, [(one, [6]), (two, [6])]) == [
+        (one, Emission(tokens=(6,), final=True, kv=kv, finish_reason="length")),
+        (two, Emission(tokens=(6,), final=True, kv=kv, finish_reason="length"))]
+    assert not state.running
+
+
+def test_the_last_allowed_token_ends_length_even_when_it_completes_a_stop_word():
+    last, earlier = _running("last", max_new_tokens=2, stop_words=((1, 4),)), \
+        _running("earlier", max_new_tokens=3, stop_words=((1, 4),))  # both generated [1]
+    state = _state(running=[last, earlier])
+    assert postprocess(state, [(last, [4]), (earlier, [4])]) == [
+        (last, Emission(tokens=(4,), final=True, finish_reason="length")),
+        (earlier, Emission(tokens=(4,), final=True, finish_reason="stop", stop_word=(1, 4)))]
+
+
+def test_the_end_id_comes_before_the_length_and_the_stop_words():
+    seq = _running("s", max_new_tokens=2, end_id=4, stop_words=((4,),))
+    state = _state(running=[seq])
+    assert postprocess(state, [(seq, [4])]) == [
+        (seq, Emission(tokens=(), final=True, finish_reason="stop"))]
+
+
+def test_a_decode_goes_past_an_imported_first_token_that_is_a_stop_word():
+    """Upstream's generation worker appends the context phase's first token outside its
+    sampler's checks, so a stop word it completes ends nothing there; the decode's own tokens
+    are checked (which is why pdtrt's router never sends such a decode)."""
+    gen = _seq("g", mode=GEN_ONLY, first_tokens=(5,), stop_words=((5,), (3, 5)))
+    state = _state(waiting=[gen])
+    plan = schedule(state)
+    assert plan.emissions == ((gen, Emission(tokens=(5,), final=False)),)
+    assert plan.decode == (gen,) and state.running == [gen]
+    assert postprocess(state, [(gen, [6])]) == [(gen, Emission(tokens=(6,), final=False))]
+    assert postprocess(state, [(gen, [5])]) == [
+        (gen, Emission(tokens=(5,), final=True, finish_reason="stop", stop_word=(5,)))]

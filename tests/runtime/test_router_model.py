@@ -366,6 +366,48 @@ def test_a_prefill_that_ended_at_the_end_id_skips_the_decode(router):
     assert req.tokens == [] and ended_once(req)
 
 
+def _stop_words(*words):
+    """``stop_words_list`` in TensorRT-LLM's [1, 2, n] layout, as the preprocessing sends it:
+    the words' ids, then each word's end offset padded with -1."""
+    ids = [t for w in words for t in w]
+    ends = [int(e) for e in np.cumsum([len(w) for w in words])]
+    return np.array([[ids, ends + [-1] * (len(ids) - len(ends))]], dtype=np.int32)
+
+
+# one token (the prefill's first), and two (the prompt's last token, then the first token)
+STOP_AT_FIRST = [pytest.param([(OUTPUT[0],)], id="one-token-word"),
+                 pytest.param([(99, 98), (24, OUTPUT[0])], id="two-token-word-from-the-prompt")]
+
+
+@pytest.mark.parametrize("words", STOP_AT_FIRST)
+@pytest.mark.parametrize(("streaming", "exclude_input", "early"),
+                         [(True, True, "true"), (True, True, "false"), (False, False, "true")],
+                         ids=["streaming", "streaming-first-from-decode", "one-response"])
+def test_a_first_token_that_completes_a_stop_word_ends_the_request_without_a_decode(
+        router, words, streaming, exclude_input, early):
+    """The prefill ends "length" and offers its KV (TensorRT-LLM checks the length before the
+    stop words), but a decode would go past the word; the aggregated path stops there, and so
+    does the router: the first token, the word kept, then the final response. No decode, no
+    stop of the prefill (its KV goes at its kv_transfer_timeout_ms)."""
+    model, triton = router(engines(), early_first_token=early)
+    req = request(max_new=8, streaming=streaming, exclude_input=exclude_input)
+    req.inputs["stop_words_list"] = _stop_words(*words)
+    route(model, req)
+    assert [(c.model, c.is_stop) for c in triton.calls] == [("prefill", False)]
+    prompt = [] if exclude_input else [20, 21, 22, 23, 24]
+    assert req.tokens == [*prompt, OUTPUT[0]] and ended_once(req)
+    assert triton.metrics["pdtrt_router_errors_total"] == 0
+
+
+def test_a_stop_word_the_first_token_only_begins_still_gets_its_decode(router):
+    model, triton = router(engines())
+    req = request(max_new=8)
+    req.inputs["stop_words_list"] = _stop_words((OUTPUT[0], OUTPUT[1]), (23, OUTPUT[0]))
+    route(model, req)
+    assert [c.model for c in triton.calls] == ["prefill", "decode"]
+    assert req.tokens == OUTPUT and ended_once(req)  # the fake decode does not stop at words
+
+
 # -- failures ----------------------------------------------------------------------------------
 IN_BAND_FAILURE = {ERROR_OUTPUT: np.array([[b"engine failure: boom"]], dtype=object)}
 

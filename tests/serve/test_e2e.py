@@ -314,6 +314,13 @@ def _both_ensembles(url: str, prompt: str, n: int, **values) -> dict[str, tuple[
     return got
 
 
+def _word(tok, ids: list[int]) -> str | None:
+    """The text of ``ids`` when the preprocessing encodes it back to exactly those ids (a stop
+    word that means them), else None."""
+    text = tok.decode(ids)
+    return text if tok.encode(text, add_special_tokens=False) == ids else None
+
+
 def test_every_sampling_input_gives_the_same_output_through_both_ensembles(reference_server,
                                                                            oracle):
     tok, expected = oracle
@@ -321,8 +328,7 @@ def test_every_sampling_input_gives_the_same_output_through_both_ensembles(refer
     ids, per_token, _ = expected(prompt, 16)
 
     def word_at(i: int, n: int) -> str | None:  # the text of ids[i:i+n], if it encodes back
-        text = tok.decode(ids[i:i + n])
-        return text if tok.encode(text, add_special_tokens=False) == ids[i:i + n] else None
+        return _word(tok, ids[i:i + n])
 
     # a two-token stop word, as early as the tokenizer allows (ideally the prefill's first
     # token and the decode's first; the twin's tests pin that case on token ids)
@@ -346,3 +352,41 @@ def test_every_sampling_input_gives_the_same_output_through_both_ensembles(refer
     assert texts == agg_texts and logprobs == pytest.approx(agg_logprobs, abs=1e-4)
     again = _both_ensembles(url, prompt, 16, temperature=0.9, top_k=50, random_seed=12)
     assert again["ensemble"][0] != texts  # another seed draws another output
+
+
+# -- stop words at the edges of the phases (issue 41) -------------------------------------------
+def test_a_stop_word_the_prefills_first_token_completes_ends_both_paths_there(reference_server,
+                                                                               oracle):
+    """The prefill ends "length" and offers its KV (TensorRT-LLM checks the length before the
+    stop words), and a decode would go past the word; the router ends the request after the
+    prefill, as the aggregated path ends it (docs/serve.md). Words of one token (the first) and
+    of two (the prompt's last token, then the first)."""
+    tok, expected = oracle
+    url = _url(reference_server)
+    checked = []
+    for prompt in PROMPTS:
+        ids, per_token, _ = expected(prompt, 8)
+        for word in (_word(tok, ids[:1]), _word(tok, tok.encode(prompt)[-1:] + ids[:1])):
+            if word is None:  # the token's text does not encode back to it alone
+                continue
+            got = _both_ensembles(url, prompt, 8, stop_words=[word])
+            assert got["ensemble"] == got["ensemble_aggregated"], (prompt, word, got)
+            assert got["ensemble"][0] == per_token[:1], (prompt, word)
+            checked.append(word)
+    assert len(checked) >= 2, checked  # the seeded model gives such words (both kinds)
+
+
+def test_a_stop_word_the_last_allowed_token_completes_gives_both_paths_the_same_output(
+        reference_server, oracle):
+    """Ends "length" upstream (the length is checked first), the word in the output; with
+    max_tokens 1 the prefill's token is that last one, with more a decode's."""
+    tok, expected = oracle
+    url, prompt = _url(reference_server), PROMPTS[0]
+    ids, per_token, _ = expected(prompt, 8)
+    last = next((i + 1, w) for i in range(1, 8)
+                if ids[i] not in ids[:i] and (w := _word(tok, ids[i:i + 1])))
+    for n, word in ((1, _word(tok, ids[:1])), last):
+        assert word is not None, ids
+        got = _both_ensembles(url, prompt, n, stop_words=[word])
+        assert got["ensemble"] == got["ensemble_aggregated"], (n, word, got)
+        assert got["ensemble"][0] == per_token[:n], (n, word)

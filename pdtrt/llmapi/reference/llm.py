@@ -17,11 +17,16 @@ runs the prompt and returns one token with finish reason "length" and
 its KV -- until a generation worker pulls it or ``kv_transfer_timeout_ms`` runs out, and only
 then: ``abort()`` of the finished request frees nothing. If that first token is the end id, the
 request ends "stop", hands back the caller's params and holds no KV (upstream's disaggregated
-server then skips the generation request). A ``generation_only`` request with those params pulls
+server then skips the generation request). A first token that completes a stop word still ends
+it "length" with its KV held: the sampler checks the length before the stop words
+(:func:`.schedule._accept` cites it). A ``generation_only`` request with those params pulls
 the KV over UCX, then continues from the first token (its output repeats it, as TensorRT-LLM's
-generation-only output covers the whole generation). Without the config, disaggregated request
-types are refused, like the PyTorch flow's disabled transceiver. ``get_stats`` follows upstream
-too: empty without ``enable_iter_perf_stats`` and before the first request.
+generation-only output covers the whole generation); like upstream's generation worker it does
+not check that first token against the stop words, so it decodes past one the first token
+completed -- pdtrt's router sends no such request (docs/serve.md). Without the config,
+disaggregated request types are refused, like the PyTorch flow's disabled transceiver.
+``get_stats`` follows upstream too: empty without ``enable_iter_perf_stats`` and before the
+first request.
 """
 
 from __future__ import annotations

@@ -14,9 +14,15 @@ less the running sequences' reservations and the KV held for pickup). Admitted s
 the running ones: context sequences are prefilled one by one, generation-only ones start from
 their imported first token(s) (emitted again: TensorRT-LLM's generation-only output covers the
 whole generation), and then every sequence still running decodes one token in one batched step.
-A sequence ends at its end id (not emitted; finish reason "stop"), at a stop word the prompt and
-output end with (emitted; "stop") or at ``max_new_tokens`` ("length"; a context-only request asks
-for one token, as TensorRT-LLM forces, and its final emission hands back the prompt's KV). A
+A sequence ends, checked in this order for each token as TensorRT-LLM's TorchSampler does
+(``_handle_stop_criteria``, sampler.py, cited at :func:`_accept`): at its end id (not emitted;
+finish reason "stop"), at ``max_new_tokens`` ("length"; a context-only request asks for one
+token, as TensorRT-LLM forces, and its final emission hands back the prompt's KV) or at a stop
+word the prompt and output now end with (emitted; "stop"). So a token that reaches
+``max_new_tokens`` and completes a stop word ends "length", with no stop word reported -- a
+context-only request's one token included, which then hands back its KV like any other. The
+first tokens a generation-only request imports are not checked against the stop words (upstream
+appends them without its sampler's checks); its own tokens are, over the whole sequence. A
 failed step fails the running sequences; the waiting ones never touched the engine and stay
 queued.
 """
@@ -29,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from pdtrt.engine_io import RequestType
+from pdtrt.stop_words import completed_stop_word
 
 if TYPE_CHECKING:
     from pdtrt.llmapi.reference.engine import KV
@@ -123,7 +130,8 @@ def schedule(state: State[S]) -> Plan[S]:
     admitted = _admit(state)
     state.running.extend(admitted)
     imported = tuple(s for s in admitted if s.mode is RequestType.GENERATION_ONLY)
-    emissions += [(s, _accept(state, s, s.first_tokens, s.first_logprobs)) for s in imported]
+    emissions += [(s, _accept(state, s, s.first_tokens, s.first_logprobs, sampled=False))
+                  for s in imported]
     return Plan(emissions=tuple(emissions), cancelled=cancelled, imported=imported,
                 prefill=tuple(s for s in admitted if s.mode is not RequestType.GENERATION_ONLY),
                 decode=tuple(state.running))
@@ -172,10 +180,21 @@ def _admit(state: State[S]) -> list[S]:
 
 
 def _accept(state: State[S], seq: S, tokens: Sequence[int],
-            token_logprobs: Sequence[float] = ()) -> Emission:
-    """Append ``tokens`` to the output until one ends it: the end id (not part of the output),
-    a stop word the prompt and output now end with (TensorRT-LLM's sampler matches them over
-    the whole sequence; the word stays in the output) or ``max_new_tokens``."""
+            token_logprobs: Sequence[float] = (), *, sampled: bool = True) -> Emission:
+    """Append ``tokens`` to the output until one ends it, checked in TensorRT-LLM's order:
+    the end id (not part of the output), then ``max_new_tokens``, then a stop word the prompt
+    and output now end with (the word stays in the output). ``sampled`` False: tokens a
+    generation-only request imports, which no stop word ends.
+
+    The order is TorchSampler's ``_handle_stop_criteria`` (END_ID, then LENGTH, then
+    STOP_WORDS; tensorrt_llm/_torch/pyexecutor/sampler.py, NVIDIA/TensorRT-LLM at
+    00026bd121addd9ee5650a7da9fee6b57db79a6f; its batched ``_write_finish_reasons`` writes
+    stop words, then length, then end id, each overwriting: the same precedence). So the last
+    allowed token ends "length" even when it completes a stop word. The generation worker
+    appends a context phase's first token with ``add_new_token``
+    (``_prepare_disagg_gen_transmission_complete``, tensorrt_llm/_torch/pyexecutor/
+    py_executor.py at 9521caf4696c1fb79b0f946f0d980f8f0ebd3e64), outside the sampler's
+    checks."""
     new: list[int] = []
     logprobs: list[float] = []
     reason: str | None = None
@@ -187,30 +206,21 @@ def _accept(state: State[S], seq: S, tokens: Sequence[int],
         seq.generated.append(token)
         new.append(token)
         logprobs += token_logprobs[i:i + 1]
-        if (stop_word := _stop_word(seq)) is not None:
-            reason = "stop"
-            break
         if len(seq.generated) >= seq.max_new_tokens:
             reason = "length"
+            break
+        if sampled and (stop_word := completed_stop_word(seq.prompt, seq.generated,
+                                                         seq.stop_words)) is not None:
+            reason = "stop"
             break
     if reason is None:
         return Emission(tokens=tuple(new), logprobs=tuple(logprobs), final=False)
     state.running.remove(seq)
-    # context-only: the prompt's KV stays for a decode to pull, unless the first token ended
-    # the request (TensorRT-LLM then hands nothing on: the decode is skipped)
+    # context-only: the prompt's KV stays for a decode to pull, unless the end id ended the
+    # request (TensorRT-LLM then hands nothing on: the decode is skipped)
     kv = seq.kv if seq.mode is RequestType.CONTEXT_ONLY and reason == "length" else None
     return _finish(seq, tokens=tuple(new), logprobs=tuple(logprobs), kv=kv, reason=reason,
                    stop_word=stop_word)
-
-
-def _stop_word(seq: Seq) -> tuple[int, ...] | None:
-    for word in seq.stop_words:
-        n = len(word)
-        tail = seq.generated[-n:] if n <= len(seq.generated) else \
-            (seq.prompt + seq.generated)[-n:]
-        if tuple(tail) == word:
-            return word
-    return None
 
 
 def _finish(seq: Seq, *, tokens: tuple[int, ...] = (), logprobs: tuple[float, ...] = (),

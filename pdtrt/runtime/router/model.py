@@ -7,7 +7,9 @@ counts the choice with its reason). **Aggregated**: a prompt shorter than
 generation) and prefills it itself. **Prefill then decode**: a context-only request to a
 prefill endpoint returns the first token and the ``context_phase_params``; the first token goes
 to the client at once (``early_first_token``); then a generation-only request to a decode
-endpoint streams the rest, relayed without repeating the first token. Many requests are in
+endpoint streams the rest, relayed without repeating the first token -- unless the first token
+ended the request: the end id, ``max_tokens`` 1, or a stop word it completes (ended here as the
+aggregated path ends it; a decode would go past the word). Many requests are in
 flight per instance (``async def execute``). Every failure becomes a request error, and every
 stream ends with exactly one final response (:class:`~pdtrt.runtime.router.reply.Reply` keeps
 both promises).
@@ -35,9 +37,10 @@ the sequence. Triton 2.51 has no way to cancel a BLS request and does not pass a
 request's cancellation on to the composing model, so the stop request is the mechanism; a client
 cancels by streaming to the ``router`` model itself (see docs/serve.md). A prefill's KV that no
 decode will pull (decode failure, a one-token request, a client gone between the phases, an EOS
-as the first token) cannot be freed early: TensorRT-LLM 1.2 ignores an abort of a finished
-context-only request and frees its KV only when ``kv_transfer_timeout_ms`` runs out, so pdtrt
-writes a short one per phase (docs/serve.md, "Held KV").
+as the first token, a first token that completes a stop word) cannot be freed early:
+TensorRT-LLM 1.2 ignores an abort of a finished context-only request and frees its KV only when
+``kv_transfer_timeout_ms`` runs out, so pdtrt writes a short one per phase (docs/serve.md,
+"Held KV").
 
 All of Triton goes through the injected seam (:class:`~pdtrt.runtime.triton_io.Triton`) and
 the time it reads through an injected clock (the liveness deadline and the probe interval are
@@ -89,6 +92,7 @@ from pdtrt.runtime.router.retry import Action, Failure, decide
 from pdtrt.runtime.router.timeline import HISTOGRAMS, Timeline, observe
 from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
 from pdtrt.runtime.triton_io import Incoming, MetricKind, Metrics, MetricSpec, Triton, model_params
+from pdtrt.stop_words import completed_stop_word
 
 _COUNTER, _GAUGE = MetricKind.COUNTER, MetricKind.GAUGE
 _METRICS = {
@@ -182,6 +186,12 @@ class _Prefill:
     def needs_decode(self, max_new_tokens: int) -> bool:
         return (bool(self.first_tokens) and self.context_phase_params is not None
                 and len(self.first_tokens) < max_new_tokens)
+
+    def stop_word(self, request: RouterRequest) -> tuple[int, ...] | None:
+        """The stop word of ``request`` that its prompt and first token(s) end with, if any:
+        the rule the engines' sampler applies (:mod:`pdtrt.stop_words`). A context phase gives
+        one first token, so the tail after it is the only one to look at."""
+        return completed_stop_word(request.prompt, self.first_tokens, request.stop_words)
 
 
 class _FallBack(Exception):
@@ -547,6 +557,15 @@ class TritonPythonModel:
                 reply.close()
                 return
             if not prefill.needs_decode(request.max_new_tokens):
+                reply.finish(request)
+                return
+            if (word := prefill.stop_word(request)) is not None:
+                # The prefill ended "length" and holds the KV (TensorRT-LLM checks the length
+                # before the stop words), but a decode would not stop at the word: it gets the
+                # first token outside its sampler's checks. The aggregated path ends here, so
+                # the router does too; the KV goes at the prefill's kv_transfer_timeout_ms.
+                log.debug("request %r: the first token completes stop word %s; no decode",
+                          request.request_id, list(word))
                 reply.finish(request)
                 return
             sent = reply.num_streamed
