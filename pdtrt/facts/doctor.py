@@ -11,6 +11,7 @@ import importlib.metadata
 import importlib.util
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -122,8 +123,35 @@ def _trtllm_check() -> Check:
                  f"{build or 'not on PATH'}", needed_for=needed)
 
 
-def run_doctor(catalog: Catalog, *, nvml: Any = None) -> DoctorReport:
-    """Run every check (``nvml`` is the NVML seam, see :func:`detect_gpus`)."""
+def _llm_api_check(load: Callable[[], Any] | None = None) -> Check:
+    """The engine model's load-time check (:mod:`pdtrt.llmapi.check`) on the LLM API this
+    machine's stubs would run: ``tensorrt_llm`` where it imports, else pdtrt's CPU twin."""
+    from pdtrt.errors import LLMApiMismatchError
+    from pdtrt.llmapi import load_llm_api
+    from pdtrt.llmapi.check import PINNED_VERSION, check_llm_api
+
+    needed = "the LLM-API engine models (trtllm-1.2 on a GPU; the reference twin on the CPU)"
+    try:
+        api = (load or load_llm_api)()
+    except Exception as exc:  # a broken install is an answer, not a crash
+        return Check(name="LLM API", status=CheckStatus.PROBLEM,
+                     detail=f"tensorrt_llm does not import: {exc}", needed_for=needed)
+    try:
+        surface = check_llm_api(api)
+    except LLMApiMismatchError as exc:
+        return Check(name="LLM API", status=CheckStatus.PROBLEM,
+                     detail=f"{exc.message} ({exc.hint})", needed_for=needed)
+    what = "pdtrt's CPU twin of TensorRT-LLM" if api.is_reference else "tensorrt_llm"
+    notes = "; ".join(surface.notes()) or f"the pinned release {PINNED_VERSION}"
+    return Check(name="LLM API", status=CheckStatus.OK,
+                 detail=f"{what} {surface.version}: every field the engine model needs is "
+                 f"there ({notes})", needed_for=needed)
+
+
+def run_doctor(catalog: Catalog, *, nvml: Any = None,
+               load_llm_api: Callable[[], Any] | None = None) -> DoctorReport:
+    """Run every check (``nvml`` is the NVML seam, see :func:`detect_gpus`;
+    ``load_llm_api`` the LLM API's, see :func:`pdtrt.llmapi.load_llm_api`)."""
     gpus = detect_gpus(catalog, nvml)
     gpu_check = Check(
         name="GPUs",
@@ -133,5 +161,5 @@ def run_doctor(catalog: Catalog, *, nvml: Any = None) -> DoctorReport:
         needed_for="trtllm-* targets (the reference target runs on the CPU)",
     )
     checks = (_python_check(), _numpy_check(), gpu_check, _triton_check(), _ucxx_check(),
-              _trtllm_check())
+              _trtllm_check(), _llm_api_check(load_llm_api))
     return DoctorReport(checks=checks, gpus=gpus)

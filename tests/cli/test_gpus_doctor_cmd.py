@@ -43,7 +43,8 @@ def test_doctor(run):
     assert result.exit_code == 0
     names = [line.split(":")[0].split(maxsplit=1)[1] for line in result.stdout.splitlines()
              if line[:1] not in (" ", "")]
-    assert names == ["python", "numpy", "GPUs", "embedded Triton", "ucxx", "TensorRT-LLM"]
+    assert names == ["python", "numpy", "GPUs", "embedded Triton", "ucxx", "TensorRT-LLM",
+                     "LLM API"]
     data = json.loads(run("doctor", "--json").stdout)
     assert [c["name"] for c in data["checks"]] == names
 

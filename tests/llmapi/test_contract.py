@@ -259,3 +259,15 @@ def test_every_stats_key_the_reference_returns_is_on_the_pinned_surface(tiny_mod
             yield from keys(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"]
 
     assert set(keys(stats)) <= set(load_surface().stats_keys)
+
+
+def test_the_load_check_needs_only_pinned_fields_and_treats_the_unpinned_as_optional():
+    """pdtrt.llmapi.check holds a release to NEEDED: each is a field of the pinned surface,
+    and each OPTIONAL field is one the pinned class lacks (else it would be NEEDED)."""
+    from pdtrt.llmapi.check import NEEDED, OPTIONAL
+
+    surface = load_surface()
+    for cls, names in NEEDED.items():
+        assert set(names) <= {n for n, _ in surface.cls(cls).fields}, cls
+    for cls, names in OPTIONAL.items():
+        assert not set(names) & {n for n, _ in surface.cls(cls).fields}, cls
