@@ -30,6 +30,7 @@ __all__ = [
     "ERROR_OUTPUT",
     "KV_EVENTS_OUTPUT",
     "KV_EVENT_BUFFER",
+    "KV_TRANSFER_DEADLINE_MARGIN_S",
     "ENSEMBLE_IO",
     "ENSEMBLE_NAME",
     "ENGINE_STEP_MAP",
@@ -217,6 +218,13 @@ REQUEST_TYPE_PARAMETER = "request_type"
 means ``context_and_generation``. The C++ backend logs and treats unknown values likewise."""
 
 
+# How much later than the KV's hold (kv_transfer.timeout_s) the router gives up on a decode that
+# has sent nothing (Param.KV_TRANSFER_DEADLINE_S): by then the decode's own
+# kv_transfer_timeout_ms has failed a transfer that could fail, so silence means a transfer that
+# never ends (TensorRT-LLM #12542)
+KV_TRANSFER_DEADLINE_MARGIN_S = 10.0
+
+
 class Param(StrEnum):
     """String parameters of pdtrt's Python models (``config.pbtxt`` ``parameters``)."""
 
@@ -257,6 +265,8 @@ class Param(StrEnum):
     FALLBACK_TO_AGGREGATED = "fallback_to_aggregated"  # "true" | "false"
     MAX_ATTEMPTS = "max_attempts"  # endpoints tried per phase of one request
     LIVENESS_S = "liveness_s"  # silence of a phase call before its endpoint is probed
+    # a generation-only call's first response at most this late (the KV transfer's bound)
+    KV_TRANSFER_DEADLINE_S = "kv_transfer_deadline_s"
     PROBE_TIMEOUT_S = "probe_timeout_s"
     PROBE_INTERVAL_S = "probe_interval_s"  # background health checks; 0 = none
     # core input -> the phase models' name for it, "CORE:ENGINE,..."; "" = the core names

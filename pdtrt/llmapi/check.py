@@ -105,7 +105,10 @@ def check_llm_api(api: Any, options: Mapping[str, Any] | None = None, *,
                 if f not in fields[cls]]
     llm_args = getattr(api, "LlmArgs", None)
     if options and llm_args is not None:
-        problems += [f"LLM-API option {key}" for key in _unknown_options(llm_args, options)]
+        # the LLM's own parameters (tensor_parallel_size, dtype, ...) are options too
+        named = class_fields(api.LLM) if getattr(api, "LLM", None) is not None else frozenset()
+        problems += [f"LLM-API option {key}" for key in _unknown_options(llm_args, options)
+                     if key not in named]
     if problems:
         raise LLMApiMismatchError(
             f"{impl} {version} lacks what pdtrt's engine model needs: {', '.join(problems)}",

@@ -26,7 +26,12 @@ from typing import Any
 from pdtrt.build.manifest import EngineLayout
 from pdtrt.build.settings import EngineSettings
 from pdtrt.build.steps import BuildPlan, BuildStep, StepKind
-from pdtrt.engine_io import ERROR_OUTPUT, REFERENCE_ENGINE_IO, Param
+from pdtrt.engine_io import (
+    ERROR_OUTPUT,
+    KV_TRANSFER_DEADLINE_MARGIN_S,
+    REFERENCE_ENGINE_IO,
+    Param,
+)
 from pdtrt.enums import KVDType, Phase, Target, TritonBackend, WeightQuant
 from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES
 from pdtrt.errors import BuildError, SpecIssue, ToolchainError
@@ -34,7 +39,7 @@ from pdtrt.facts.catalog import load_catalog
 from pdtrt.facts.gpu_detect import detect_gpus
 from pdtrt.repo.launch import LaunchPlan
 from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
-from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, python_model
+from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, param_number, python_model
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets import toolchain as toolchains
@@ -106,6 +111,13 @@ class Trtllm12Target(ContainerTarget):
         elif dep.spec.kv_cache_dtype(phase) is KVDType.FP8:
             notes.append(f"{phase}: FP8 KV cache on {dep.spec.model.dtype} weights: no "
                          "calibrated KV scales (FP8 weights export them with ModelOpt)")
+        if phase is Phase.PREFILL and dep.spec.pool(phase).engine.enable_block_reuse:
+            notes.append(
+                "prefill: block reuse on a context server of TensorRT-LLM 1.2: a block evicted "
+                "from the reuse tree before its asynchronous send ends leaves the decode waiting "
+                "for the KV forever (TensorRT-LLM #12542, open for 1.2); the router gives up on "
+                "such a decode after kv_transfer.timeout_s + "
+                f"{param_number(KV_TRANSFER_DEADLINE_MARGIN_S)} s and stops its request")
         steps.append(BuildStep(
             name=f"{phase}-{StepKind.LLM_OPTIONS}", kind=StepKind.LLM_OPTIONS, phase=phase,
             argv=(), inputs=(), output_dir=ctx.layout.phase_dir(phase),

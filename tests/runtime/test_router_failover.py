@@ -300,3 +300,37 @@ def test_background_probes_eject_a_dead_endpoint_before_a_request_reaches_it(rou
     assert work(triton, "decode_b") == []  # only its probes reached it
     assert metric(triton, "pdtrt_router_endpoint_ejections_total", phase="decode",
                   endpoint="decode_b") == 1
+
+
+def test_a_decode_that_answers_probes_but_never_its_call_ends_at_the_transfer_deadline(router,
+                                                                                     hang):
+    """TensorRT-LLM #12542: a block evicted from the reuse tree before its send leaves the
+    generation side waiting forever on the KV, while the endpoint stays healthy. The router's
+    kv_transfer_deadline_s bounds the wait for the first response, then stops the request at
+    the decode (it still holds it) and fails it -- retried on another decode when there is
+    one."""
+    def waits_for_kv(call):
+        if is_probe(call) or call.is_stop:
+            return []  # alive, and a stop is taken
+        return stuck()
+
+    def stuck():
+        hang.wait()  # the transfer that never ends
+        yield tokens_out(9)
+
+    model, triton = router(phases({"decode": waits_for_kv}), **{
+        Param.LIVENESS_S: "0.2", Param.PROBE_TIMEOUT_S: "0.5",
+        Param.KV_TRANSFER_DEADLINE_S: "0.6"})
+    req = request()
+    start = time.monotonic()
+    asyncio.run(asyncio.wait_for(model.execute([req]), 5.0))
+    assert 0.5 < time.monotonic() - start < 3.0
+    assert ended_once(req, error="decode failed: endpoint decode sent nothing within 0.6 s")
+    assert [c for c in triton.calls if c.is_stop and c.model == "decode"]  # freed there
+
+    model, triton = router(phases({"decode": waits_for_kv}), **{
+        **POOLS, Param.DECODE_ENDPOINTS: "decode,decode_b", Param.KV_TRANSFER_DEADLINE_S: "0.6"})
+    req = request()
+    route(model, req)
+    assert req.tokens == OUTPUT and ended_once(req)  # the other decode served it whole
+    assert len(work(triton, "decode")) == len(work(triton, "decode_b")) == 1

@@ -192,3 +192,13 @@ def test_block_reuse_asked_of_a_pool_turns_it_on_with_kv_events_there_only(tmp_p
     assert prefill["kv_cache_config"]["enable_block_reuse"] is False
     assert "event_buffer_max_size" not in prefill["kv_cache_config"]
     assert option_problems(FACTS, decode) == []  # names and types LlmArgs 1.2 accepts
+    assert not [n for n in plan.phase(Phase.DECODE).notes + plan.phase(Phase.PREFILL).notes
+                if "#12542" in n]  # a decode's reuse sends nothing: no warning
+
+
+def test_block_reuse_on_the_prefill_warns_of_12542_and_names_the_routers_bound(tmp_path):
+    def reuse_on_prefill(data):
+        data["prefill"]["engine"]["enable_block_reuse"] = True
+    plan = plan_build(_dep(tmp_path, reuse_on_prefill), engines_root=Path("engines"))
+    [note] = [n for n in plan.phase(Phase.PREFILL).notes if "#12542" in n]
+    assert "waiting for the KV forever" in note and "kv_transfer.timeout_s + 10 s" in note

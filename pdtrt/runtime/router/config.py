@@ -40,6 +40,9 @@ class RouterConfig:
     fallback_to_aggregated: bool  # a failed disaggregated path falls back to the aggregated one
     max_attempts: int  # endpoints tried per phase of one request
     liveness_s: float  # silence of a phase call before its endpoint is probed; 0: never
+    # a generation-only call with no response this long after it was sent has lost its KV
+    # transfer (TensorRT-LLM #12542: the decode waits forever, answering probes); 0: no bound
+    kv_transfer_deadline_s: float = 0.0
     probe_timeout_s: float
     probe_interval_s: float  # background probes of every endpoint; 0: none
     # core input -> the phase models' name for it (TensorRT-LLM 0.21: min_tokens, seed)
@@ -98,6 +101,7 @@ class RouterConfig:
             fallback_to_aggregated=p.get(Param.FALLBACK_TO_AGGREGATED, "false") == "true",
             max_attempts=int(p.get(Param.MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS),
             liveness_s=float(p.get(Param.LIVENESS_S) or DEFAULT_LIVENESS_S),
+            kv_transfer_deadline_s=float(p.get(Param.KV_TRANSFER_DEADLINE_S) or 0),
             probe_timeout_s=float(p.get(Param.PROBE_TIMEOUT_S) or DEFAULT_PROBE_TIMEOUT_S),
             probe_interval_s=float(p.get(Param.PROBE_INTERVAL_S, DEFAULT_PROBE_INTERVAL_S)
                                    or 0),

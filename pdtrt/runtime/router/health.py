@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
@@ -105,11 +106,13 @@ class Prober:
 
 
 async def watched(stream: AsyncIterator[PhaseResponse], *, liveness_s: float,
-                  alive: Callable[[], Awaitable[str | None]], what: str
-                  ) -> AsyncIterator[PhaseResponse]:
+                  alive: Callable[[], Awaitable[str | None]], what: str,
+                  first_within_s: float = 0.0) -> AsyncIterator[PhaseResponse]:
     """The responses of ``stream``; after ``liveness_s`` without one, ``alive()`` decides: None
     (alive) keeps waiting, anything else ends the stream with one error response naming
-    ``what`` and the reason. ``liveness_s`` <= 0 watches nothing. ``stream`` is closed when
+    ``what`` and the reason. ``liveness_s`` <= 0 watches nothing. With ``first_within_s`` > 0
+    the first response must come that soon, alive or not, else the same kind of error ends it
+    (an endpoint can answer probes and still never answer one call). ``stream`` is closed when
     this one ends or is closed.
 
     The deadline is a timed read of a
@@ -120,11 +123,19 @@ async def watched(stream: AsyncIterator[PhaseResponse], *, liveness_s: float,
     """
     responses = stream if isinstance(stream, ResponseStream) else ResponseStream.pumped(stream)
     timeout_s = liveness_s if liveness_s > 0 else None
+    clock = asyncio.get_running_loop().time
+    first_by = clock() + first_within_s if first_within_s > 0 else None
     try:
         while True:
+            wait_s = timeout_s if first_by is None else \
+                max(min(timeout_s or math.inf, first_by - clock()), 0.0)
             try:
-                response = await responses.read(timeout_s)
+                response = await responses.read(wait_s)
             except TimeoutError:
+                if first_by is not None and clock() >= first_by:
+                    yield PhaseResponse(error=f"{what} sent nothing within "
+                                        f"{first_within_s:g} s of the call")
+                    return
                 problem = await alive()
                 if problem is not None:
                     yield PhaseResponse(error=f"{what} stopped answering: {problem}")
@@ -132,6 +143,7 @@ async def watched(stream: AsyncIterator[PhaseResponse], *, liveness_s: float,
                 continue
             if response is None:
                 return
+            first_by = None
             yield response
     finally:
         await responses.aclose()

@@ -669,6 +669,10 @@ class TritonPythonModel:
                     if request.streaming:
                         reply.stream()
         if error is not None and not stopping:
+            if request_type is RequestType.GENERATION_ONLY and seen == 0:
+                # a decode that never answered (its KV transfer lost: TensorRT-LLM #12542) still
+                # holds the request; a stop frees it (a decode that failed it ignores the stop)
+                await self._stop(endpoint, request, phase_id)
             raise PhaseError(_failure(self._role_of[id(endpoint)], endpoint, error))
 
     # -- phase calls -------------------------------------------------------------------------
@@ -707,8 +711,11 @@ class TritonPythonModel:
             parameters={REQUEST_TYPE_PARAMETER: request_type.value}, outputs=outputs,
             error_output=self.config.error_output)
         with outstanding(endpoint, 0 if is_stop else tokens):
+            first_within_s = self.config.kv_transfer_deadline_s \
+                if request_type is RequestType.GENERATION_ONLY else 0.0
             async with aclosing(watched(stream, liveness_s=self.config.liveness_s, alive=alive,
-                                        what=f"endpoint {endpoint.label}")) as responses:
+                                        what=f"endpoint {endpoint.label}",
+                                        first_within_s=first_within_s)) as responses:
                 async for r in responses:
                     yield r
 
