@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
+# TRTLLMSampler: the tests hold the sampling rules to the C++ decoder's (LlmArgs' default,
+# auto, is 1.2's TorchSampler, which ignores penalties and bad words: test_sampler_type.py)
 OPTIONS = {"enable_iter_perf_stats": True, "max_batch_size": 4, "max_num_tokens": 64,
            "max_seq_len": 64, "kv_cache_config": {"tokens_per_block": 16},
+           "sampler_type": "TRTLLMSampler",
            "cache_transceiver_config": {"backend": "UCX", "kv_transfer_timeout_ms": 10_000}}
 
 

@@ -27,7 +27,7 @@ from tests.runtime.fake_triton import FakeRequest, FakeTriton
 
 PROMPT = [5, 6, 7, 8]
 OPTIONS = {"enable_iter_perf_stats": True, "max_batch_size": 4, "max_num_tokens": 64,
-           "max_input_len": 16, "max_seq_len": 64,
+           "max_input_len": 16, "max_seq_len": 64, "sampler_type": "TRTLLMSampler",
            "kv_cache_config": {"tokens_per_block": 16}}
 HOLD_S = 1.0
 PHASE_OPTIONS = {**OPTIONS, "cache_transceiver_config": {"backend": "UCX",
