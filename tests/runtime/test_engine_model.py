@@ -257,8 +257,8 @@ def test_what_the_torch_sampler_would_ignore_is_refused_naming_the_fix(engine_mo
     req = request(**inputs)
     model.execute([req])
     assert ended_once(req, error=f"this engine samples with TensorRT-LLM 1.2's {named}, which "
-                      f"{ignored}: set prefill.engine.sampler TRTLLMSampler to have them "
-                      "applied, or leave them out") and len(req.responses) == 1
+                      f"{ignored}: set prefill.engine.sampler TRTLLMSampler to have it "
+                      "applied, or leave it out") and len(req.responses) == 1
     assert triton.metrics["pdtrt_engine_active_sequences"] == 0
     ok = request(request_id="ok")
     model.execute([ok])

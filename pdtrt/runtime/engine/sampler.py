@@ -86,8 +86,9 @@ def check_sampler(sampling: RequestSampling, options: Mapping[str, Any], role: R
         setting = options.get("sampler_type") or "auto"
         named = str(sampler) if setting == sampler else f"{sampler} (sampler_type {setting})"
         pool = role.phase or Phase.PREFILL
+        them = "it" if len(ignored) == 1 else "them"
         raise InvalidRequestError(
             f"this engine samples with TensorRT-LLM 1.2's {named}, which "
             + "; ".join(ignored)
-            + f": set {pool}.engine.sampler {Sampler.TRTLLM} to have them applied, or leave "
-            "them out")
+            + f": set {pool}.engine.sampler {Sampler.TRTLLM} to have {them} applied, or leave "
+            f"{them} out")
