@@ -237,6 +237,7 @@ class Param(StrEnum):
     MAX_SEQ_LEN = "max_seq_len"
     TOKENS_PER_BLOCK = "tokens_per_block"
     ENABLE_BLOCK_REUSE = "enable_block_reuse"  # "true" | "false": KV block reuse and events
+    SAMPLER_TYPE = "sampler_type"  # LlmArgs' sampler_type: "TRTLLMSampler" | "TorchSampler"
     KV_TRANSFER_TIMEOUT_S = "kv_transfer_timeout_s"
     UCX_TLS = "ucx_tls"  # comma-joined UCX transports
     # pdtrt's LLM-API engine model (target trtllm-1.2): the checkpoint the LLM API loads and

@@ -17,6 +17,7 @@ __all__ = [
     "Percentile",
     "Phase",
     "PhaseTransport",
+    "Sampler",
     "ServingBackend",
     "ServingMode",
     "Target",
@@ -123,6 +124,16 @@ class Routing(StrEnum):
     LEAST_LOAD = "least_load"  # least outstanding tokens, then calls, per instance
     ROUND_ROBIN = "round_robin"  # the least recently chosen
     KV_AWARE = "kv_aware"  # least cost: net-new prompt tokens there, weighted, plus load
+
+
+class Sampler(StrEnum):
+    """Which of TensorRT-LLM 1.2's samplers an LLM-API engine runs (LlmArgs ``sampler_type``;
+    the values are its spellings). They differ in what a request's sampling inputs do: the C++
+    decoder applies every one, 1.2's TorchSampler ignores some (docs/spec.md, the engine
+    section)."""
+
+    TRTLLM = "TRTLLMSampler"  # the C++ decoder (what the trtllm-0.21 C++ backend always runs)
+    TORCH = "TorchSampler"  # the PyTorch flow's own, what LlmArgs' "auto" picks at beam width 1
 
 
 class ServingMode(StrEnum):

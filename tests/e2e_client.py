@@ -37,6 +37,27 @@ def ensemble_inputs(text: str, max_tokens: int, *, stream: bool = True) -> list:
             _input("exclude_input_in_output", np.array([[True]]), "BOOL")]
 
 
+def sampling_inputs(**values) -> list:
+    """Inputs of NVIDIA's ensemble for sampling settings by name (``stop_words`` /
+    ``bad_words`` a list of strings, the others one value each)."""
+    kinds = {"stop_words": ("BYTES", object), "bad_words": ("BYTES", object),
+             "repetition_penalty": ("FP32", np.float32), "presence_penalty": ("FP32", np.float32),
+             "frequency_penalty": ("FP32", np.float32), "min_length": ("INT32", np.int32),
+             "return_log_probs": ("BOOL", bool), "random_seed": ("UINT64", np.uint64),
+             "temperature": ("FP32", np.float32), "top_k": ("INT32", np.int32)}
+    made = []
+    for name, value in values.items():
+        kind, dtype = kinds[name]
+        if dtype is object:
+            array = np.array([[w.encode() for w in value]], dtype=object)
+        else:
+            array = np.array([[value]], dtype=dtype)
+        tensor = grpcclient.InferInput(name, list(array.shape), kind)
+        tensor.set_data_from_numpy(array)
+        made.append(tensor)
+    return made
+
+
 def generate(url: str, model: str, inputs: list, *, request_id: str = "r",
              parameters: dict | None = None, output: str = "text_output",
              timeout_s: float = 120.0, cancel_after: int | None = None) -> Stream:

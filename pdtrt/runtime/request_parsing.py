@@ -195,7 +195,7 @@ class RequestSampling:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 0.0
-    seed: int = 0
+    seed: int | None = None  # random_seed; None: not given (the runtime's default, 0)
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
@@ -292,7 +292,7 @@ def parse_engine_request(request: Incoming, limits: EngineLimits
             temperature=float(request.scalar("temperature", 1.0)),
             top_k=int(request.scalar("runtime_top_k", 0)),
             top_p=float(request.scalar("runtime_top_p", 0.0)),
-            seed=int(request.scalar("random_seed", 0)),
+            seed=None if (seed := request.scalar("random_seed")) is None else int(seed),
             repetition_penalty=float(request.scalar("repetition_penalty", 1.0)),
             presence_penalty=float(request.scalar("presence_penalty", 0.0)),
             frequency_penalty=float(request.scalar("frequency_penalty", 0.0)),

@@ -54,6 +54,19 @@ def _kv_dtype_equal(spec: DeploymentSpec) -> Iterator[SpecIssue]:
         )
 
 
+def _sampler_equal(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    """One sampler for both phases: a disaggregated request's first token comes from the
+    prefill's and the rest from the decode's, so two samplers would apply its sampling inputs
+    to one token and ignore them for the others (or refuse it half-way)."""
+    p, d = spec.prefill.engine.sampler, spec.decode.engine.sampler
+    if p != d:
+        yield SpecIssue(
+            path="decode.engine.sampler",
+            message=f"prefill and decode must use the same sampler: a request's first token "
+            f"comes from the prefill's, the rest from the decode's: prefill {p} != decode {d}",
+        )
+
+
 def _input_within_seq(spec: DeploymentSpec) -> Iterator[SpecIssue]:
     for phase in Phase:
         eng = spec.pool(phase).engine
@@ -112,6 +125,7 @@ SHAPE_RULES: tuple[Rule, ...] = (
     _tokens_per_block_equal,
     _tokens_per_block_power_of_two,
     _kv_dtype_equal,
+    _sampler_equal,
     _input_within_seq,
     _workload_within_limits,
     _target_rules,

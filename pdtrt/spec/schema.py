@@ -32,6 +32,7 @@ from pdtrt.enums import (
     Phase,
     PhaseTransport,
     Routing,
+    Sampler,
     Target,
     WeightQuant,
 )
@@ -112,6 +113,14 @@ class EngineLimitsSection(_Section):
     kv_cache_free_gpu_mem_fraction: float = Field(
         default=0.9, gt=0, lt=1, description="Fraction of the memory left after weights and "
         "activations given to the KV cache (TensorRT-LLM's kv_cache_free_gpu_mem_fraction).")
+    sampler: Annotated[Sampler, _enum(
+        "TensorRT-LLM's sampler (LlmArgs sampler_type), equal on both pools: TRTLLMSampler "
+        "(the C++ decoder) applies every sampling input the ensemble takes; TorchSampler "
+        "(1.2's default at beam width 1) ignores repetition/presence/frequency penalties, "
+        "bad words and the per-request seed and counts the prompt toward min_length "
+        "(TensorRT-LLM #16485, #16052, #17172, #12166), so the engine models refuse "
+        "requests that set them. The aggregated model takes prefill's; docs/spec.md.")] = \
+        Sampler.TRTLLM
     weights: Annotated[
         WeightQuant | None, _enum("Override of model.weights for this pool.")
     ] = None

@@ -24,7 +24,7 @@ import yaml
 
 from pdtrt.build.settings import EngineSettings, Setting, SettingSource
 from pdtrt.engine_io import KV_EVENT_BUFFER
-from pdtrt.enums import KVDType, Phase
+from pdtrt.enums import KVDType, Phase, Sampler
 from pdtrt.errors import BuildRejected
 from pdtrt.repo.models import param_number
 from pdtrt.spec.deployment import Deployment
@@ -89,6 +89,26 @@ def _block_reuse(enabled: bool, phase: Phase) -> tuple[LlmOption, ...]:
             _computed("kv_cache_config.event_buffer_max_size", KV_EVENT_BUFFER,
                       "KV cache events for the router's KV index (0, the default, records "
                       "none); the engine model drains them every 50 ms"))
+
+
+# Why each sampler, for the options file's header (docs/spec.md, "The sampler").
+_SAMPLER_WHY = {
+    Sampler.TRTLLM: "the ensemble takes NVIDIA's sampling inputs (penalties, bad words, "
+    "per-request seed, min_length), which 1.2's TorchSampler ignores (TensorRT-LLM #16485, "
+    "#16052, #17172, #12166); the C++ sampler applies them and serves disaggregated requests "
+    "(#5328); speculative decoding would need TorchSampler",
+    Sampler.TORCH: "the engine model refuses requests with the inputs 1.2's TorchSampler "
+    "ignores (penalties, bad words, a sampled request's seed, min_length > 1: TensorRT-LLM "
+    "#16485, #16052, #17172, #12166); TRTLLMSampler applies them",
+}
+
+
+def _sampler(dep: Deployment, phase: Phase) -> LlmOption:
+    """Always written, never left to LlmArgs' ``auto`` (TorchSampler at beam width 1): which
+    sampler runs decides what a request's sampling inputs do."""
+    sampler = dep.spec.pool(phase).engine.sampler
+    return LlmOption(key="sampler_type", value=str(sampler), source=SettingSource.SPEC,
+                     why=f"{phase}.engine.sampler {sampler}: {_SAMPLER_WHY[sampler]}")
 
 
 def _kv_dtype(dep: Deployment, phase: Phase) -> LlmOption:
@@ -169,6 +189,7 @@ def phase_options(dep: Deployment, phase: Phase, settings: EngineSettings
         _from(settings, "max_input_len"),
         _from(settings, "max_seq_len"),
         _from(settings, "max_beam_width"),
+        _sampler(dep, phase),
         _computed("enable_iter_perf_stats", True,
                   "without it TensorRT-LLM's get_stats returns nothing, so the engine model's "
                   "queue and KV-usage metrics stay empty"),

@@ -59,6 +59,7 @@ def engine_parameters(dep: Deployment, engine: EngineUse) -> tuple[tuple[str, st
         (Param.TOKENS_PER_BLOCK, str(limits.tokens_per_block)),
         (Param.ENABLE_BLOCK_REUSE, param_flag(dep.spec.pool(engine.phase).engine
                                               .enable_block_reuse)),
+        (Param.SAMPLER_TYPE, str(dep.spec.pool(engine.phase).engine.sampler)),
         (Param.KV_TRANSFER_TIMEOUT_S, param_number(kv.timeout_s)),
         (Param.UCX_TLS, ",".join(kv.transports)),
     )

@@ -24,7 +24,7 @@ from pdtrt.build.manifest import EngineLayout
 from pdtrt.build.settings import SWITCHES, EngineSettings
 from pdtrt.build.steps import BuildPlan, BuildStep
 from pdtrt.engine_io import GPT_MODEL_PATH, TRTLLM_0_21_ENGINE_IO
-from pdtrt.enums import KVDType, Phase, Target, TritonBackend
+from pdtrt.enums import KVDType, Phase, Sampler, Target, TritonBackend
 from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES
 from pdtrt.errors import BuildError, SpecIssue
 from pdtrt.facts.catalog import load_catalog
@@ -102,6 +102,13 @@ class Trtllm021Target(ContainerTarget):
                 yield SpecIssue(path="model.kv_cache_dtype",
                                 message=f"{self.target} has no fp32 KV cache; use bf16, fp16, "
                                 "fp8 or int8")
+            if spec.pool(phase).engine.sampler is not Sampler.TRTLLM:
+                # TorchSampler belongs to the LLM API's PyTorch flow; NVIDIA's C++ backend
+                # runs TensorRT engines, whose executor always samples with the C++ decoder
+                yield SpecIssue(path=f"{phase}.engine.sampler",
+                                message=f"{self.target}'s C++ backend always samples with the "
+                                f"C++ decoder (TRTLLMSampler), not {Sampler.TORCH}; remove "
+                                "the setting or use target trtllm-1.2")
 
     # --- build -----------------------------------------------------------------------------
     def plan_phase(self, ctx: BuildContext, phase: Phase, settings: EngineSettings) -> PhaseBuild:

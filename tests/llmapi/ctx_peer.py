@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+# TRTLLMSampler: the tests hold the sampling rules to the C++ decoder's (LlmArgs' default,
+# auto, is 1.2's TorchSampler, which ignores penalties and bad words: test_sampler_type.py)
 OPTIONS = {"enable_iter_perf_stats": True, "max_batch_size": 4, "max_num_tokens": 64,
            "max_seq_len": 64, "kv_cache_config": {"tokens_per_block": 16},
            "disable_overlap_scheduler": True,  # TensorRT-LLM 1.2 refuses context-only otherwise
+           "sampler_type": "TRTLLMSampler",
            "cache_transceiver_config": {"backend": "UCX", "kv_transfer_timeout_ms": 10_000}}
 
 

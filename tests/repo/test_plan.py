@@ -124,8 +124,8 @@ def test_reference_parameters_follow_the_runtime_contract(tmp_path):
     assert _params(plan, "prefill") == {
         "pdtrt_role": "prefill", "engine_dir": str(layout / "prefill"), "max_batch_size": "8",
         "max_num_tokens": "2048", "max_input_len": "384", "max_seq_len": "512",
-        "tokens_per_block": "16", "enable_block_reuse": "false", "kv_transfer_timeout_s": "5",
-        "ucx_tls": "sm,tcp"}
+        "tokens_per_block": "16", "enable_block_reuse": "false",
+        "sampler_type": "TRTLLMSampler", "kv_transfer_timeout_s": "5", "ucx_tls": "sm,tcp"}
     assert _params(plan, "aggregated")["engine_dir"] == str(layout / "prefill")
     assert _params(plan, "router") == {
         "pdtrt_role": "router", "prefill_model": "prefill", "decode_model": "decode",

@@ -110,3 +110,12 @@ def test_block_reuse_in_the_parameters_turns_on_reuse_with_kv_events(monkeypatch
     assert on["kv_cache_config"]["enable_block_reuse"] and events_enabled(on)
     assert not off["kv_cache_config"]["enable_block_reuse"] and not events_enabled(off)
     assert LLMEngineConfig.from_params(params).options == off  # absent: off, as before
+
+
+def test_the_sampler_parameter_becomes_sampler_type(monkeypatch):
+    params = _reference(Role.PREFILL, monkeypatch)
+    for sampler in ("TRTLLMSampler", "TorchSampler"):
+        options = LLMEngineConfig.from_params({**params, Param.SAMPLER_TYPE: sampler}).options
+        assert options["sampler_type"] == sampler
+    # absent (a repository written before the parameter): LlmArgs' default, auto
+    assert "sampler_type" not in LLMEngineConfig.from_params(params).options

@@ -27,7 +27,7 @@ from tests.runtime.fake_triton import FakeRequest, FakeTriton
 
 PROMPT = [5, 6, 7, 8]
 OPTIONS = {"enable_iter_perf_stats": True, "max_batch_size": 4, "max_num_tokens": 64,
-           "max_input_len": 16, "max_seq_len": 64,
+           "max_input_len": 16, "max_seq_len": 64, "sampler_type": "TRTLLMSampler",
            "kv_cache_config": {"tokens_per_block": 16}}
 HOLD_S = 1.0
 PHASE_OPTIONS = {**OPTIONS, "disable_overlap_scheduler": True,
@@ -49,8 +49,9 @@ class Gate:
 
 @pytest.fixture
 def engine_model(tiny_model):
-    """``engine_model(role, kv=False, faults=None)``: a serving engine model on a fake seam;
-    ``kv`` gives it the KV transceiver every model of the test shares."""
+    """``engine_model(role, kv=False, faults=None, reuse=False, sampler="TRTLLMSampler")``: a
+    serving engine model on a fake seam; ``kv`` gives it the KV transceiver every model of the
+    test shares, ``sampler`` its LLM's sampler_type (None: unset, auto)."""
     from pdtrt.llmapi.reference import LLM
     from pdtrt.llmapi.reference.engine import ReferenceEngine
 
@@ -59,13 +60,17 @@ def engine_model(tiny_model):
     clock = FakeClock()
     shared = FakeTransceiver(engine.layout, hold_s=HOLD_S, clock=clock)
 
-    def make(role=Role.AGGREGATED, *, kv=False, faults=None, reuse=False, api=None):
+    def make(role=Role.AGGREGATED, *, kv=False, faults=None, reuse=False,
+             sampler="TRTLLMSampler", api=None):
         triton = FakeTriton()
         model = TritonPythonModel(triton, clock=clock)
         options = PHASE_OPTIONS if kv else OPTIONS
         if reuse:  # as the reference target's parameters make them (enable_block_reuse true)
             options = {**options, "kv_cache_config": {"tokens_per_block": 16,
                                                       **kv_reuse_options(True)}}
+        # sampler None: no sampler_type, LlmArgs' default (auto)
+        options = {**{k: v for k, v in options.items() if k != "sampler_type"},
+                   **({} if sampler is None else {"sampler_type": sampler})}
         config = LLMEngineConfig(role=role, model=Path("in-memory"), options=options)
         llm = LLM._from_engine(engine, transceiver=shared if kv else None,
                                **options)
@@ -219,6 +224,80 @@ def test_the_edges_tensorrt_llm_allows_are_served(engine_model, inputs):
     req = request(**inputs)
     model.execute([req])
     assert ended_once(req) and len(req.tokens) == 4
+
+
+# -- what the configured sampler would ignore (pdtrt/runtime/engine/sampler.py) ---------------
+SAMPLED = {"temperature": _f32(0.7), "runtime_top_k": _i32(40)}
+IGNORED_CASES = [
+    ("repetition-penalty", {"repetition_penalty": _f32(1.3)},
+     "ignores input 'repetition_penalty' (1.3; TensorRT-LLM #16485)"),
+    ("presence-penalty", {"presence_penalty": _f32(0.5)},
+     "ignores input 'presence_penalty' (0.5; TensorRT-LLM #16485)"),
+    ("frequency-penalty", {"frequency_penalty": _f32(-0.25)},
+     "ignores input 'frequency_penalty' (-0.25; TensorRT-LLM #16485)"),
+    ("bad-words", {"bad_words_list": np.array([[[12], [1]]], dtype=np.int32)},
+     "ignores input 'bad_words_list' (the ensemble's 'bad_words'; TensorRT-LLM #16052)"),
+    ("seed-of-a-sampled-request", {"random_seed": np.array([5], dtype=np.uint64), **SAMPLED},
+     "ignores input 'random_seed' (5) and draws every request's tokens from one generator "
+     "seeded 42 (TensorRT-LLM #17172)"),
+    ("min-length-2", {"min_length": _i32(2)},
+     "counts the prompt's tokens toward input 'min_length' (2), so it bans the end id for "
+     "fewer generated tokens or none (TensorRT-LLM #12166)"),
+]
+
+
+@pytest.mark.parametrize(("sampler", "named"), [
+    ("TorchSampler", "TorchSampler"), (None, "TorchSampler (sampler_type auto)")],
+    ids=["torch", "auto"])
+@pytest.mark.parametrize(("inputs", "ignored"), [c[1:] for c in IGNORED_CASES],
+                         ids=[c[0] for c in IGNORED_CASES])
+def test_what_the_torch_sampler_would_ignore_is_refused_naming_the_fix(engine_model, sampler,
+                                                                      named, inputs, ignored):
+    model, triton = engine_model(sampler=sampler)
+    req = request(**inputs)
+    model.execute([req])
+    assert ended_once(req, error=f"this engine samples with TensorRT-LLM 1.2's {named}, which "
+                      f"{ignored}: set prefill.engine.sampler TRTLLMSampler to have it "
+                      "applied, or leave it out") and len(req.responses) == 1
+    assert triton.metrics["pdtrt_engine_active_sequences"] == 0
+    ok = request(request_id="ok")
+    model.execute([ok])
+    assert ended_once(ok) and len(ok.tokens) == 4
+
+
+@pytest.mark.parametrize("inputs", [c[1] for c in IGNORED_CASES],
+                         ids=[c[0] for c in IGNORED_CASES])
+def test_the_c_plus_plus_sampler_serves_what_torch_sampler_would_ignore(engine_model, inputs):
+    model, _ = engine_model(sampler="TRTLLMSampler")
+    req = request(**inputs)
+    model.execute([req])
+    assert ended_once(req) and len(req.tokens) == 4
+
+
+def test_every_ignored_input_is_named_with_the_pool_of_the_model(engine_model):
+    model, _ = engine_model(Role.DECODE, kv=True, sampler="TorchSampler")
+    req = request(repetition_penalty=_f32(1.3), bad_words_list=np.array([[[12], [1]]],
+                                                                        dtype=np.int32))
+    model.execute([req])
+    ended_once(req, error="(1.3; TensorRT-LLM #16485); ignores input 'bad_words_list'")
+    assert req.errors[0].endswith(": set decode.engine.sampler TRTLLMSampler to have them "
+                                  "applied, or leave them out")
+
+
+@pytest.mark.parametrize("inputs", [
+    {"random_seed": np.array([5], dtype=np.uint64)}, {"min_length": _i32(1)},
+    {"repetition_penalty": _f32(1), "presence_penalty": _f32(0), "frequency_penalty": _f32(0),
+     "bad_words_list": NO_WORDS}, SAMPLED],
+    ids=["seed-of-a-greedy-request", "min-length-1", "neutral-values", "sampled-without-seed"])
+def test_what_torch_sampler_does_is_served(engine_model, inputs):
+    torch, _ = engine_model(sampler="TorchSampler")
+    trtllm, _ = engine_model(sampler="TRTLLMSampler")
+    req, twin = request(**inputs), request(**inputs)
+    torch.execute([req])
+    trtllm.execute([twin])
+    assert ended_once(req) and ended_once(twin) and len(req.tokens) == 4
+    if inputs is not SAMPLED:  # greedy: the same tokens from either sampler
+        assert req.tokens == twin.tokens
 
 
 @pytest.mark.parametrize("built", [1, 4])

@@ -20,6 +20,7 @@ from e2e_client import (
     ensemble_inputs,
     generate,
     metric,
+    sampling_inputs,
     wait_for,
 )
 
@@ -275,37 +276,16 @@ def test_rounds_of_cancelled_streams_never_wedge_the_router(reference_server):
 
 
 # -- every sampling input of NVIDIA's ensemble, end to end ----------------------------------------
-def _sampling_inputs(**values) -> list:
-    import tritonclient.grpc as grpcclient
-
-    kinds = {"stop_words": ("BYTES", object), "bad_words": ("BYTES", object),
-             "repetition_penalty": ("FP32", np.float32), "presence_penalty": ("FP32", np.float32),
-             "frequency_penalty": ("FP32", np.float32), "min_length": ("INT32", np.int32),
-             "return_log_probs": ("BOOL", bool), "random_seed": ("UINT64", np.uint64),
-             "temperature": ("FP32", np.float32), "top_k": ("INT32", np.int32)}
-    made = []
-    for name, value in values.items():
-        kind, dtype = kinds[name]
-        if dtype is object:
-            array = np.array([[w.encode() for w in value]], dtype=object)
-        else:
-            array = np.array([[value]], dtype=dtype)
-        tensor = grpcclient.InferInput(name, list(array.shape), kind)
-        tensor.set_data_from_numpy(array)
-        made.append(tensor)
-    return made
-
-
 def _both_ensembles(url: str, prompt: str, n: int, **values) -> dict[str, tuple[list, list]]:
     """Per model: the streamed texts, and the log-probabilities of every token (when asked)."""
     got = {}
     for model in ("ensemble", "ensemble_aggregated"):
-        inputs = ensemble_inputs(prompt, n) + _sampling_inputs(**values)
+        inputs = ensemble_inputs(prompt, n) + sampling_inputs(**values)
         texts = generate(url, model, inputs)
         assert texts.error is None and texts.final_seen, texts.error
         logprobs = []
         if values.get("return_log_probs"):
-            arrays = generate(url, model, ensemble_inputs(prompt, n) + _sampling_inputs(**values),
+            arrays = generate(url, model, ensemble_inputs(prompt, n) + sampling_inputs(**values),
                               output="output_log_probs")
             assert arrays.error is None, arrays.error
             logprobs = [float(v) for a in arrays.texts for v in a.reshape(-1)]

@@ -91,6 +91,21 @@ def test_every_option_shows_in_the_plan_with_its_reason(plan):
     assert prefill["enable_iter_perf_stats"].value == "true"  # else get_stats returns nothing
 
 
+def test_each_phase_names_its_sampler_with_the_reason(plan, tmp_path):
+    for phase in Phase:
+        assert _options(plan, phase)["sampler_type"] == "TRTLLMSampler"  # never LlmArgs' auto
+        why = plan.phase(phase).settings.values["sampler_type"].why
+        assert why.startswith(f"{phase}.engine.sampler TRTLLMSampler: the ensemble takes "
+                              "NVIDIA's sampling inputs")
+        assert all(f"#{n}" in why for n in (16485, 16052, 17172, 12166, 5328))
+    torch = plan_build(_dep(tmp_path, lambda d: [d[p].setdefault("engine", {}).update(
+        sampler="TorchSampler") for p in ("prefill", "decode")]), engines_root=Path("engines"))
+    options = _options(torch, Phase.DECODE)
+    assert options["sampler_type"] == "TorchSampler" and option_problems(FACTS, options) == []
+    assert "the engine model refuses requests" in \
+        torch.phase(Phase.DECODE).settings.values["sampler_type"].why
+
+
 def test_a_buffer_smaller_than_the_longest_prompt_is_refused(tmp_path):
     dep = _dep(tmp_path, lambda d: d["kv_transfer"].update(buffer_size_bytes=64 << 20))
     with pytest.raises(BuildRejected) as err:

@@ -34,10 +34,12 @@ KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer (k, v): [1, H_kv
 class Sampling:
     """How one sequence picks its next token: the arg-max (``greedy``), or a draw after
     ``temperature``, top-k (0: off) and top-p (0 or 1: off) from a generator seeded with
-    ``seed`` and the token's position (:func:`draw_seed`). Before either, the logits go through
-    TensorRT-LLM's penalties and bans (:func:`process`). Whether a request is greedy is the LLM
-    API's rule, decided by its caller (``SamplingParams._greedy_decoding``,
-    :mod:`pdtrt.llmapi.reference.params`)."""
+    ``seed`` and the token's position (:func:`draw_seed`), or under TorchSampler from the LLM's
+    one generator (the scheduler's). Before either, the logits go through TensorRT-LLM's
+    penalties and bans (:func:`process`). This is what the engine does, after the LLM's
+    sampler dropped what it ignores (``_sampling`` in :mod:`pdtrt.llmapi.reference.llm`).
+    Whether a request is greedy is the LLM API's rule, decided by its caller
+    (``SamplingParams._greedy_decoding``, :mod:`pdtrt.llmapi.reference.params`)."""
 
     greedy: bool = True
     temperature: float = 1.0

@@ -26,7 +26,9 @@ not check that first token against the stop words, so it decodes past one the fi
 completed -- pdtrt's router sends no such request (docs/serve.md). Without the config,
 disaggregated request types are refused, like the PyTorch flow's disabled transceiver.
 ``get_stats`` follows upstream too: empty without ``enable_iter_perf_stats`` and before the
-first request.
+first request. So does the sampler: ``sampler_type`` as upstream (``auto``, the default, is
+TorchSampler at beam width 1), and with TorchSampler 1.2's rules -- no penalties or bad words,
+one generator for all draws, the prompt counted toward ``min_tokens`` (:func:`_sampling`).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from pdtrt.llmapi.reference.options import ReferenceLlmArgs
 from pdtrt.llmapi.reference.outputs import Logprob, RequestOutput, Step
 from pdtrt.llmapi.reference.params import DisaggregatedParams, SamplingParams, unsupported
 from pdtrt.llmapi.reference.prefix_cache import PrefixCache, ReuseStats
-from pdtrt.llmapi.reference.scheduler import Emission, Scheduler, SeqRequest
+from pdtrt.llmapi.reference.scheduler import TORCH_SAMPLER_SEED, Emission, Scheduler, SeqRequest
 from pdtrt.llmapi.reference.transceiver import KVCacheTransceiver
 
 __all__ = ["LLM"]
@@ -101,7 +103,9 @@ class LLM:
                                     max_num_tokens=self.args.max_num_tokens,
                                     prefix_cache=self._prefix_cache,
                                     max_num_blocks=self._max_blocks,
-                                    held_blocks=self._held_blocks)
+                                    held_blocks=self._held_blocks,
+                                    shared_seed=TORCH_SAMPLER_SEED if self.args.torch_sampler
+                                    else None)
         self._ids = itertools.count(1)  # this LLM's request ids
         self._served = 0  # requests submitted (upstream has no stats before the first)
         self._transceiver: Any = None  # KVCacheTransceiver
@@ -170,7 +174,8 @@ class LLM:
                          max_new_tokens=params.max_tokens,
                          end_id=None if params.end_id is None or params.end_id < 0
                          else params.end_id,
-                         sampling=_sampling(params),
+                         sampling=_sampling(params, torch_sampler=self.args.torch_sampler,
+                                            prompt_len=len(prompt)),
                          stop_words=tuple(tuple(w) for w in params._get_stop_words() if w),
                          mode=mode, emit=self._emitter(result, params, seq_mode=mode,
                                                        streaming=streaming,
@@ -371,20 +376,35 @@ def _prompt(inputs: Any) -> list[int]:
     return [int(t) for t in ids]
 
 
-def _sampling(params: SamplingParams) -> Sampling:
-    """The engine's view of ``params`` (None: the runtime's default; min_tokens None or < 1
-    bans nothing -- see docs/verification.md for the runtime's default of 1)."""
+def _sampling(params: SamplingParams, *, torch_sampler: bool, prompt_len: int) -> Sampling:
+    """The engine's view of ``params`` under the LLM's sampler (None: the runtime's default;
+    min_tokens None or < 1 bans nothing -- see docs/verification.md for the runtime's default
+    of 1).
+
+    TRTLLMSampler (the C++ decoder) applies every field. TensorRT-LLM 1.2's TorchSampler
+    does not: it ignores the repetition, presence and frequency penalties (they came with
+    TensorRT-LLM #16485; issue #9442) and the bad words (#16052), and compares ``min_tokens``
+    with the prompt's tokens plus the generated ones (#12166 made it count generated tokens
+    only), so here its ban lasts ``min_tokens - prompt_len`` generated tokens. Its draws come
+    from one generator for all requests (the scheduler's, :data:`TORCH_SAMPLER_SEED`), not
+    from the request's ``seed`` (#17172 added per-request seeds)."""
+    greedy = params._greedy_decoding  # 1.2's rule: temperature 0 is greedy too
+    temperature = 1.0 if params.temperature is None else params.temperature
+    top_k, top_p, logprobs = params.top_k or 0, params.top_p or 0.0, bool(params.logprobs)
+    if torch_sampler:
+        return Sampling(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
+                        min_tokens=max((params.min_tokens or 0) - prompt_len, 0),
+                        logprobs=logprobs)
     return Sampling(
-        greedy=params._greedy_decoding,
-        temperature=1.0 if params.temperature is None else params.temperature,
-        top_k=params.top_k or 0, top_p=params.top_p or 0.0, seed=params.seed or 0,
+        greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
+        seed=params.seed or 0,
         repetition_penalty=1.0 if params.repetition_penalty is None
         else params.repetition_penalty,
         presence_penalty=params.presence_penalty or 0.0,
         frequency_penalty=params.frequency_penalty or 0.0,
         min_tokens=params.min_tokens or 0,
         bad_words=tuple(tuple(w) for w in params._get_bad_words() if w),
-        logprobs=bool(params.logprobs))
+        logprobs=logprobs)
 
 
 def _first_logprobs(params: DisaggregatedParams, asked: bool) -> tuple[float, ...]:

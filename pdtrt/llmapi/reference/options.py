@@ -62,6 +62,7 @@ class ReferenceLlmArgs(_Strict):
     max_input_len: int = 1024
     max_seq_len: int | None = None
     max_beam_width: int = 1
+    sampler_type: Literal["TRTLLMSampler", "TorchSampler", "auto"] = "auto"
     kv_cache_config: KvCacheConfig = KvCacheConfig()
     cache_transceiver_config: CacheTransceiverConfig | None = None
     # accepted for the GPU; no effect on the CPU reference
@@ -76,6 +77,15 @@ class ReferenceLlmArgs(_Strict):
     pipeline_parallel_size: int = 1
     stream_interval: int = Field(default=1, gt=0)
     enable_autotuner: bool = True
+
+    @property
+    def torch_sampler(self) -> bool:
+        """The PyTorch flow's TorchSampler samples: asked for, or ``auto`` without beam search
+        (upstream's ``instantiate_sampler``, tensorrt_llm/_torch/pyexecutor/_util.py, picks
+        TRTLLMSampler for ``auto`` only when the decoding mode is beam search, i.e.
+        ``max_beam_width`` > 1). The reference applies each one's rules (:mod:`.llm`)."""
+        return self.sampler_type == "TorchSampler" or (
+            self.sampler_type == "auto" and self.max_beam_width == 1)
 
     @classmethod
     def from_kwargs(cls, kwargs: dict[str, Any]) -> ReferenceLlmArgs:

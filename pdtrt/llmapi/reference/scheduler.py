@@ -37,13 +37,18 @@ from pdtrt.llmapi.reference.schedule import (
     schedule,
 )
 
-__all__ = ["DecodeHook", "Emission", "Scheduler", "SeqRequest"]
+__all__ = ["TORCH_SAMPLER_SEED", "DecodeHook", "Emission", "Scheduler", "SeqRequest"]
 
 log = logging.getLogger(__name__)
 
 # How often a queue waiting for KV blocks looks again (held KV expires on the transceiver's
 # clock, not on an event this loop sees)
 _BLOCKS_POLL_S = 0.02
+
+TORCH_SAMPLER_SEED = 42
+"""The seed of TensorRT-LLM 1.2's TorchSampler: one torch generator, seeded once, that every
+request of the LLM draws from (per-request seeds came with TensorRT-LLM #17172). So a sampled
+request's tokens depend on the draws before it, not on its ``seed``."""
 
 
 class DecodeHook(Protocol):
@@ -70,11 +75,16 @@ class Scheduler:
     def __init__(self, engine: ReferenceEngine, *, max_batch_size: int,
                  max_num_tokens: int, faults: DecodeHook | None = None,
                  prefix_cache: PrefixCache | None = None, max_num_blocks: int | None = None,
-                 held_blocks: Callable[[], int] = lambda: 0) -> None:
+                 held_blocks: Callable[[], int] = lambda: 0, shared_seed: int | None = None
+                 ) -> None:
         self.engine = engine
         self.faults = faults
         self.prefix_cache = prefix_cache  # None: no block reuse
         self.held_blocks = held_blocks  # KV blocks held for pickup (context-only results)
+        # TorchSampler's one generator for all draws (owned by the loop thread, the only one
+        # that draws); None: each draw seeded by its request's seed and position (draw_seed)
+        self._shared = None if shared_seed is None else \
+            torch.Generator().manual_seed(shared_seed)
         self.state: State[SeqRequest] = State(
             max_batch_size=max_batch_size, max_num_tokens=max_num_tokens,
             max_num_blocks=max_num_blocks, tokens_per_block=engine.layout.tokens_per_block)
@@ -163,7 +173,8 @@ class Scheduler:
             seq.kv = seq.imported_kv
         for seq in plan.prefill:  # one at a time, each first token out as soon as it is sampled
             logits, seq.kv = self._prefill(seq.prompt)
-            self._deliver_and_keep(postprocess(self.state, [_sampled(seq, logits)]))
+            sampled = _sampled(seq, logits, self._shared)
+            self._deliver_and_keep(postprocess(self.state, [sampled]))
         batch = [s for s in plan.decode if not s.done]
         if batch:
             self._decode(batch)
@@ -188,7 +199,7 @@ class Scheduler:
         tokens = []
         for seq, (logits, kv) in zip(batch, results, strict=True):
             seq.kv = kv
-            tokens.append(_sampled(seq, logits))
+            tokens.append(_sampled(seq, logits, self._shared))
         self._deliver_and_keep(postprocess(self.state, tokens))
 
     def _deliver_and_keep(self, deliveries: list[Delivery[SeqRequest]]) -> None:
@@ -211,20 +222,26 @@ class Scheduler:
         _deliver(deliveries)
 
 
-def _sampled(seq: SeqRequest, logits: torch.Tensor
+def _sampled(seq: SeqRequest, logits: torch.Tensor, shared: torch.Generator | None
              ) -> tuple[SeqRequest, list[int], list[float]]:
     """``seq``, its next token, and the token's log-probability if it asked."""
-    token, logprob = _sample(seq, logits)
+    token, logprob = _sample(seq, logits, shared)
     return seq, [token], [logprob] if seq.sampling.logprobs else []
 
 
-def _sample(seq: SeqRequest, logits: torch.Tensor) -> tuple[int, float]:
-    """The next token of ``seq`` and its log-probability (NaN unless asked)."""
+def _sample(seq: SeqRequest, logits: torch.Tensor, shared: torch.Generator | None
+            ) -> tuple[int, float]:
+    """The next token of ``seq`` and its log-probability (NaN unless asked); a sampled token
+    is drawn from ``shared`` when given (TorchSampler), else from its own seeded generator."""
     s = seq.sampling
     scores = process(logits, s, seq.prompt + seq.generated if s.reads_history else (),
                      len(seq.generated), seq.end_id)
-    generator = None if s.greedy else \
-        torch.Generator().manual_seed(draw_seed(s.seed, len(seq.generated)))
+    if s.greedy:
+        generator = None
+    elif shared is not None:
+        generator = shared
+    else:
+        generator = torch.Generator().manual_seed(draw_seed(s.seed, len(seq.generated)))
     return sample(scores, s, generator)
 
 

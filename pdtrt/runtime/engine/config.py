@@ -8,8 +8,9 @@ Two ways to say it in ``config.pbtxt`` (:class:`pdtrt.engine_io.Param`):
   instance makes its ``CUDA_VISIBLE_DEVICES`` before the LLM API starts;
 - the reference target's parameters (``engine_dir``, ``max_batch_size``, ``max_num_tokens``,
   ``max_input_len``, ``max_seq_len``, ``tokens_per_block``, ``kv_transfer_timeout_s``,
-  ``ucx_tls``), turned here into the same LLM-API options: the KV block size goes to
-  ``kv_cache_config.tokens_per_block`` (block reuse off, as for trtllm-1.2), the prefill and
+  ``ucx_tls``, ``sampler_type``), turned here into the same LLM-API options: the KV block size
+  goes to ``kv_cache_config.tokens_per_block`` (block reuse off, as for trtllm-1.2), the
+  sampler to ``sampler_type`` (as the trtllm-1.2 options file names it), the prefill and
   decode roles get ``cache_transceiver_config`` (backend UCX, ``kv_transfer_timeout_ms``),
   ``max_beam_width`` comes from the engine's manifest, and the UCX transports become
   ``UCX_TLS`` (what UCX reads).
@@ -69,6 +70,8 @@ class LLMEngineConfig:
             "kv_cache_config": {"tokens_per_block": int(p[Param.TOKENS_PER_BLOCK]),
                                 **kv_reuse_options(p.get(Param.ENABLE_BLOCK_REUSE) == "true")},
         }
+        if p.get(Param.SAMPLER_TYPE):  # absent: LlmArgs' default, auto
+            options["sampler_type"] = p[Param.SAMPLER_TYPE]
         if role.phase is not None:  # one phase alone: its KV crosses to or from the other
             options["cache_transceiver_config"] = {
                 "backend": "UCX",

@@ -22,6 +22,10 @@ Per-instance stats (in flight, queued, KV usage, KV transfers) become Prometheus
 SIGTERM every request in flight ends with "the server is shutting down" and new ones are refused
 (:meth:`TritonPythonModel.drain`); ``finalize`` shuts the LLM down and releases the seam.
 All of Triton goes through the injected seam (:class:`~pdtrt.runtime.triton_io.Triton`).
+
+A request setting an input the configured sampler would ignore (TorchSampler: penalties, bad
+words, a sampled request's seed, ``min_length`` > 1) is refused before it reaches the LLM
+(:mod:`~pdtrt.runtime.engine.sampler`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from pdtrt.runtime.engine.inflight import InflightRequests
 from pdtrt.runtime.engine.kv_events import KvEventLog, events_enabled
 from pdtrt.runtime.engine.metrics import METRICS, StatsPublisher
 from pdtrt.runtime.engine.responder import Responder
+from pdtrt.runtime.engine.sampler import check_sampler
 from pdtrt.runtime.faults import FaultInjection
 from pdtrt.runtime.request_parsing import (
     EngineRequest,
@@ -155,6 +160,8 @@ class TritonPythonModel:
         return None
 
     def _admit(self, incoming: Incoming, request: EngineRequest, arrival_ns: int) -> Responder:
+        # what the configured sampler would ignore is refused, not served as if it were fine
+        check_sampler(request.sampling, self.config.options, self.config.role)
         handle = self.inflight.register(request.request_id)
         out = Responder(self, incoming, request, arrival_ns=arrival_ns, handle=handle)
         with self._lock:
@@ -203,7 +210,7 @@ class TritonPythonModel:
             params = self.api.SamplingParams(top_k=1, **common)
         else:
             params = self.api.SamplingParams(temperature=s.temperature, top_k=s.top_k or None,
-                                             top_p=s.top_p or None, seed=s.seed, **common)
+                                             top_p=s.top_p or None, seed=s.seed or 0, **common)
         if long_stop:
             params._stop_word_ids = long_stop
         if long_bad:

@@ -69,6 +69,7 @@ def _engine_model(engine_dir: Path, manifest: EngineManifest, model_name: str) -
                for name in ("max_batch_size", "max_num_tokens", "max_input_len", "max_seq_len")}
     options["max_beam_width"] = max_beam_width(engine_dir)
     options["kv_cache_config"] = {"tokens_per_block": _setting(manifest, "tokens_per_block")}
+    options["sampler_type"] = "TRTLLMSampler"  # the C++ backend samples with the C++ decoder
     options["cache_transceiver_config"] = {"backend": "UCX",
                                            "kv_transfer_timeout_ms": _KV_TRANSFER_TIMEOUT_MS}
     options["disable_overlap_scheduler"] = True  # 1.2 serves context-only requests only so
