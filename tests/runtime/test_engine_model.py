@@ -750,3 +750,30 @@ def test_an_option_the_release_lacks_is_refused_before_the_llm_starts(tmp_path):
     assert "LLM-API option sampler_type" in err.value.message
     assert "LLM-API option cache_transceiver_config.kv_transfer_timeout_ms" in err.value.message
     assert built == []
+
+
+def test_log_probs_are_read_by_token_and_a_missing_one_is_nan_not_a_failed_request(caplog):
+    """Upstream's entry per token is the sampler's top-k, which may lack the sampled token; a
+    release without first_gen_log_probs has no entry for the first tokens (the list is shorter
+    at the front). Neither may cost the request its answer."""
+    import math
+    from types import SimpleNamespace
+
+    from pdtrt.llmapi.reference.outputs import Logprob
+    from pdtrt.runtime.engine.responder import Responder
+    from pdtrt.runtime.phase_params import ContextPhaseParams
+
+    out = Responder.__new__(Responder)
+    out.request = SimpleNamespace(context_phase_params=None, request_id="r1")
+    step = SimpleNamespace(token_ids=[5, 6, 7],
+                           logprobs=[{5: Logprob(-0.1, 1)}, {8: Logprob(-0.2, 1)},
+                                     {7: Logprob(-0.3, 1), 9: Logprob(-1.0, 2)}])
+    got = out._logprobs(step, 0, [5, 6, 7])
+    assert got[0] == -0.1 and math.isnan(got[1]) and got[2] == -0.3
+    assert "no log-probability for its token 6" in caplog.text
+
+    out.request = SimpleNamespace(request_id="r2", context_phase_params=ContextPhaseParams(
+        ctx_request_id=1, first_gen_tokens=(5,), opaque_state=b"", draft_tokens=None,
+        prompt_len=4, first_gen_log_probs=(-0.05,)))
+    shorter = SimpleNamespace(token_ids=[5, 6], logprobs=[{6: Logprob(-0.4, 1)}])
+    assert out._logprobs(shorter, 0, [5, 6]) == [-0.05, -0.4]  # the prefill's, then the engine's
