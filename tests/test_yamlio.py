@@ -30,3 +30,20 @@ def test_write_atomic_replaces_and_leaves_no_temp(tmp_path):
     write_atomic(target, "two")
     assert target.read_text() == "two"
     assert os.listdir(target.parent) == ["f.txt"]
+
+
+def test_duplicate_key_names_both_lines():
+    with pytest.raises(SpecError) as info:
+        load_yaml("a: 1\nb:\n  c: 2\n  d: 3\n  c: 4\n", source="s.yaml")
+    (issue,) = info.value.issues
+    assert (issue.path, issue.line) == ("b.c", 5)
+    assert issue.message == "duplicate key 'c': first at line 3, again at line 5"
+    assert "s.yaml" in info.value.message
+
+
+def test_duplicate_keys_reported_together_and_same_name_elsewhere_allowed():
+    text = "a: {x: 1}\nb: {x: 2}\na: 3\nl:\n  - {k: 1, k: 2}\n"
+    with pytest.raises(SpecError) as info:
+        load_yaml(text, source="s.yaml")
+    got = [(i.path, i.line) for i in info.value.issues]
+    assert got == [("a", 3), ("l.0.k", 5)]
