@@ -11,8 +11,10 @@ Python models read from their ``config.pbtxt``.
 The names, dtypes and dims of NVIDIA's tables come from TensorRT-LLM's
 ``triton_backend/all_models/inflight_batcher_llm/{ensemble,preprocessing,postprocessing,
 tensorrt_llm}/config.pbtxt``. Two core inputs have other names in TensorRT-LLM 0.21's model
-(:data:`TRTLLM_0_21_INPUT_NAMES`: ``min_tokens``/``seed``); pdtrt's ensemble, router and
-reference engine keep ``min_length``/``random_seed`` and :func:`engine_step_map` maps them.
+(:data:`TRTLLM_0_21_INPUT_NAMES`: ``min_tokens``/``seed``); pdtrt's core keeps
+``min_length``/``random_seed`` and :func:`engine_step_map` maps them. NVIDIA's ensemble now
+names them ``min_tokens``/``seed`` too, so pdtrt's ensemble, router and engine models accept
+either name of each (:data:`INPUT_ALIASES`; one request giving both is refused).
 Dims exclude the batch dimension (every model has ``max_batch_size > 0``). This module is data:
 it renders nothing and reads no files.
 """
@@ -34,6 +36,7 @@ __all__ = [
     "ENSEMBLE_IO",
     "ENSEMBLE_NAME",
     "ENGINE_STEP_MAP",
+    "INPUT_ALIASES",
     "PHASE_ROLES",
     "POSTPROCESSING_IO",
     "POSTPROCESSING_STEP_MAP",
@@ -56,6 +59,7 @@ __all__ = [
     "engine_input_name",
     "engine_io",
     "engine_step_map",
+    "ensemble_io",
 ]
 
 
@@ -327,6 +331,8 @@ ENSEMBLE_IO = ModelIO(
         _t("presence_penalty", F32, 1, opt=True),
         _t("frequency_penalty", F32, 1, opt=True),
         _t("random_seed", U64, 1, opt=True),
+        _t("min_tokens", I32, 1, opt=True),  # NVIDIA's current names (INPUT_ALIASES)
+        _t("seed", U64, 1, opt=True),
         _t("return_log_probs", B, 1, opt=True),
         _t("beam_width", I32, 1, opt=True),
         _t("stream", B, 1, opt=True),
@@ -402,6 +408,17 @@ _CORE_OUTPUTS = (
 CORE_ENGINE_IO = ModelIO(inputs=_CORE_INPUTS, outputs=_CORE_OUTPUTS)
 """The contract every engine model implements."""
 
+INPUT_ALIASES = {"min_tokens": "min_length", "seed": "random_seed"}
+"""NVIDIA's current name of a core input -> pdtrt's (older) one. TensorRT-LLM's ensemble
+(``triton_backend/all_models/inflight_batcher_llm/ensemble/config.pbtxt`` at NVIDIA/TensorRT-LLM
+2a9abd9536aa62ad3e4b9314be9286b1b1be523b) names them ``min_tokens`` and ``seed``, so a client
+written for it would get "unexpected input" from an ensemble that knew only the older names.
+pdtrt's ensemble, router and engine models declare both; a request gives either, never both
+(:mod:`pdtrt.runtime.request_parsing` refuses that), and the router hands its phases the core
+name only."""
+
+_ALIAS_INPUTS = (_s("min_tokens", I32), _s("seed", U64))
+
 ERROR_OUTPUT = "pdtrt_error"
 """pdtrt's engine models also have this output: the error message of a request that fails
 after it has streamed tokens. Triton 2.51's BLS silently drops an error response a decoupled
@@ -418,13 +435,16 @@ KV_EVENT_BUFFER = 4096
 LlmArgs defaults to 0: none) when block reuse is on; the engine model drains every 50 ms."""
 
 REFERENCE_ENGINE_IO = ModelIO(
-    inputs=_CORE_INPUTS + (_s("kv_events_cursor", STR),),
+    inputs=_CORE_INPUTS + _ALIAS_INPUTS + (_s("kv_events_cursor", STR),),
     outputs=_CORE_OUTPUTS + (_t(ERROR_OUTPUT, STR, 1), _t(KV_EVENTS_OUTPUT, STR, 1)))
 """pdtrt's LLM-API engine model: the core contract plus :data:`ERROR_OUTPUT` and the KV-events
-request (``kv_events_cursor`` in, :data:`KV_EVENTS_OUTPUT` out)."""
+request (``kv_events_cursor`` in, :data:`KV_EVENTS_OUTPUT` out), and the
+:data:`INPUT_ALIASES`."""
 
-ROUTER_IO = CORE_ENGINE_IO.without("context_phase_params")
-"""pdtrt's router: the engine model's core I/O minus the phase hand-off it performs itself."""
+ROUTER_IO = ModelIO(inputs=CORE_ENGINE_IO.inputs + _ALIAS_INPUTS,
+                    outputs=CORE_ENGINE_IO.outputs).without("context_phase_params")
+"""pdtrt's router: the engine model's core I/O minus the phase hand-off it performs itself,
+plus the :data:`INPUT_ALIASES`."""
 
 _V021_EXTRA_INPUTS = (
     _t("encoder_input_features", F16, -1, -1, opt=True, ragged=True),
@@ -546,19 +566,37 @@ ENGINE_STEP_MAP = StepMap(
             ("repetition_penalty", "repetition_penalty"), ("min_length", "min_length"),
             ("presence_penalty", "presence_penalty"), ("frequency_penalty", "frequency_penalty"),
             ("random_seed", "random_seed"), ("return_log_probs", "return_log_probs"),
-            ("exclude_input_in_output", "exclude_input_in_output"), ("streaming", "stream")),
+            ("exclude_input_in_output", "exclude_input_in_output"), ("streaming", "stream"),
+            ("min_tokens", "min_tokens"), ("seed", "seed")),
     outputs=(("output_ids", "_TOKENS_BATCH"), ("sequence_length", "_SEQUENCE_LENGTH"),
              ("cum_log_probs", "cum_log_probs"), ("output_log_probs", "output_log_probs")),
 )
 """The middle step: the router (disaggregated) or the aggregated engine model."""
 
 
+def _has_aliases(target: Target) -> bool:
+    """Whether ``target``'s engine model takes both names of each aliased input: pdtrt's own
+    do; NVIDIA's ``tensorrt_llm`` of 0.21 has only the new ones, which the core names map to."""
+    return not _ENGINE_INPUT_NAMES[target]
+
+
 def engine_step_map(target: Target) -> StepMap:
     """:data:`ENGINE_STEP_MAP` with the model-side names of ``target``'s engine model (the
-    aggregated ensemble's middle step)."""
+    aggregated ensemble's middle step). On TensorRT-LLM 0.21 the ensemble's ``min_length`` /
+    ``random_seed`` feed the model's ``min_tokens`` / ``seed``, so the ensemble's own
+    ``min_tokens`` / ``seed`` have nowhere to go and are left out (:func:`ensemble_io`)."""
+    inputs = ENGINE_STEP_MAP.inputs if _has_aliases(target) else tuple(
+        (name, tensor) for name, tensor in ENGINE_STEP_MAP.inputs if name not in INPUT_ALIASES)
     return StepMap(inputs=tuple((engine_input_name(target, name), tensor)
-                                for name, tensor in ENGINE_STEP_MAP.inputs),
+                                for name, tensor in inputs),
                    outputs=ENGINE_STEP_MAP.outputs)
+
+
+def ensemble_io(middle: StepMap) -> ModelIO:
+    """:data:`ENSEMBLE_IO` less the optional inputs that the ``middle`` step does not take
+    (the aggregated ensemble on TensorRT-LLM 0.21: no ``min_tokens`` / ``seed``)."""
+    fed = {tensor for _, tensor in middle.inputs}
+    return ENSEMBLE_IO.without(*(name for name in INPUT_ALIASES if name not in fed))
 
 POSTPROCESSING_STEP_MAP = StepMap(
     inputs=(("TOKENS_BATCH", "_TOKENS_BATCH"), ("SEQUENCE_LENGTH", "_SEQUENCE_LENGTH")),

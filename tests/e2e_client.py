@@ -44,7 +44,8 @@ def sampling_inputs(**values) -> list:
              "repetition_penalty": ("FP32", np.float32), "presence_penalty": ("FP32", np.float32),
              "frequency_penalty": ("FP32", np.float32), "min_length": ("INT32", np.int32),
              "return_log_probs": ("BOOL", bool), "random_seed": ("UINT64", np.uint64),
-             "temperature": ("FP32", np.float32), "top_k": ("INT32", np.int32)}
+             "temperature": ("FP32", np.float32), "top_k": ("INT32", np.int32),
+             "min_tokens": ("INT32", np.int32), "seed": ("UINT64", np.uint64)}
     made = []
     for name, value in values.items():
         kind, dtype = kinds[name]

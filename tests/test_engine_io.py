@@ -9,6 +9,7 @@ from pdtrt.engine_io import (
     CORE_ENGINE_IO,
     ENGINE_STEP_MAP,
     ENSEMBLE_IO,
+    INPUT_ALIASES,
     PHASE_ROLES,
     POSTPROCESSING_IO,
     POSTPROCESSING_STEP_MAP,
@@ -21,6 +22,7 @@ from pdtrt.engine_io import (
     engine_input_name,
     engine_io,
     engine_step_map,
+    ensemble_io,
 )
 from pdtrt.enums import Phase, Target
 
@@ -47,11 +49,17 @@ NVIDIA_ENSEMBLE = {
     "beam_width": ("TYPE_INT32", (1,), True),
     "stream": ("TYPE_BOOL", (1,), True),
 }
+# NVIDIA's current ensemble names two of them otherwise (TensorRT-LLM's
+# triton_backend/all_models/inflight_batcher_llm/ensemble/config.pbtxt at 2a9abd95):
+# pdtrt's ensemble takes both names (INPUT_ALIASES)
+NVIDIA_CURRENT_NAMES = {"min_tokens": ("TYPE_INT32", (1,), True),
+                        "seed": ("TYPE_UINT64", (1,), True)}
 
 
 def test_ensemble_matches_nvidia_contract():
     got = {t.name: (str(t.dtype), t.dims, t.optional) for t in ENSEMBLE_IO.inputs}
-    assert got == NVIDIA_ENSEMBLE
+    assert got == {**NVIDIA_ENSEMBLE, **NVIDIA_CURRENT_NAMES}
+    assert {INPUT_ALIASES[n] for n in NVIDIA_CURRENT_NAMES} == {"min_length", "random_seed"}
     # a subset of NVIDIA's ensemble outputs, with its names, types and dims
     assert [(t.name, str(t.dtype), t.dims) for t in ENSEMBLE_IO.outputs] == [
         ("text_output", "TYPE_STRING", (-1,)), ("cum_log_probs", "TYPE_FP32", (-1,)),
@@ -82,7 +90,8 @@ def test_trtllm_0_21_names():
 def test_router_is_core_minus_phase_handoff():
     assert "context_phase_params" not in ROUTER_IO.input_names
     assert "context_phase_params" not in ROUTER_IO.output_names
-    assert set(ROUTER_IO.input_names) == set(CORE_ENGINE_IO.input_names) - {"context_phase_params"}
+    assert set(ROUTER_IO.input_names) == (
+        set(CORE_ENGINE_IO.input_names) - {"context_phase_params"} | set(INPUT_ALIASES))
 
 
 def test_step_maps_name_existing_tensors():
@@ -102,7 +111,12 @@ def test_step_maps_name_existing_tensors():
 @pytest.mark.parametrize("target", list(Target), ids=str)
 def test_the_aggregated_step_feeds_the_engine_under_its_own_names(target):
     table, step = engine_io(target), engine_step_map(target)
-    assert [t for _, t in step.inputs] == [t for _, t in ENGINE_STEP_MAP.inputs]
+    # NVIDIA's 0.21 model has one name of each aliased input: the ensemble's core names feed it
+    dropped = set(INPUT_ALIASES) if target is Target.TRTLLM_0_21 else set()
+    assert [t for _, t in step.inputs] == [t for _, t in ENGINE_STEP_MAP.inputs
+                                           if t not in dropped]
+    assert set(ensemble_io(step).input_names) == set(ENSEMBLE_IO.input_names) - dropped
+    assert len({n for n, _ in step.inputs}) == len(step.inputs)  # no model input fed twice
     fed = {t.name: t.dtype for t in ENSEMBLE_IO.inputs}
     for model_name, tensor in step.inputs:
         assert table.input(model_name).dtype == fed.get(tensor, table.input(model_name).dtype)

@@ -24,7 +24,6 @@ from pdtrt.build.manifest import EngineLayout
 from pdtrt.endpoints import EndpointSpec, format_endpoints
 from pdtrt.engine_io import (
     ENGINE_STEP_MAP,
-    ENSEMBLE_IO,
     KV_TRANSFER_DEADLINE_MARGIN_S,
     POSTPROCESSING_IO,
     POSTPROCESSING_STEP_MAP,
@@ -37,6 +36,7 @@ from pdtrt.engine_io import (
     StepMap,
     engine_input_renames,
     engine_step_map,
+    ensemble_io,
 )
 from pdtrt.enums import Phase, PhaseTransport, Routing, Target
 from pdtrt.errors import RepoError
@@ -293,11 +293,12 @@ def _ensembles(mode: RepoMode, limits: dict[Phase, PhaseLimits],
     if mode.has_disaggregated:
         ensembles.append(EnsemblePlan(name=ModelName.ENSEMBLE,
                                       max_batch_size=_disaggregated_batch(limits),
-                                      io=ENSEMBLE_IO, steps=_steps(ModelName.ROUTER)))
+                                      io=ensemble_io(ENGINE_STEP_MAP),
+                                      steps=_steps(ModelName.ROUTER)))
     if mode.has_aggregated:
         ensembles.append(EnsemblePlan(name=ModelName.ENSEMBLE_AGGREGATED,
                                       max_batch_size=limits[Phase.PREFILL].max_batch_size,
-                                      io=ENSEMBLE_IO,
+                                      io=ensemble_io(engine_map),
                                       steps=_steps(ModelName.AGGREGATED, engine_map)))
     return ensembles
 

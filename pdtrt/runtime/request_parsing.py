@@ -15,19 +15,25 @@ engine was not built for, ``input_lengths`` that disagree with ``input_ids`` and
 prompt per request are refused with a message naming the input, the value and what is allowed
 (:func:`check_sampling`, :func:`one_prompt`) -- never served as if they were fine. The router
 checks the same rules as the engine models, so a client gets the same message on every path.
+
+Two inputs have two names (:data:`~pdtrt.engine_io.INPUT_ALIASES`: NVIDIA's current
+``min_tokens`` / ``seed`` beside pdtrt's ``min_length`` / ``random_seed``). Both parsers first
+rename the one given to the core name (:func:`canonical_inputs`) and refuse a request giving
+both, so the rest of each model -- and the phases the router calls -- see the core name only.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from pdtrt.engine_dir import KVLayout
 from pdtrt.engine_io import (
     ENGINE_STEP_MAP,
+    INPUT_ALIASES,
     REQUEST_TYPE_PARAMETER,
     ROUTER_IO,
     RequestType,
@@ -39,8 +45,8 @@ from pdtrt.runtime.triton_io import Incoming
 
 __all__ = ["DISAGGREGATED_MAX_BEAM_WIDTH", "KV_EVENTS_CURSOR", "EngineLimits", "EngineRequest",
            "KvEventsRequest", "RequestSampling",
-           "RouterRequest", "StopRequest", "check_sampling", "one_prompt", "parse_engine_request",
-           "parse_router_request", "word_list"]
+           "RouterRequest", "StopRequest", "canonical_inputs", "check_sampling", "one_prompt",
+           "parse_engine_request", "parse_router_request", "word_list"]
 
 # Router inputs that arrive reshaped to [batch] and go to a phase in the config shape [batch, 1].
 _ROUTER_SCALARS = frozenset(t.name for t in ROUTER_IO.inputs if t.reshape_scalar)
@@ -55,6 +61,25 @@ def one_prompt(name: str, num_prompts: int) -> None:
     if num_prompts > 1:
         raise InvalidRequestError(f"input '{name}' holds {num_prompts} prompts; pdtrt serves one "
                                   "prompt per request: send each prompt as its own request")
+
+
+def canonical_inputs(request: Incoming) -> Incoming:
+    """``request`` with each aliased input under its core name (``min_tokens`` ->
+    ``min_length``, ``seed`` -> ``random_seed``). Raises :class:`InvalidRequestError` naming
+    both when a request gives both names of one input (even with equal values: which one was
+    meant cannot be told)."""
+    given = [alias for alias in INPUT_ALIASES if alias in request.inputs]
+    if not given:
+        return request
+    for alias in given:
+        core = INPUT_ALIASES[alias]
+        if core in request.inputs:
+            raise InvalidRequestError(
+                f"inputs '{core}' and '{alias}' are both given; they are two names of one "
+                f"input ('{alias}' is NVIDIA's current name, '{core}' pdtrt's older one): "
+                "send one of them")
+    inputs = {INPUT_ALIASES.get(name, name): value for name, value in request.inputs.items()}
+    return replace(request, inputs=inputs)
 
 
 def _prompt(request: Incoming, empty: str) -> tuple[int, ...]:
@@ -172,6 +197,7 @@ def parse_router_request(request: Incoming) -> RouterRequest | StopRequest:
     its token ids are left to the engines, which know the vocabulary)."""
     if stop := _stop_request(request):
         return stop
+    request = canonical_inputs(request)
     prompt = _prompt(request, _EMPTY_PROMPT)
     check_sampling(request, max_beam_width=DISAGGREGATED_MAX_BEAM_WIDTH)
     return RouterRequest(
@@ -195,11 +221,11 @@ class RequestSampling:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 0.0
-    seed: int | None = None  # random_seed; None: not given (the runtime's default, 0)
+    seed: int | None = None  # random_seed (or seed); None: not given (the runtime's default, 0)
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
-    min_tokens: int = 0  # the ensemble's min_length: the end id is banned before that many
+    min_tokens: int = 0  # min_length (or min_tokens): the end id is banned before that many
     stop_words: tuple[tuple[int, ...], ...] = ()
     bad_words: tuple[tuple[int, ...], ...] = ()
     return_log_probs: bool = False
@@ -271,6 +297,7 @@ def parse_engine_request(request: Incoming, limits: EngineLimits
         return KvEventsRequest(cursor.decode() if isinstance(cursor, bytes) else str(cursor))
     if stop := _stop_request(request):
         return stop
+    request = canonical_inputs(request)
     prompt = _prompt(request, "input 'input_ids' is required and must not be empty")
     n = len(prompt)
     max_new = int(request.scalar("request_output_len", required=True))

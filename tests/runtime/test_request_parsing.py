@@ -112,3 +112,49 @@ def test_the_preprocessing_turns_each_word_into_a_word_list_entry(preprocessing,
     assert one.error is None and one.outputs[output].tolist() == [[[97, 98, 99], [2, 3, -1]]]
     (none,) = preprocessing.execute([_query("Hello", **{name: np.array([[b""]], dtype=object)})])
     assert none.outputs[output].tolist() == [[[0], [-1]]]
+
+
+# NVIDIA's current names (min_tokens, seed) beside pdtrt's older ones (engine_io.INPUT_ALIASES)
+_ALIASED = [("min_length", "min_tokens", np.int32, 3), ("random_seed", "seed", np.uint64, 42)]
+
+
+def _engine_limits():
+    from pdtrt.engine_io import Role
+    from pdtrt.runtime.request_parsing import EngineLimits
+
+    return EngineLimits(role=Role.AGGREGATED, max_input_len=64, max_seq_len=128,
+                        vocab_size=1000, serves_phases=False)
+
+
+@pytest.mark.parametrize(("core", "alias", "dtype", "value"), _ALIASED,
+                         ids=[a[1] for a in _ALIASED])
+@pytest.mark.parametrize("name_given", ["core", "alias"])
+def test_either_name_of_an_aliased_input_is_read(core, alias, dtype, value, name_given):
+    from pdtrt.runtime.request_parsing import parse_engine_request
+
+    name = core if name_given == "core" else alias
+    incoming = _incoming(**{name: np.array([value], dtype=dtype)})
+    sampling = parse_engine_request(incoming, _engine_limits()).sampling
+    assert (sampling.min_tokens, sampling.seed) == (
+        (value, None) if core == "min_length" else (0, value))
+    # the router hands its phases the core name only, in the phases' [1, 1] shape
+    routed = parse_router_request(incoming).inputs
+    assert alias not in routed and routed[core].tolist() == [[value]]
+
+
+@pytest.mark.parametrize(("core", "alias", "dtype", "value"), _ALIASED,
+                         ids=[a[1] for a in _ALIASED])
+def test_both_names_of_one_input_are_refused_naming_both(core, alias, dtype, value):
+    from pdtrt.runtime.request_parsing import parse_engine_request
+
+    incoming = _incoming(**{core: np.array([value], dtype=dtype),
+                            alias: np.array([value], dtype=dtype)})
+    want = f"inputs '{core}' and '{alias}' are both given"
+    for parse in (parse_router_request, lambda r: parse_engine_request(r, _engine_limits())):
+        with pytest.raises(InvalidRequestError, match=want):
+            parse(incoming)
+
+
+def test_an_aliased_input_is_checked_like_the_core_one():
+    with pytest.raises(InvalidRequestError, match=r"'min_length' is -1; allowed: >= 0"):
+        parse_router_request(_incoming(min_tokens=np.array([-1], dtype=np.int32)))

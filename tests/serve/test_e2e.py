@@ -334,6 +334,26 @@ def test_every_sampling_input_gives_the_same_output_through_both_ensembles(refer
     assert again["ensemble"][0] != texts  # another seed draws another output
 
 
+def test_nvidias_current_names_min_tokens_and_seed_give_what_the_older_ones_give(
+        reference_server):
+    """TensorRT-LLM's ensemble now says min_tokens / seed (issue 48): either name works, the
+    same on both paths; both at once is refused naming both, and the server keeps serving."""
+    url, prompt = _url(reference_server), PROMPTS[1]
+    sampled = {"temperature": 0.9, "top_k": 50, "return_log_probs": True}
+    older = _both_ensembles(url, prompt, 16, min_length=10, random_seed=11, **sampled)
+    current = _both_ensembles(url, prompt, 16, min_tokens=10, seed=11, **sampled)
+    for model in ("ensemble", "ensemble_aggregated"):
+        assert current[model][0] == older[model][0]
+        assert current[model][1] == pytest.approx(older[model][1], abs=1e-4)
+    for model in ("ensemble", "ensemble_aggregated"):
+        both = generate(url, model, ensemble_inputs(prompt, 4) + sampling_inputs(
+            random_seed=11, seed=11))
+        assert both.error is not None and "inputs 'random_seed' and 'seed' are both given" \
+            in both.error, both.error
+    ok = generate(url, "ensemble", ensemble_inputs("Hello again", 4))
+    assert ok.error is None and ok.final_seen
+
+
 # -- stop words at the edges of the phases (issue 41) -------------------------------------------
 def test_a_stop_word_the_prefills_first_token_completes_ends_both_paths_there(reference_server,
                                                                                oracle):
