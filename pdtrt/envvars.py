@@ -37,7 +37,8 @@ container's sshd port, default 2222).
 
 A trtllm-1.2 repository's ``pdtrt.env`` holds ``UCX_TLS``, ``UCX_MEMTYPE_CACHE`` and
 ``UCX_NET_DEVICES`` (no ``TRTLLM_*``: the transport is the LLM-API options'
-``cache_transceiver_config``); its ``launch.sh`` (one Triton server, no MPI) reads ``PDTRT_SRC``
+``cache_transceiver_config``), and ``HF_HUB_OFFLINE=1`` when its models load the Hub snapshot
+``pdtrt build`` recorded; its ``launch.sh`` (one Triton server, no MPI) reads ``PDTRT_SRC``
 and ``PDTRT_UCX_INTERFACE_<GPU>``, which it passes into the container as ``TRTLLM_UCX_INTERFACE``
 (the NIC whose address TensorRT-LLM 1.2's transceiver advertises; unset when empty).
 """
