@@ -15,6 +15,12 @@ pdtrt reads:
   ``launch.sh`` set for the server they start.
 - ``PDTRT_API_KEY`` -- the OpenAI front's API key (``pdtrt serve`` / ``pdtrt front``
   ``--api-key`` win): when set, every ``/v1`` request needs ``Authorization: Bearer KEY``.
+- ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``), ``HF_HUB_CACHE`` (or the legacy
+  ``HUGGINGFACE_HUB_CACHE``), ``HF_HOME``, ``XDG_CACHE_HOME`` -- read by ``pdtrt build`` of a
+  trtllm-1.2 spec without ``model.path``: offline, the model's snapshot is looked up in this
+  host's Hugging Face cache and nothing is downloaded; the cache directory is resolved as
+  huggingface_hub does (:mod:`pdtrt.targets.hf_snapshot`). The token (``HF_TOKEN``, else the
+  saved ``hf auth login`` token) is huggingface_hub's to read.
 
 Later stages will *write* UCX / TensorRT-LLM variables for the processes they start
 (``UCX_TLS``, ``UCX_NET_DEVICES``, ``TRTLLM_USE_UCX_KVCACHE``, ...); they are listed here too.
@@ -31,7 +37,8 @@ container's sshd port, default 2222).
 
 A trtllm-1.2 repository's ``pdtrt.env`` holds ``UCX_TLS``, ``UCX_MEMTYPE_CACHE`` and
 ``UCX_NET_DEVICES`` (no ``TRTLLM_*``: the transport is the LLM-API options'
-``cache_transceiver_config``); its ``launch.sh`` (one Triton server, no MPI) reads ``PDTRT_SRC``
+``cache_transceiver_config``), and ``HF_HUB_OFFLINE=1`` when its models load the Hub snapshot
+``pdtrt build`` recorded; its ``launch.sh`` (one Triton server, no MPI) reads ``PDTRT_SRC``
 and ``PDTRT_UCX_INTERFACE_<GPU>``, which it passes into the container as ``TRTLLM_UCX_INTERFACE``
 (the NIC whose address TensorRT-LLM 1.2's transceiver advertises; unset when empty).
 """
@@ -44,9 +51,15 @@ CUDA_VERSION = "CUDA_VERSION"
 PDTRT_FAULT_INJECTION = "PDTRT_FAULT_INJECTION"
 PDTRT_SERVER_GRPC_URL = "PDTRT_SERVER_GRPC_URL"  # a server's own gRPC HOST:PORT, for its router
 PDTRT_API_KEY = "PDTRT_API_KEY"  # the OpenAI front's bearer token
+HF_HUB_OFFLINE = "HF_HUB_OFFLINE"  # also written: launch.sh of a repository on a local snapshot
+TRANSFORMERS_OFFLINE = "TRANSFORMERS_OFFLINE"  # huggingface_hub's older spelling of the same
+HF_HUB_CACHE = "HF_HUB_CACHE"  # where the Hub's snapshots are cached (default HF_HOME/hub)
+HUGGINGFACE_HUB_CACHE = "HUGGINGFACE_HUB_CACHE"  # its legacy name
+XDG_CACHE_HOME = "XDG_CACHE_HOME"  # HF_HOME's default parent (~/.cache)
 
 READ = (PDTRT_DEBUG, PDTRT_TRTLLM_EXAMPLES, CUDA_VERSION, PDTRT_FAULT_INJECTION,
-        PDTRT_SERVER_GRPC_URL, PDTRT_API_KEY)
+        PDTRT_SERVER_GRPC_URL, PDTRT_API_KEY, HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE, HF_HUB_CACHE,
+        HUGGINGFACE_HUB_CACHE, XDG_CACHE_HOME)
 
 TRTLLM_USE_UCX_KVCACHE = "TRTLLM_USE_UCX_KVCACHE"
 TRTLLM_ORCHESTRATOR = "TRTLLM_ORCHESTRATOR"
@@ -64,9 +77,10 @@ PDTRT_UCX_INTERFACE_PREFIX = "PDTRT_UCX_INTERFACE_"  # likewise
 TRTLLM_UCX_INTERFACE = "TRTLLM_UCX_INTERFACE"
 HF_TOKEN = "HF_TOKEN"  # Hugging Face Hub token (gated models), passed through when set
 HF_HOME = "HF_HOME"  # Hugging Face cache root; the launcher's becomes the container's
+READ += (HF_HOME,)  # pdtrt build: the default Hugging Face cache is HF_HOME/hub
 
 WRITTEN = (TRTLLM_USE_UCX_KVCACHE, TRTLLM_ORCHESTRATOR, TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES,
            TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE, UCX_TLS, UCX_MEMTYPE_CACHE, UCX_NET_DEVICES,
-           TRTLLM_UCX_INTERFACE)
+           TRTLLM_UCX_INTERFACE, HF_HUB_OFFLINE)
 LAUNCH_SCRIPT_READS = (PDTRT_SRC, PDTRT_MPI_ARGS, PDTRT_SSH_DIR, PDTRT_SSH_PORT, HF_TOKEN, HF_HOME)
 LAUNCH_SCRIPT_READS_PER_HOST = (PDTRT_HOST_PREFIX, PDTRT_UCX_INTERFACE_PREFIX)

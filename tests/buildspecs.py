@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 from pathlib import Path
 
@@ -33,3 +34,23 @@ def variant(edit) -> dict:
     data = copy.deepcopy(seed_data())
     edit(data)
     return data
+
+
+def make_hub_snapshot(cache: Path, repo_id: str, *, shards: int = 2, present: int | None = None,
+                      rev: str = "a" * 40) -> Path:
+    """A Hub cache entry as huggingface_hub writes it: blobs, a snapshot of links, refs/main."""
+    folder = cache / ("models--" + repo_id.replace("/", "--"))
+    snap, blobs = folder / "snapshots" / rev, folder / "blobs"
+    snap.mkdir(parents=True)
+    blobs.mkdir()
+    names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
+    files = {"config.json": '{"model_type": "llama"}',
+             "model.safetensors.index.json": json.dumps(
+                 {"weight_map": {f"w{i}": n for i, n in enumerate(names)}}),
+             **{n: "w" for n in names[:present if present is not None else shards]}}
+    for i, (name, text) in enumerate(files.items()):
+        (blobs / f"blob{i}").write_text(text)
+        (snap / name).symlink_to(Path("../../blobs") / f"blob{i}")
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(rev)
+    return snap

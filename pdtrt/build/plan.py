@@ -114,7 +114,9 @@ def host_builds(plan: BuildPlan) -> tuple[HostBuild, ...]:
     hosts = []
     for key in gpus:
         phases = tuple(p for p in plan.phases if p.gpu.key == key)
-        names = {s.name for p in phases for s in p.steps}
+        # the shared steps (trtllm-1.2's Hub snapshot) run on every host, with each phase
+        names = {s.name for p in phases for s in p.steps} | {
+            s.name for s in plan.steps if s.phase is None}
         args = () if len(phases) == len(Phase) else ("--phase", str(phases[0].phase))
         hosts.append(HostBuild(
             gpu=key, compute_capability=phases[0].gpu.compute_capability,

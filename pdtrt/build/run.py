@@ -190,7 +190,8 @@ def _execute(step: BuildStep, dep: Deployment, support: TargetSupport,
     started = time.monotonic()
     try:
         if step.in_process:
-            support.run_in_process(step, dep)
+            support.run_in_process(step, dep,
+                                   progress=lambda line: notify(ProgressKind.LINE, line))
         else:
             _run_external(step, lambda line: notify(ProgressKind.LINE, line))
         if not step.output_dir.is_dir():

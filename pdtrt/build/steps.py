@@ -30,6 +30,7 @@ class StepKind(StrEnum):
     REFERENCE_CHECKPOINT = "reference-checkpoint"
     HF_PTQ = "hf-ptq"  # ModelOpt FP8 quantization to a Hugging Face checkpoint (trtllm-1.2)
     LLM_OPTIONS = "llm-options"  # the phase's LLM-API options file (trtllm-1.2, in-process)
+    HF_SNAPSHOT = "hf-snapshot"  # the model's Hub snapshot, resolved before serving (trtllm-1.2)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -54,7 +54,11 @@ def plan_lines(plan: BuildPlan) -> list[str]:
 
 
 def _steps_text(steps: tuple[int, ...]) -> str:
-    return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if steps[-1] - steps[0] == len(steps) - 1:
+        return f"steps {steps[0]}-{steps[-1]}"
+    return "steps " + ", ".join(str(s) for s in steps)
 
 
 def host_lines(plan: BuildPlan, hosts: tuple[HostBuild, ...], command: list[str]) -> list[str]:

@@ -29,7 +29,7 @@ stays in :mod:`pdtrt.build` and :mod:`pdtrt.repo`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,9 +179,11 @@ class TargetSupport(ABC):
         """
 
     @abstractmethod
-    def run_in_process(self, step: BuildStep, dep: Deployment) -> None:
+    def run_in_process(self, step: BuildStep, dep: Deployment, *,
+                       progress: Callable[[str], None] | None = None) -> None:
         """Run one of the target's in-process steps (``step.in_process``), writing
-        ``step.output_dir``; raises :class:`pdtrt.errors.BuildError`."""
+        ``step.output_dir``; ``progress`` receives a line now and then on long work (a
+        download); raises :class:`pdtrt.errors.BuildError`."""
 
     @abstractmethod
     def step_inputs(self, step: BuildStep, dep: Deployment) -> dict[str, str]:

@@ -11,7 +11,7 @@ file: nothing of it is pinned to an upstream release.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pdtrt.build.manifest import EngineLayout
@@ -126,7 +126,8 @@ class ReferenceTarget(TargetSupport):
                      toolchain: Toolchain | None) -> BuildHost:
         return BuildHost(detection=None, versions=reference_versions())
 
-    def run_in_process(self, step: BuildStep, dep: Deployment) -> None:
+    def run_in_process(self, step: BuildStep, dep: Deployment, *,
+                       progress: Callable[[str], None] | None = None) -> None:
         step.log_file.parent.mkdir(parents=True, exist_ok=True)
         try:
             if step.kind is StepKind.REFERENCE_TOKENIZER:

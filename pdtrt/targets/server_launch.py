@@ -127,7 +127,7 @@ def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
         "server_url": (f"export {envvars.PDTRT_SERVER_GRPC_URL}=127.0.0.1:"
                        f"{dep.spec.serving.grpc_port or TRITON_DEFAULT_PORTS['grpc']}"),
         "rdma": [" ".join(RDMA_DOCKER_FLAGS)] if dep.spec.kv_transfer.uses_rdma else [],
-        "hub": _hub_access(dep),
+        "hub": _hub_access(dep, plan),
         "mounts": [shlex.quote(p) for p in plan.mounts],
         "command": plan.rank_commands[0],
     }
@@ -137,13 +137,14 @@ def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
 CONTAINER_HF_HOME = "/opt/hf-home"
 
 
-def _hub_access(dep: Deployment) -> list[str]:
-    """``docker run`` lines for a model given by its Hub name (no ``model.path``): the
+def _hub_access(dep: Deployment, plan: LaunchPlan) -> list[str]:
+    """``docker run`` lines for a model given by its Hub name (no ``model.path``, and no
+    snapshot recorded by ``pdtrt build``, which the repository loads offline): the
     launcher's ``HF_TOKEN`` passed through when set (gated models such as Llama need it), and
     its Hugging Face cache (``HF_HOME``, else ``~/.cache/huggingface``) mounted read-write, so
     the LLM API and ``engine_limits`` (which reads the model's ``config.json`` from that cache)
     find what was downloaded before, and a download lands there."""
-    if dep.spec.model.path is not None:
+    if dep.spec.model.path is not None or (envvars.HF_HUB_OFFLINE, "1") in plan.env:
         return []
     return [f"-e {envvars.HF_TOKEN} -e {envvars.HF_HOME}={CONTAINER_HF_HOME}",
             f'-v "${{{envvars.HF_HOME}:-${{HOME:?set HOME or {envvars.HF_HOME}}}'

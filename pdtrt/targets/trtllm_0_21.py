@@ -17,7 +17,7 @@ line of each read: :mod:`pdtrt.targets.trtllm_backend`), and ``repo validate`` c
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pdtrt.build.manifest import EngineLayout
@@ -130,7 +130,8 @@ class Trtllm021Target(ContainerTarget):
         check_model_dir(plan.model_dir)
         return BuildHost(detection=detection, versions=dict(toolchain.versions))
 
-    def run_in_process(self, step: BuildStep, dep: Deployment) -> None:
+    def run_in_process(self, step: BuildStep, dep: Deployment, *,
+                       progress: Callable[[str], None] | None = None) -> None:
         raise BuildError(f"BUG in pdtrt: step {step.name} has no command, and {self.target} "
                          "has no in-process steps")
 

@@ -10,16 +10,21 @@ Build: no engines. Per phase an in-process step writes the LLM-API options file
 (:mod:`pdtrt.targets.llm_options`, checked against the pinned ``LlmArgs`` facts of
 :mod:`pdtrt.targets.llm_args`); when the phase asks FP8 weights, NVIDIA ModelOpt's ``hf_ptq.py``
 first exports an FP8 Hugging Face checkpoint, run in the container on the phase's GPU type
-like trtllm-0.21's steps (argv checked by the version's schema, ``trtllm-1.2.yaml``).
+like trtllm-0.21's steps (argv checked by the version's schema, ``trtllm-1.2.yaml``). Without
+``model.path``, a step both phases share resolves the model's Hub snapshot into this host's
+Hugging Face cache first (token check, ``HF_HUB_OFFLINE``, renamed repositories:
+:mod:`pdtrt.targets.hf_snapshot`); the repository then loads that snapshot, which ``launch.sh``
+mounts, offline.
 Launch: one Triton server per host (:mod:`pdtrt.targets.server_launch`); a pool on another GPU
 type is another server (``<pool>.endpoint``, ``--mode pools``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +38,7 @@ from pdtrt.engine_io import (
     Param,
 )
 from pdtrt.enums import KVDType, Phase, Target, TritonBackend, WeightQuant
-from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES
+from pdtrt.envvars import HF_HUB_OFFLINE, PDTRT_TRTLLM_EXAMPLES
 from pdtrt.errors import BuildError, SpecIssue, ToolchainError
 from pdtrt.facts.catalog import load_catalog
 from pdtrt.facts.gpu_detect import detect_gpus
@@ -42,8 +47,9 @@ from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
 from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, param_number, python_model
 from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.schema import DeploymentSpec
+from pdtrt.targets import hf_snapshot
 from pdtrt.targets import toolchain as toolchains
-from pdtrt.targets.base import BuildContext, BuildHost, PhaseBuild
+from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild
 from pdtrt.targets.container import ContainerTarget
 from pdtrt.targets.llm_args import LlmArgsFacts, load_llm_args
 from pdtrt.targets.llm_options import (
@@ -61,7 +67,7 @@ from pdtrt.targets.trtllm_build import check_gpus, check_model_dir, hf_model_ref
 from pdtrt.targets.trtllm_launch import engine_placements, launch_mounts
 from pdtrt.yamlio import write_atomic
 
-__all__ = ["Trtllm12Target", "fp8_checkpoint_dir"]
+__all__ = ["Trtllm12Target", "fp8_checkpoint_dir", "weights_dir"]
 
 _WEIGHTS = (WeightQuant.NONE, WeightQuant.FP8)
 
@@ -69,6 +75,28 @@ _WEIGHTS = (WeightQuant.NONE, WeightQuant.FP8)
 def fp8_checkpoint_dir(layout: EngineLayout, phase: Phase) -> Path:
     """Where the phase's FP8 Hugging Face checkpoint goes (the ``llm_model`` it loads)."""
     return layout.deployment_dir / "checkpoints" / str(phase)
+
+
+def weights_dir(layout: EngineLayout) -> Path:
+    """Where ``pdtrt build`` records the model's resolved Hub snapshot (``weights.json``)."""
+    return layout.deployment_dir / "weights"
+
+
+def _recorded(dep: Deployment, layout: EngineLayout) -> hf_snapshot.WeightsRecord | None:
+    """The snapshot the build recorded, when the spec loads the model by its Hub name."""
+    if dep.spec.model.path is not None:
+        return None
+    return hf_snapshot.recorded_snapshot(dep.spec.model.name, weights_dir(layout))
+
+
+def _model_ref(dep: Deployment, layout: EngineLayout) -> str:
+    """What the engine models and the tokenizer load: ``model.path``'s directory, else the
+    snapshot ``pdtrt build`` recorded, else the Hub's current name for the model (downloaded
+    at load: the repository was generated before the build, or on another host)."""
+    if dep.spec.model.path is not None:
+        return hf_model_ref(dep)
+    record = _recorded(dep, layout)
+    return str(record.snapshot) if record else hf_snapshot.hub_repo_id(dep.spec.model.name)
 
 
 class Trtllm12Target(ContainerTarget):
@@ -99,6 +127,27 @@ class Trtllm12Target(ContainerTarget):
                                 f"(ModelOpt FP8), not {weights}")
 
     # --- build -----------------------------------------------------------------------------
+    def build_source(self, ctx: BuildContext) -> BuildSource:
+        """Without ``model.path``: first the shared step that resolves the Hub snapshot."""
+        source = super().build_source(ctx)
+        name = ctx.dep.spec.model.name
+        if ctx.dep.spec.model.path is not None:
+            return source
+        repo_id = hf_snapshot.hub_repo_id(name)
+        renamed = f" (the Hub's current name for {name})" if repo_id != name else ""
+        fp8 = any(ctx.dep.spec.weights(p) is WeightQuant.FP8 for p in Phase)
+        out = weights_dir(ctx.layout)
+        step = BuildStep(
+            name=StepKind.HF_SNAPSHOT, kind=StepKind.HF_SNAPSHOT, phase=None, argv=(),
+            inputs=(), output_dir=out, log_file=ctx.logs_dir / f"{StepKind.HF_SNAPSHOT}.log",
+            gpu=None,
+            what=f"resolves {repo_id}{renamed} in this host's Hugging Face cache: a token "
+            "check for a gated repository, then the download (without original/) -- with "
+            "HF_HUB_OFFLINE=1 a look-up only; records the checked snapshot in "
+            f"{out / hf_snapshot.RECORD_FILE}, which the repository loads")
+        notes = source.notes if fp8 else ()  # the FP8 step still reads model_dir
+        return BuildSource(model_dir=source.model_dir, notes=notes, steps=(step,))
+
     def plan_phase(self, ctx: BuildContext, phase: Phase, settings: EngineSettings) -> PhaseBuild:
         dep = ctx.dep
         options = phase_options(dep, phase, settings)
@@ -175,8 +224,16 @@ class Trtllm12Target(ContainerTarget):
                 hint=f"run inside {self.container_image} (its TensorRT-LLM brings the pinned "
                 "ModelOpt); see docs/build.md")
 
-    def run_in_process(self, step: BuildStep, dep: Deployment) -> None:
-        """Write the options file the plan computed and checked (``step.content``)."""
+    def run_in_process(self, step: BuildStep, dep: Deployment, *,
+                       progress: Callable[[str], None] | None = None) -> None:
+        """Resolve the Hub snapshot, or write the options file the plan computed and checked
+        (``step.content``)."""
+        if step.kind is StepKind.HF_SNAPSHOT:
+            line = hf_snapshot.build_weights(dep.spec.model.name, step.output_dir, os.environ,
+                                             progress=progress or (lambda _line: None))
+            step.log_file.parent.mkdir(parents=True, exist_ok=True)
+            step.log_file.write_text(line + "\n", encoding="utf-8")
+            return
         if step.kind is not StepKind.LLM_OPTIONS or not step.content:
             raise BuildError(f"BUG in pdtrt: {self.target} has no in-process step {step.name}")
         file = step.output_dir / OPTIONS_FILE
@@ -185,6 +242,8 @@ class Trtllm12Target(ContainerTarget):
         step.log_file.write_text(f"wrote {file}\n", encoding="utf-8")
 
     def step_inputs(self, step: BuildStep, dep: Deployment) -> dict[str, str]:
+        if step.kind is StepKind.HF_SNAPSHOT:
+            return hf_snapshot.weights_inputs(dep.spec.model.name, step.output_dir, os.environ)
         if step.kind is not StepKind.LLM_OPTIONS:
             return {}  # the argv and the input directory say everything
         return {"options": hashlib.sha256(step.content.encode()).hexdigest()}
@@ -194,14 +253,22 @@ class Trtllm12Target(ContainerTarget):
         return True  # pdtrt's Python engine model is decoupled whatever serving.streaming says
 
     def tokenizer_dir(self, dep: Deployment, layout: EngineLayout) -> str:
-        """The HF checkpoint's directory (``model.path``), else the model's Hub name."""
-        return hf_model_ref(dep)
+        """The HF checkpoint's directory (``model.path``), else the snapshot ``pdtrt build``
+        recorded, else the model's current Hub name."""
+        return _model_ref(dep, layout)
 
     def plan_launch(self, dep: Deployment, engines: Sequence[EngineUse], *,
                     layout: EngineLayout, tokenizer_dir: str) -> LaunchPlan:
-        return plan_server_launch(dep.spec, engine_placements(dep, engines),
-                                  image=self.container_image,
-                                  mounts=launch_mounts(dep, layout, tokenizer_dir))
+        """One server; with a recorded snapshot its cache folder is mounted (the snapshot's
+        files link into its ``blobs/``) and the container is offline: nothing downloads."""
+        record = _recorded(dep, layout)
+        mounts = launch_mounts(dep, layout, tokenizer_dir)
+        mounts += [str(record.repo_folder)] if record else []
+        launch = plan_server_launch(dep.spec, engine_placements(dep, engines),
+                                    image=self.container_image, mounts=mounts)
+        if record is None:
+            return launch
+        return dataclasses.replace(launch, env=(*launch.env, (HF_HUB_OFFLINE, "1")))
 
     def engine_model(self, dep: Deployment, engine: EngineUse, *,
                      launch: LaunchPlan | None) -> ModelPlan:
@@ -210,7 +277,7 @@ class Trtllm12Target(ContainerTarget):
         fp8 = dep.spec.weights(engine.phase) is WeightQuant.FP8
         layout = EngineLayout(layout_dir.parent.parent, dep.spec.name)
         llm_model = (str(fp8_checkpoint_dir(layout, engine.phase)) if fp8
-                     else hf_model_ref(dep))
+                     else _model_ref(dep, layout))
         params = (
             (Param.ROLE, engine.role),
             (Param.ENGINE_DIR, str(layout_dir)),  # the options and pdtrt-engine.json

@@ -5,12 +5,12 @@ API instead (:func:`pdtrt.llmapi.load_llm_api`: the only seam swapped). The repo
 the ones ``pdtrt repo`` writes for ``docs/examples/llama3-8b-h100-l40s.yaml`` --
 ``--mode pools`` (the L40S host's decode server) and ``--mode both`` (the H100 host's ensembles,
 router, prefill, aggregated) -- with the options files ``pdtrt build`` writes for it (no GPU
-needed), and they are served as written: the model is the example's Hugging Face Hub name,
-found by the engine models (the LLM, the engine limits) and the tokenizer models in a Hub cache
-(``HF_HUB_CACHE``, offline) that holds the reference checkpoint under that name -- as a GPU host
-finds it in the cache mounted into the container. Only the router's decode address changes (it
-names the pools server), and the UCX transports (RDMA/GPU ones in the example) become ``tcp``
-on this CPU machine.
+needed), and they are served as written: the model is the snapshot ``pdtrt build`` resolved
+with ``HF_HUB_OFFLINE=1`` in a Hub cache (``HF_HUB_CACHE``) that holds the reference checkpoint
+under the example's (old) Hub name, which the engine models (the LLM, the engine limits) and
+the tokenizer models load by path -- as a GPU host loads it from the cache folder ``launch.sh``
+mounts. Only the router's decode address changes (it names the pools server), and the UCX
+transports (RDMA/GPU ones in the example) become ``tcp`` on this CPU machine.
 """
 
 from __future__ import annotations
@@ -86,13 +86,19 @@ def served(reference_engines, tmp_path_factory):
     cache = hub_cache(work / "hub", dep.spec.model.name, reference / "prefill",
                       reference / "tokenizer")
     engines = work / "engines"
-    run_build(plan_build(dep, engines_root=engines), dep)  # the options files: no GPU needed
+    with pytest.MonkeyPatch.context() as env:  # the snapshot from the cache, no Hub
+        env.setenv("HF_HUB_OFFLINE", "1")
+        env.setenv("HF_HUB_CACHE", str(cache))
+        run_build(plan_build(dep, engines_root=engines), dep)  # no GPU needed
+    record = json.loads((engines / dep.spec.name / "weights/weights.json").read_text())
+    assert record["repo_id"] == dep.spec.model.name  # found under the name before the rename
+    snapshot = record["snapshot"]
     pools = generate_repo(dep, work / "pools", mode=RepoMode.POOLS, engines_root=engines).out
     front = generate_repo(dep, work / "front", mode=RepoMode.BOTH, engines_root=engines).out
     assert validate_repo(pools).problems == () and validate_repo(front).problems == ()
     for model in ("prefill", "decode", "aggregated", "preprocessing"):
         config = (pools if model == "decode" else front) / model / "config.pbtxt"
-        assert f'string_value: "{dep.spec.model.name}"' in config.read_text()
+        assert f'string_value: "{snapshot}"' in config.read_text()
     pools_server = _started(pools, work / "pools-run", cache)
     try:
         assert pools_server.endpoints is not None
