@@ -149,8 +149,9 @@ def _phase_specific(phase: Phase, settings: EngineSettings) -> list[LlmOption]:
                       f"{budget}: " + ("a prompt is split over steps" if chunked else
                                        "a whole prompt fits one step, no chunking needed")),
             _computed("disable_overlap_scheduler", True,
-                      "context-only requests: TensorRT-LLM's disaggregated context servers do "
-                      "not support the overlap scheduler"),
+                      "context-only requests: TensorRT-LLM 1.2's worker refuses them while the "
+                      "overlap scheduler is on (executor/base_worker.py _enqueue_request; the "
+                      "guard left main with #12816, after 1.2.1)"),
             _computed("cuda_graph_config", None,
                       "prefill batches hold context requests, which CUDA graphs never capture; "
                       "none saves the graphs' memory"),
