@@ -103,14 +103,28 @@ def plan_server_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, 
         launcher_env=(envvars.PDTRT_SRC,), worker_env=())
 
 
-def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
+TRITONSERVER_IN_IMAGE = "/opt/tritonserver/bin/tritonserver"
+"""NVIDIA's server in its image; elsewhere (a CPU machine) ``pdtrt serve`` runs its embedded one."""
+
+
+def _serve_args(spec: DeploymentSpec) -> str:
+    """``pdtrt serve``'s address and ports: the spec's, Triton's defaults where it has none."""
+    s = spec.serving
+    ports = {"grpc": s.grpc_port, "http": s.http_port, "metrics": s.metrics_port}
+    return " ".join([f"--host {shlex.quote(s.host)}",
+                     *(f"--{kind}-port {ports[kind] or TRITON_DEFAULT_PORTS[kind]}"
+                       for kind in ("grpc", "http", "metrics"))])
+
+
+def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str, image: str
                          ) -> dict[str, object]:
     """The values ``launch_server.sh.j2`` formats: every line prepared, the template only
-    loops."""
+    loops. ``image`` is the serving image's tag (built from the repository's Dockerfile)."""
     host = plan.hosts[0]
     devices = ",".join(str(i) for i in range(host.num_gpus))
     return {
-        "name": dep.spec.name, "target": target, "image": plan.image, "host": host.summary,
+        "name": dep.spec.name, "target": target, "base_image": plan.image, "image": image,
+        "host": host.summary,
         "usage": [f"on the {host.gpu} host:  {host_command(plan, host)}",
                   "inside the container:  PYTHONPATH=/path/to/pdtrt-checkout ./launch.sh "
                   "--in-container"],
@@ -123,13 +137,11 @@ def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
         "interface_var": envvars.TRTLLM_UCX_INTERFACE,
         "interface_check": interface_check(required=host.interface_required,
                                            host_var=host.interface_var),
-        # the server's own gRPC address, for a router on router.phase_transport grpc
-        "server_url": (f"export {envvars.PDTRT_SERVER_GRPC_URL}=127.0.0.1:"
-                       f"{dep.spec.serving.grpc_port or TRITON_DEFAULT_PORTS['grpc']}"),
         "rdma": [" ".join(RDMA_DOCKER_FLAGS)] if dep.spec.kv_transfer.uses_rdma else [],
         "hub": _hub_access(dep),
         "mounts": [shlex.quote(p) for p in plan.mounts],
-        "command": plan.rank_commands[0],
+        "serve_args": _serve_args(dep.spec),
+        "tritonserver": TRITONSERVER_IN_IMAGE,
     }
 
 

@@ -18,6 +18,7 @@ type is another server (``<pool>.endpoint``, ``--mode pools``).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -45,6 +46,7 @@ from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets import toolchain as toolchains
 from pdtrt.targets.base import BuildContext, BuildHost, PhaseBuild
 from pdtrt.targets.container import ContainerTarget
+from pdtrt.targets.image import dockerfile_values, image_tag, load_image_recipe
 from pdtrt.targets.llm_args import LlmArgsFacts, load_llm_args
 from pdtrt.targets.llm_options import (
     OPTIONS_FILE,
@@ -223,11 +225,18 @@ class Trtllm12Target(ContainerTarget):
                             count=engine.instances, params=params)
 
     def launch_files(self, dep: Deployment, launch: LaunchPlan) -> tuple[TemplateFile, ...]:
+        """``pdtrt.env``, the serving image's ``Dockerfile`` (the target's image plus what
+        pdtrt needs in it, :mod:`pdtrt.targets.image`) and ``launch.sh``, which builds that
+        image once (named by its recipe's content) and runs ``pdtrt serve`` in it."""
+        recipe = dockerfile_values(load_image_recipe(self.target), base=launch.image)
+        image = image_tag(json.dumps(recipe, sort_keys=True), target=self.target)
         return (
             TemplateFile(path="pdtrt.env", template="pdtrt.env.j2",
                          values={"name": dep.spec.name, "env": launch.env,
                                  "processes": "the Triton server"}),
+            TemplateFile(path="Dockerfile", template="Dockerfile.j2", values=recipe),
             TemplateFile(path="launch.sh", template="launch_server.sh.j2", executable=True,
-                         values=server_script_values(dep, launch, target=str(self.target))),
+                         values=server_script_values(dep, launch, target=str(self.target),
+                                                     image=image)),
         )
 
