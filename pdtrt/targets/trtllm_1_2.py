@@ -38,7 +38,7 @@ from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES
 from pdtrt.errors import BuildError, SpecIssue, ToolchainError
 from pdtrt.facts.catalog import load_catalog
 from pdtrt.facts.gpu_detect import detect_gpus
-from pdtrt.repo.launch import LaunchPlan
+from pdtrt.repo.launch import LaunchPlan, env_lines
 from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
 from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, param_number, python_model
 from pdtrt.spec.deployment import Deployment
@@ -232,7 +232,7 @@ class Trtllm12Target(ContainerTarget):
         image = image_tag(json.dumps(recipe, sort_keys=True), target=self.target)
         return (
             TemplateFile(path="pdtrt.env", template="pdtrt.env.j2",
-                         values={"name": dep.spec.name, "env": launch.env,
+                         values={"name": dep.spec.name, "lines": env_lines(launch),
                                  "processes": "the Triton server"}),
             TemplateFile(path="Dockerfile", template="Dockerfile.j2", values=recipe),
             TemplateFile(path="launch.sh", template="launch_server.sh.j2", executable=True,

@@ -43,7 +43,11 @@ def test_each_pool_is_a_server_on_its_own_host(dep, tmp_path):
     assert not front.mpi and front.world_size == 1
     assert front.rank_plan("aggregated").gpu_device_ids_param == "1"  # after prefill's GPU 0
     assert pools.rank_plan("decode").gpu_device_ids_param == "0;1"  # one GPU per instance
-    assert dict(pools.env) == {"UCX_TLS": "rc,cuda_copy,tcp", "UCX_MEMTYPE_CACHE": "n"}
+    # self,sm: Open MPI's UCX layer (the LLM API's MPI workers) reads the same UCX_TLS;
+    # one rail per transfer with tcp (UCX's default 2 spreads it over docker0 too)
+    assert dict(pools.env) == {"UCX_TLS": "rc,cuda_copy,tcp,self,sm", "UCX_MEMTYPE_CACHE": "n",
+                               "UCX_MAX_RNDV_RAILS": "1"}
+    assert set(dict(pools.env_reasons)) == set(dict(pools.env))  # each says why
     assert set(dict(pools.env)) <= set(envvars.WRITTEN)
     assert pools.launcher_env == (envvars.PDTRT_SRC,)
     assert l40s.interface_var.startswith(envvars.PDTRT_UCX_INTERFACE_PREFIX)
@@ -84,8 +88,8 @@ def test_what_the_l40s_host_runs(dep, tmp_path):
     # the model is a Hub name: the launcher's token (when set) and its HF cache go in
     workdir = f"{repo}.run"
     assert passed == ["PYTHONPATH=/opt/pdtrt-src", "TRTLLM_UCX_INTERFACE=ib0",
-                      f"PDTRT_WORKDIR={workdir}", "PDTRT_OPENAI_PORT", "HF_TOKEN",
-                      "HF_HOME=/opt/hf-home"]
+                      f"PDTRT_WORKDIR={workdir}", "PDTRT_OPENAI_PORT",
+                      "PDTRT_UCX_NET_DEVICES_L40S", "HF_TOKEN", "HF_HOME=/opt/hf-home"]
     mounts = [docker[i + 1] for i, a in enumerate(docker) if a == "-v"]
     name = dep.spec.name
     assert mounts == ["/hf:/opt/hf-home", "/src:/opt/pdtrt-src:ro", f"{repo}:{repo}:ro",
@@ -157,7 +161,7 @@ def test_inside_the_container_it_runs_preflight_then_pdtrt_serve(dep, tmp_path):
         "--host", "0.0.0.0", "--grpc-port", "8001", "--http-port", "8000",
         "--metrics-port", "8002", "--no-openai", "--timeout", "900"]
     got = (tmp_path / "record" / "python3.env").read_text().splitlines()
-    assert "UCX_TLS=rc,cuda_copy,tcp" in got and "UCX_MEMTYPE_CACHE=n" in got
+    assert "UCX_TLS=rc,cuda_copy,tcp,self,sm" in got and "UCX_MEMTYPE_CACHE=n" in got
     assert [line for line in got if line.startswith("TRTLLM_UCX_INTERFACE=")] == [
         f"TRTLLM_UCX_INTERFACE={nic}"]
     env["PDTRT_OPENAI_PORT"] = "8080"
@@ -208,4 +212,62 @@ def test_a_two_host_repository_needs_the_interface(tmp_path):
                                              "HOME": str(tmp_path)}, "docker")
     passed = [docker[i + 1] for i, a in enumerate(docker) if a == "-e"]
     assert "TRTLLM_UCX_INTERFACE=ib0" in passed  # the spec's, unless the host says otherwise
-    assert "--device=/dev/infiniband" in docker and "--cap-add=IPC_LOCK" in docker  # rc
+    # rc: the RDMA devices only where the host has them (this one has not: warned, tcp used)
+    assert ("--device=/dev/infiniband" in docker) == Path("/dev/infiniband").exists()
+
+
+def test_pdtrt_env_says_why_each_variable_has_its_value(dep, tmp_path):
+    repo = tmp_path / "repo"
+    generate_repo(dep, repo, mode=RepoMode.POOLS, engines_root=tmp_path / "engines")
+    lines = (repo / "pdtrt.env").read_text().splitlines()
+    i = lines.index("UCX_TLS=rc,cuda_copy,tcp,self,sm")
+    assert lines[i - 1].startswith("# kv_transfer.transports, plus self and sm")
+    assert lines[lines.index("UCX_MAX_RNDV_RAILS=1") - 1].startswith("# one NIC per transfer")
+
+
+def _launcher(tmp_path: Path, spec: Path, gpus: int | None) -> subprocess.CompletedProcess:
+    """Run the L40S host's launch.sh with fake docker (and nvidia-smi listing ``gpus``)."""
+    repo = tmp_path / "repo"
+    generate_repo(load_deployment(spec), repo, mode=RepoMode.POOLS,
+                  engines_root=tmp_path / "engines")
+    env = {**install_recorders(tmp_path, ("docker",)), "PDTRT_SRC": "/src", "HOME": "/h",
+           "PDTRT_UCX_INTERFACE_L40S": "ib0", "PDTRT_UCX_NET_DEVICES_L40S": "mlx5_2:1"}
+    if gpus is not None:
+        smi = tmp_path / "bin" / "nvidia-smi"
+        smi.write_text("#!/bin/sh\n" + "".join(f"echo 'GPU {i}: NVIDIA L40S (UUID: x)'\n"
+                                              for i in range(gpus)))
+        smi.chmod(0o755)
+    return subprocess.run(["bash", str(repo / "launch.sh")], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_too_few_gpus_are_refused_before_docker_runs(tmp_path):
+    done = _launcher(tmp_path, SPEC, gpus=1)
+    assert done.returncode == 2
+    assert ("launch.sh: this repository needs 2 GPU(s) on this host (decode: GPU 0;1), "
+            "nvidia-smi lists 1; regenerate it with fewer instances in the spec, or run it on "
+            "a host with 2") in done.stderr
+    assert not (tmp_path / "record" / "docker").exists()
+    (tmp_path / "two").mkdir()
+    ok = _launcher(tmp_path / "two", SPEC, gpus=2)
+    assert ok.returncode == 0, ok.stderr
+    # this host's NICs for UCX go in, for the container to export as UCX_NET_DEVICES
+    docker = (tmp_path / "two" / "record" / "docker").read_text().split("\0")
+    assert "PDTRT_UCX_NET_DEVICES_L40S" in docker
+
+
+@pytest.mark.skipif(Path("/dev/infiniband").exists(), reason="this host has RDMA devices")
+def test_rdma_without_the_devices_is_warned_or_refused(tmp_path):
+    done = _launcher(tmp_path, SPEC, gpus=None)  # rc, cuda_copy, tcp: tcp carries the KV
+    assert done.returncode == 0, done.stderr
+    assert "no /dev/infiniband: starting without it, the KV moves over tcp" in done.stderr
+    docker = (tmp_path / "record" / "docker").read_text().split("\0")
+    assert "--device=/dev/infiniband" not in docker and "--cap-add=IPC_LOCK" not in docker
+    (tmp_path / "rc").mkdir()
+    rc_only = _edited(tmp_path / "rc", "rc.yaml", "transports: [rc, cuda_copy, tcp]",
+                      "transports: [rc, cuda_copy]")
+    done = _launcher(tmp_path / "rc", rc_only, gpus=None)
+    assert done.returncode == 2
+    assert ("but this host has no /dev/infiniband, and no tcp to fall back on: the KV could "
+            "not cross hosts") in done.stderr
+    assert not (tmp_path / "rc" / "record" / "docker").exists()

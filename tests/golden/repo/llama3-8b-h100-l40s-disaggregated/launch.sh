@@ -14,8 +14,8 @@
 #        ./launch.sh --help
 # Options after the mode go to `pdtrt serve` (e.g. --openai-port 8080, --timeout 900).
 # Variables: PDTRT_SRC (pdtrt checkout, mounted read-only at /opt/pdtrt-src, on PYTHONPATH),
-# PDTRT_IMAGE (another image with the same packages), PDTRT_WORKDIR (server log and state;
-# default: <this repository>.run), TRTLLM_UCX_INTERFACE via the host's PDTRT_UCX_INTERFACE_<GPU>
+# PDTRT_IMAGE (another image with the same packages), PDTRT_WORKDIR (server log and state,
+# else <this repository>.run), TRTLLM_UCX_INTERFACE via the host's PDTRT_UCX_INTERFACE_<GPU>
 # (the NIC whose address the transceiver advertises, checked before the server starts).
 # Step by step, with the other host's repository: docs/repo.md.
 set -euo pipefail
@@ -31,17 +31,27 @@ fi
 
 if [[ "$MODE" != "--in-container" ]]; then
   : "${PDTRT_SRC:?set PDTRT_SRC (see docs/repo.md)}"
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    have="$(nvidia-smi -L | grep -c "^GPU " || true)"
+    if (( have < 1 )); then echo "launch.sh: this repository needs 1 GPU(s) on this host (prefill: GPU 0), nvidia-smi lists $have; regenerate it with fewer instances in the spec, or run it on a host with 1" >&2; exit 2; fi
+  fi
+  RDMA=()
+  if [[ -e /dev/infiniband ]]; then
+    RDMA=(--device=/dev/infiniband --cap-add=IPC_LOCK)
+  else
+    echo "launch.sh: warning: kv_transfer.transports asks RDMA (UCX_TLS=rc,cuda_copy,tcp) but this host has no /dev/infiniband: starting without it, the KV moves over tcp; install the host's RDMA stack (rdma-core or MLNX_OFED; see: ls /dev/infiniband, ibv_devices), or drop the RDMA transports from the spec" >&2
+  fi
   if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
     echo "launch.sh: building $IMAGE from $REPO/Dockerfile (once; needs the network)" >&2
-    docker build -t "$IMAGE" - < "$REPO/Dockerfile"
+    docker build -t "$IMAGE" -<"$REPO/Dockerfile"  # no build context: nothing is copied
   fi
   mkdir -p "$WORKDIR"
   exec docker run --rm --gpus '"device=0"' --net host --ipc host \
     --ulimit memlock=-1 --ulimit stack=67108864 \
-    --device=/dev/infiniband --cap-add=IPC_LOCK \
+    "${RDMA[@]}" \
     --env-file "$REPO/pdtrt.env" \
     -e PYTHONPATH=/opt/pdtrt-src -e TRTLLM_UCX_INTERFACE="${PDTRT_UCX_INTERFACE_H100_SXM:-}" \
-    -e PDTRT_WORKDIR="$WORKDIR" -e PDTRT_OPENAI_PORT \
+    -e PDTRT_WORKDIR="$WORKDIR" -e PDTRT_OPENAI_PORT -e PDTRT_UCX_NET_DEVICES_H100_SXM \
     -e HF_TOKEN -e HF_HOME=/opt/hf-home \
     -v "${HF_HOME:-${HOME:?set HOME or HF_HOME}/.cache/huggingface}:/opt/hf-home" \
     -v "$PDTRT_SRC:/opt/pdtrt-src:ro" \
@@ -56,6 +66,8 @@ set -a
 # shellcheck source=/dev/null
 source "$REPO/pdtrt.env"
 set +a
+# this host's NICs for UCX, when they differ from the spec's kv_transfer.net_devices
+if [[ -n "${PDTRT_UCX_NET_DEVICES_H100_SXM:-}" ]]; then export UCX_NET_DEVICES="${PDTRT_UCX_NET_DEVICES_H100_SXM}"; fi
 if [[ -n "${TRTLLM_UCX_INTERFACE:-}" ]]; then
   nic="$TRTLLM_UCX_INTERFACE"
   [[ -d "/sys/class/net/$nic" ]] || { echo "launch.sh: TRTLLM_UCX_INTERFACE=$nic names no network interface of this host (see: ip -br addr)" >&2; exit 2; }
