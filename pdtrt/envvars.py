@@ -35,12 +35,16 @@ container), ``PDTRT_MPI_ARGS`` (extra ``mpirun`` arguments), and for a world on 
 ``PDTRT_SSH_DIR`` (the key pair mpirun logs in with) and ``PDTRT_SSH_PORT`` (the worker
 container's sshd port, default 2222).
 
-A trtllm-1.2 repository's ``pdtrt.env`` holds ``UCX_TLS``, ``UCX_MEMTYPE_CACHE`` and
-``UCX_NET_DEVICES`` (no ``TRTLLM_*``: the transport is the LLM-API options'
-``cache_transceiver_config``), and ``HF_HUB_OFFLINE=1`` when its models load the Hub snapshot
-``pdtrt build`` recorded; its ``launch.sh`` (one Triton server, no MPI) reads ``PDTRT_SRC``
+A trtllm-1.2 repository's ``pdtrt.env`` holds ``UCX_TLS`` (with ``self,sm`` for Open MPI),
+``UCX_MEMTYPE_CACHE``, ``UCX_MAX_RNDV_RAILS`` (with ``tcp``) and ``UCX_NET_DEVICES`` (no
+``TRTLLM_*``: the transport is the LLM-API options' ``cache_transceiver_config``), and
+``HF_HUB_OFFLINE=1`` when its models load the Hub snapshot ``pdtrt build`` recorded; its
+``launch.sh`` (one Triton server, no MPI) reads ``PDTRT_SRC``
 and ``PDTRT_UCX_INTERFACE_<GPU>``, which it passes into the container as ``TRTLLM_UCX_INTERFACE``
-(the NIC whose address TensorRT-LLM 1.2's transceiver advertises; unset when empty).
+(the NIC whose address TensorRT-LLM 1.2's transceiver advertises; unset when empty),
+``PDTRT_UCX_NET_DEVICES_<GPU>`` (that host's ``UCX_NET_DEVICES``), ``PDTRT_IMAGE``,
+``PDTRT_WORKDIR`` and ``PDTRT_OPENAI_PORT``; its engine model sets ``TRTLLM_VISIBLE_DEVICES``
+per instance (what TensorRT-LLM's MPI workers inherit).
 """
 
 from __future__ import annotations
@@ -68,12 +72,18 @@ TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE = "TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE"
 UCX_TLS = "UCX_TLS"
 UCX_MEMTYPE_CACHE = "UCX_MEMTYPE_CACHE"
 UCX_NET_DEVICES = "UCX_NET_DEVICES"
+UCX_MAX_RNDV_RAILS = "UCX_MAX_RNDV_RAILS"
 PDTRT_SRC = "PDTRT_SRC"
 PDTRT_MPI_ARGS = "PDTRT_MPI_ARGS"
 PDTRT_SSH_DIR = "PDTRT_SSH_DIR"
 PDTRT_SSH_PORT = "PDTRT_SSH_PORT"
 PDTRT_HOST_PREFIX = "PDTRT_HOST_"  # + the GPU catalog key, upper case, "_" for "-"
 PDTRT_UCX_INTERFACE_PREFIX = "PDTRT_UCX_INTERFACE_"  # likewise
+PDTRT_UCX_NET_DEVICES_PREFIX = "PDTRT_UCX_NET_DEVICES_"  # likewise (trtllm-1.2 launch.sh)
+PDTRT_IMAGE = "PDTRT_IMAGE"  # trtllm-1.2 launch.sh: the serving image instead of its own
+PDTRT_WORKDIR = "PDTRT_WORKDIR"  # trtllm-1.2 launch.sh: pdtrt serve's work directory
+PDTRT_OPENAI_PORT = "PDTRT_OPENAI_PORT"  # trtllm-1.2 launch.sh: the OpenAI front's port
+TRTLLM_VISIBLE_DEVICES = "TRTLLM_VISIBLE_DEVICES"  # the engine model sets it per instance
 TRTLLM_UCX_INTERFACE = "TRTLLM_UCX_INTERFACE"
 HF_TOKEN = "HF_TOKEN"  # Hugging Face Hub token (gated models), passed through when set
 HF_HOME = "HF_HOME"  # Hugging Face cache root; the launcher's becomes the container's
@@ -81,6 +91,8 @@ READ += (HF_HOME,)  # pdtrt build: the default Hugging Face cache is HF_HOME/hub
 
 WRITTEN = (TRTLLM_USE_UCX_KVCACHE, TRTLLM_ORCHESTRATOR, TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES,
            TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE, UCX_TLS, UCX_MEMTYPE_CACHE, UCX_NET_DEVICES,
-           TRTLLM_UCX_INTERFACE, HF_HUB_OFFLINE)
-LAUNCH_SCRIPT_READS = (PDTRT_SRC, PDTRT_MPI_ARGS, PDTRT_SSH_DIR, PDTRT_SSH_PORT, HF_TOKEN, HF_HOME)
-LAUNCH_SCRIPT_READS_PER_HOST = (PDTRT_HOST_PREFIX, PDTRT_UCX_INTERFACE_PREFIX)
+           UCX_MAX_RNDV_RAILS, TRTLLM_UCX_INTERFACE, TRTLLM_VISIBLE_DEVICES, HF_HUB_OFFLINE)
+LAUNCH_SCRIPT_READS = (PDTRT_SRC, PDTRT_MPI_ARGS, PDTRT_SSH_DIR, PDTRT_SSH_PORT, HF_TOKEN, HF_HOME,
+                       PDTRT_IMAGE, PDTRT_WORKDIR, PDTRT_OPENAI_PORT)
+LAUNCH_SCRIPT_READS_PER_HOST = (PDTRT_HOST_PREFIX, PDTRT_UCX_INTERFACE_PREFIX,
+                                PDTRT_UCX_NET_DEVICES_PREFIX)

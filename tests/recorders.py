@@ -2,7 +2,8 @@
 
 ``install_recorders(tmp, tools)`` writes ``tmp/bin/<tool>`` for each tool and returns the
 environment that puts them first on ``PATH``; ``run_recorded`` runs a script there and returns
-what ``tool`` was called with (its environment is in ``RECORD_DIR/<tool>.env``).
+what ``tool`` was called with last (its environment is in ``RECORD_DIR/<tool>.env``);
+``recorded_calls`` every call, in order.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 _RECORDER = ('#!/bin/sh\nprintf "%s\\0" "$@" > "$RECORD_DIR/$(basename "$0")"\n'
+             'printf "%s\\0" "$@" "" >> "$RECORD_DIR/$(basename "$0").calls"\n'
              'env > "$RECORD_DIR/$(basename "$0").env"\n')
 
 
@@ -32,3 +34,16 @@ def run_recorded(script: Path, args: list[str], env: dict[str, str], tool: str) 
     assert done.returncode == 0, done.stderr
     record = Path(env["RECORD_DIR"]) / tool
     return record.read_text().split("\0")[:-1]
+
+
+def recorded_calls(env: dict[str, str], tool: str) -> list[list[str]]:
+    """Every call of ``tool``, in order (each call's argv ends with an empty field)."""
+    fields = (Path(env["RECORD_DIR"]) / f"{tool}.calls").read_text().split("\0")[:-1]
+    calls, argv = [], []
+    for field in fields:
+        if field == "":
+            calls.append(argv)
+            argv = []
+        else:
+            argv.append(field)
+    return calls

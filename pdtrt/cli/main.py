@@ -25,6 +25,7 @@ from pdtrt.cli import (
     infer,
     model_info,
     plan,
+    preflight,
     repo,
     serve,
     simulate,
@@ -85,6 +86,7 @@ cli.add_command(build.build)
 cli.add_command(engines.engines)
 cli.add_command(repo.repo)
 cli.add_command(serve.serve)
+cli.add_command(preflight.preflight)
 cli.add_command(serve.stop)
 cli.add_command(front.front)
 cli.add_command(estimate.estimate_cmd)
@@ -97,3 +99,7 @@ cli.add_command(deploy.deploy)
 
 def main() -> None:
     cli(prog_name="pdtrt")
+
+
+if __name__ == "__main__":  # python3 -m pdtrt.cli.main: launch.sh in a container, no entry point
+    main()

@@ -20,7 +20,8 @@ from pdtrt.facts.catalog import Catalog
 from pdtrt.facts.embedded_triton import find_embedded_triton
 from pdtrt.facts.gpu_detect import GPUDetection, detect_gpus
 
-__all__ = ["Check", "CheckStatus", "DoctorReport", "run_doctor"]
+__all__ = ["Check", "CheckStatus", "DoctorReport", "llm_api_check", "numpy_check", "python_check",
+           "run_doctor"]
 
 
 class CheckStatus(StrEnum):
@@ -57,7 +58,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _python_check() -> Check:
+def python_check() -> Check:
     v = sys.version_info
     ok = v >= (3, 11)
     return Check(name="python", status=CheckStatus.OK if ok else CheckStatus.PROBLEM,
@@ -65,7 +66,7 @@ def _python_check() -> Check:
                  needed_for="everything (pdtrt needs Python >= 3.11)")
 
 
-def _numpy_check() -> Check:
+def numpy_check() -> Check:
     version = _version("numpy")
     if version is None:
         return Check(name="numpy", status=CheckStatus.MISSING, detail="not installed",
@@ -123,16 +124,19 @@ def _trtllm_check() -> Check:
                  f"{build or 'not on PATH'}", needed_for=needed)
 
 
-def _llm_api_check(load: Callable[[], Any] | None = None) -> Check:
+def llm_api_check(load: Callable[[], Any] | None = None, *,
+                  require_tensorrt_llm: bool = False) -> Check:
     """The engine model's load-time check (:mod:`pdtrt.llmapi.check`) on the LLM API this
-    machine's stubs would run: ``tensorrt_llm`` where it imports, else pdtrt's CPU twin."""
+    machine's stubs would run: ``tensorrt_llm`` where it imports, else pdtrt's CPU twin --
+    or, with ``require_tensorrt_llm`` (a trtllm-1.2 repository), ``tensorrt_llm`` only."""
     from pdtrt.errors import LLMApiMismatchError
-    from pdtrt.llmapi import load_llm_api
+    from pdtrt.llmapi import LLMApiImpl, load_llm_api
     from pdtrt.llmapi.check import PINNED_VERSION, check_llm_api
 
     needed = "the LLM-API engine models (trtllm-1.2 on a GPU; the reference twin on the CPU)"
+    impl = LLMApiImpl.TENSORRT_LLM if require_tensorrt_llm else LLMApiImpl.AUTO
     try:
-        api = (load or load_llm_api)()
+        api = load() if load is not None else load_llm_api(impl)
     except Exception as exc:  # a broken install is an answer, not a crash
         return Check(name="LLM API", status=CheckStatus.PROBLEM,
                      detail=f"tensorrt_llm does not import: {exc}", needed_for=needed)
@@ -160,6 +164,6 @@ def run_doctor(catalog: Catalog, *, nvml: Any = None,
                 else gpus.problem or "NVML reports no GPU"),
         needed_for="trtllm-* targets (the reference target runs on the CPU)",
     )
-    checks = (_python_check(), _numpy_check(), gpu_check, _triton_check(), _ucxx_check(),
-              _trtllm_check(), _llm_api_check(load_llm_api))
+    checks = (python_check(), numpy_check(), gpu_check, _triton_check(), _ucxx_check(),
+              _trtllm_check(), llm_api_check(load_llm_api))
     return DoctorReport(checks=checks, gpus=gpus)

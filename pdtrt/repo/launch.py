@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pdtrt import envvars
 
-__all__ = ["HostPlan", "LaunchPlan", "RankPlan", "host_command"]
+__all__ = ["HostPlan", "LaunchPlan", "RankPlan", "env_lines", "host_command"]
 
 _PLACEHOLDERS = {envvars.PDTRT_SRC: "/path/to/pdtrt-checkout",
                  envvars.PDTRT_SSH_DIR: "/path/to/ssh-keys"}
@@ -83,6 +83,7 @@ class LaunchPlan:
     forwarded_env: tuple[str, ...]  # passed to every rank by mpirun (-x)
     launcher_env: tuple[str, ...]  # variables the launcher host sets when it runs launch.sh
     worker_env: tuple[str, ...]  # ... and the other hosts
+    env_reasons: tuple[tuple[str, str], ...] = ()  # why a variable of ``env`` has its value
 
     @property
     def mpi(self) -> bool:
@@ -123,3 +124,15 @@ def host_command(plan: LaunchPlan, host: HostPlan, script: str = "./launch.sh") 
     values = [f"{name}={_PLACEHOLDERS.get(name) or addresses[name]}"
               for name in plan.host_env(host)]
     return " ".join([*values, script, *host.run_args])
+
+
+def env_lines(plan: LaunchPlan) -> list[str]:
+    """``pdtrt.env``'s lines: each variable, after the comment that says why when there is one
+    (docker's ``--env-file`` skips ``#`` lines)."""
+    reasons = dict(plan.env_reasons)
+    lines = []
+    for key, value in plan.env:
+        if key in reasons:
+            lines.append(f"# {reasons[key]}")
+        lines.append(f"{key}={value}")
+    return lines

@@ -36,7 +36,7 @@ from pdtrt import envvars
 from pdtrt.errors import RepoError
 from pdtrt.repo.launch import HostPlan, LaunchPlan, RankPlan, host_command
 from pdtrt.spec.deployment import Deployment
-from pdtrt.spec.schema import DeploymentSpec
+from pdtrt.spec.schema import RDMA_TRANSPORTS, DeploymentSpec
 from pdtrt.targets.trtllm_launch import (
     RDMA_DOCKER_FLAGS,
     TRITON_DEFAULT_PORTS,
@@ -47,10 +47,9 @@ from pdtrt.targets.trtllm_launch import (
     interface_check,
     kv_interface,
     rank_command,
-    ucx_env,
 )
 
-__all__ = ["plan_server_launch", "server_script_values"]
+__all__ = ["plan_server_launch", "rdma_check", "server_script_values", "server_ucx_env"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +70,78 @@ def _devices(engines: list[EnginePlacement]) -> _Devices:
         ranks.append(RankPlan(model=eng.model, participant_ids=tuple(() for _ in gids),
                               gpu_device_ids=tuple(gids)))
     return _Devices(ranks=tuple(ranks), num_gpus=next_device)
+
+
+# UCX transports Open MPI's UCX layer needs within a host: the LLM API's MPI workers read the
+# same UCX_TLS as the KV transceiver (UCX documents self for loopback, sm for shared memory).
+_MPI_TRANSPORTS = ("self", "sm")
+
+
+def server_ucx_env(spec: DeploymentSpec
+                   ) -> tuple[list[tuple[str, str]], tuple[tuple[str, str], ...]]:
+    """``pdtrt.env`` of a trtllm-1.2 server: the UCX variables, and why each has its value."""
+    kv = spec.kv_transfer
+    tls = list(kv.transports) + [t for t in _MPI_TRANSPORTS if t not in kv.transports]
+    env = [(envvars.UCX_TLS, ",".join(tls)), (envvars.UCX_MEMTYPE_CACHE, "n")]
+    reasons = [(envvars.UCX_TLS, "kv_transfer.transports, plus self and sm: the same variable "
+                "governs Open MPI's UCX layer, which the LLM API's MPI workers use on this host"),
+               (envvars.UCX_MEMTYPE_CACHE, "NVIDIA's documented setting for GPU buffers")]
+    if "tcp" in kv.transports:
+        env.append((envvars.UCX_MAX_RNDV_RAILS, "1"))
+        reasons.append((envvars.UCX_MAX_RNDV_RAILS, "one NIC per transfer (UCX's default 2 "
+                        "splits a TCP transfer across interfaces, docker0 included); NVIDIA's "
+                        "documented setting"))
+    if kv.net_devices:
+        env.append((envvars.UCX_NET_DEVICES, ",".join(kv.net_devices)))
+        reasons.append((envvars.UCX_NET_DEVICES, "kv_transfer.net_devices; a host's "
+                        "PDTRT_UCX_NET_DEVICES_<GPU> replaces it at launch"))
+    return env, tuple(reasons)
+
+
+def rdma_check(spec: DeploymentSpec) -> str:
+    """The shell lines ``launch.sh`` runs before ``docker run`` when the transports name an
+    RDMA one: the host's ``/dev/infiniband`` goes into the container (with ``IPC_LOCK``) only
+    where it exists. Without it, a list with ``tcp`` starts with a warning (UCX moves the KV
+    over the rest); a list of RDMA transports only is refused -- the KV could not move."""
+    if not spec.kv_transfer.uses_rdma:
+        return "  RDMA=()"
+    tls = ",".join(spec.kv_transfer.transports)
+    fallback = [t for t in spec.kv_transfer.transports if t not in RDMA_TRANSPORTS]
+    fix = ("install the host's RDMA stack (rdma-core or MLNX_OFED; see: ls /dev/infiniband, "
+           "ibv_devices)")
+    if "tcp" in fallback:
+        missing = ('  echo "launch.sh: warning: kv_transfer.transports asks RDMA (UCX_TLS=' + tls
+                   + ') but this host has no /dev/infiniband: starting without it, the KV moves '
+                   f'over tcp; {fix}, or drop the RDMA transports from the spec" >&2')
+    else:
+        missing = ('  echo "launch.sh: kv_transfer.transports asks RDMA (UCX_TLS=' + tls
+                   + ') but this host has no /dev/infiniband, and no tcp to fall back on: the '
+                   f'KV could not cross hosts; {fix}, or add tcp to kv_transfer.transports and '
+                   'regenerate the repository (pdtrt repo)" >&2; exit 2')
+    lines = ["RDMA=()", "if [[ -e /dev/infiniband ]]; then",
+             f"  RDMA=({' '.join(RDMA_DOCKER_FLAGS)})", "else", missing, "fi"]
+    return "\n".join("  " + line for line in lines)
+
+
+def gpu_check(dep: Deployment, plan: LaunchPlan) -> str:
+    """The shell lines ``launch.sh`` runs before ``docker run``: the host has the GPUs its
+    instances are pinned to (counted with ``nvidia-smi -L`` where it exists; docker's own
+    error otherwise), else a refusal naming who needs which GPU and the ways out."""
+    host = plan.hosts[0]
+    if not host.num_gpus:
+        return ""
+    who = "; ".join(f"{r.model}: GPU {r.gpu_device_ids_param}" for r in plan.ranks)
+    fixes = ["--mode disaggregated (no aggregated baseline)"] if "aggregated" in host.models \
+        and len(host.models) > 1 else []
+    fixes.append("fewer instances in the spec")
+    fail = (f'echo "launch.sh: this repository needs {host.num_gpus} GPU(s) on this host '
+            f'({who}), nvidia-smi lists $have; regenerate it with '
+            f'{" or ".join(fixes)}, or run it on a host with {host.num_gpus}" >&2; exit 2')
+    return "\n".join([
+        "  if command -v nvidia-smi >/dev/null 2>&1; then",
+        '    have="$(nvidia-smi -L | grep -c "^GPU " || true)"',
+        f"    if (( have < {host.num_gpus} )); then {fail}; fi",
+        "  fi"])
 
 
 def plan_server_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, image: str,
@@ -96,21 +167,37 @@ def plan_server_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, 
                     ranks=(0,), models=tuple(e.model for e in engines),
                     num_gpus=devices.num_gpus, launcher=True, server=True, interface=nic,
                     interface_required=cross)
+    env, reasons = server_ucx_env(spec)
     return LaunchPlan(
-        world_size=1, ranks=devices.ranks, env=checked_env(ucx_env(spec)), image=image,
+        world_size=1, ranks=devices.ranks, env=checked_env(env), env_reasons=reasons,
+        image=image,
         mounts=tuple(sorted(set(mounts))), worker_mounts=(), hosts=(host,), rank_hosts=(0,),
         rank_commands=(rank_command(spec, 0, []),), forwarded_env=(),
         launcher_env=(envvars.PDTRT_SRC,), worker_env=())
 
 
-def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
+TRITONSERVER_IN_IMAGE = "/opt/tritonserver/bin/tritonserver"
+"""NVIDIA's server in its image; elsewhere (a CPU machine) ``pdtrt serve`` runs its embedded one."""
+
+
+def _serve_args(spec: DeploymentSpec) -> str:
+    """``pdtrt serve``'s address and ports: the spec's, Triton's defaults where it has none."""
+    s = spec.serving
+    ports = {"grpc": s.grpc_port, "http": s.http_port, "metrics": s.metrics_port}
+    return " ".join([f"--host {shlex.quote(s.host)}",
+                     *(f"--{kind}-port {ports[kind] or TRITON_DEFAULT_PORTS[kind]}"
+                       for kind in ("grpc", "http", "metrics"))])
+
+
+def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str, image: str
                          ) -> dict[str, object]:
     """The values ``launch_server.sh.j2`` formats: every line prepared, the template only
-    loops."""
+    loops. ``image`` is the serving image's tag (built from the repository's Dockerfile)."""
     host = plan.hosts[0]
     devices = ",".join(str(i) for i in range(host.num_gpus))
     return {
-        "name": dep.spec.name, "target": target, "image": plan.image, "host": host.summary,
+        "name": dep.spec.name, "target": target, "base_image": plan.image, "image": image,
+        "host": host.summary,
         "usage": [f"on the {host.gpu} host:  {host_command(plan, host)}",
                   "inside the container:  PYTHONPATH=/path/to/pdtrt-checkout ./launch.sh "
                   "--in-container"],
@@ -123,13 +210,15 @@ def server_script_values(dep: Deployment, plan: LaunchPlan, *, target: str
         "interface_var": envvars.TRTLLM_UCX_INTERFACE,
         "interface_check": interface_check(required=host.interface_required,
                                            host_var=host.interface_var),
-        # the server's own gRPC address, for a router on router.phase_transport grpc
-        "server_url": (f"export {envvars.PDTRT_SERVER_GRPC_URL}=127.0.0.1:"
-                       f"{dep.spec.serving.grpc_port or TRITON_DEFAULT_PORTS['grpc']}"),
-        "rdma": [" ".join(RDMA_DOCKER_FLAGS)] if dep.spec.kv_transfer.uses_rdma else [],
+        "rdma_check": rdma_check(dep.spec),
+        "gpu_check": gpu_check(dep, plan),
+        "net_devices_var": (nd := envvars.PDTRT_UCX_NET_DEVICES_PREFIX + host_suffix(host.gpu)),
+        "net_devices_line": (f'if [[ -n "${{{nd}:-}}" ]]; then export '
+                             f'{envvars.UCX_NET_DEVICES}="${{{nd}}}"; fi'),
         "hub": _hub_access(dep, plan),
         "mounts": [shlex.quote(p) for p in plan.mounts],
-        "command": plan.rank_commands[0],
+        "serve_args": _serve_args(dep.spec),
+        "tritonserver": TRITONSERVER_IN_IMAGE,
     }
 
 

@@ -29,7 +29,7 @@ from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES
 from pdtrt.errors import BuildError, SpecIssue
 from pdtrt.facts.catalog import load_catalog
 from pdtrt.facts.gpu_detect import detect_gpus
-from pdtrt.repo.launch import LaunchPlan
+from pdtrt.repo.launch import LaunchPlan, env_lines
 from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
 from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, param_number
 from pdtrt.spec.deployment import Deployment
@@ -182,7 +182,7 @@ class Trtllm021Target(ContainerTarget):
     def launch_files(self, dep: Deployment, launch: LaunchPlan) -> tuple[TemplateFile, ...]:
         return (
             TemplateFile(path="pdtrt.env", template="pdtrt.env.j2",
-                         values={"name": dep.spec.name, "env": launch.env,
+                         values={"name": dep.spec.name, "lines": env_lines(launch),
                                  "processes": "every MPI rank"}),
             TemplateFile(path="launch.sh", template="launch.sh.j2", executable=True,
                          values=launch_script_values(dep, launch, target=str(self.target))),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -42,7 +43,7 @@ from pdtrt.envvars import HF_HUB_OFFLINE, PDTRT_TRTLLM_EXAMPLES
 from pdtrt.errors import BuildError, SpecIssue, ToolchainError
 from pdtrt.facts.catalog import load_catalog
 from pdtrt.facts.gpu_detect import detect_gpus
-from pdtrt.repo.launch import LaunchPlan
+from pdtrt.repo.launch import LaunchPlan, env_lines
 from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
 from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, param_number, python_model
 from pdtrt.spec.deployment import Deployment
@@ -51,6 +52,7 @@ from pdtrt.targets import hf_snapshot
 from pdtrt.targets import toolchain as toolchains
 from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild
 from pdtrt.targets.container import ContainerTarget
+from pdtrt.targets.image import dockerfile_values, image_tag, load_image_recipe
 from pdtrt.targets.llm_args import LlmArgsFacts, load_llm_args
 from pdtrt.targets.llm_options import (
     OPTIONS_FILE,
@@ -290,11 +292,18 @@ class Trtllm12Target(ContainerTarget):
                             count=engine.instances, params=params)
 
     def launch_files(self, dep: Deployment, launch: LaunchPlan) -> tuple[TemplateFile, ...]:
+        """``pdtrt.env``, the serving image's ``Dockerfile`` (the target's image plus what
+        pdtrt needs in it, :mod:`pdtrt.targets.image`) and ``launch.sh``, which builds that
+        image once (named by its recipe's content) and runs ``pdtrt serve`` in it."""
+        recipe = dockerfile_values(load_image_recipe(self.target), base=launch.image)
+        image = image_tag(json.dumps(recipe, sort_keys=True), target=self.target)
         return (
             TemplateFile(path="pdtrt.env", template="pdtrt.env.j2",
-                         values={"name": dep.spec.name, "env": launch.env,
+                         values={"name": dep.spec.name, "lines": env_lines(launch),
                                  "processes": "the Triton server"}),
+            TemplateFile(path="Dockerfile", template="Dockerfile.j2", values=recipe),
             TemplateFile(path="launch.sh", template="launch_server.sh.j2", executable=True,
-                         values=server_script_values(dep, launch, target=str(self.target))),
+                         values=server_script_values(dep, launch, target=str(self.target),
+                                                     image=image)),
         )
 

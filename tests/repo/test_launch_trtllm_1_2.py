@@ -7,6 +7,7 @@ command each host runs -- outside the container and inside it.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.repo.plan import plan_repo
 from pdtrt.spec.load import load_deployment
 from tests.conftest import EXAMPLES
-from tests.recorders import install_recorders, run_recorded
+from tests.recorders import install_recorders, recorded_calls, run_recorded
 
 SPEC = EXAMPLES / "llama3-8b-h100-l40s.yaml"
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def dep():
 
 
 def _fakes(tmp_path: Path) -> dict[str, str]:
-    return install_recorders(tmp_path, ("docker", "tritonserver"))
+    return install_recorders(tmp_path, ("docker", "python3"))
 
 
 _run = run_recorded
@@ -42,7 +43,11 @@ def test_each_pool_is_a_server_on_its_own_host(dep, tmp_path):
     assert not front.mpi and front.world_size == 1
     assert front.rank_plan("aggregated").gpu_device_ids_param == "1"  # after prefill's GPU 0
     assert pools.rank_plan("decode").gpu_device_ids_param == "0;1"  # one GPU per instance
-    assert dict(pools.env) == {"UCX_TLS": "rc,cuda_copy,tcp", "UCX_MEMTYPE_CACHE": "n"}
+    # self,sm: Open MPI's UCX layer (the LLM API's MPI workers) reads the same UCX_TLS;
+    # one rail per transfer with tcp (UCX's default 2 spreads it over docker0 too)
+    assert dict(pools.env) == {"UCX_TLS": "rc,cuda_copy,tcp,self,sm", "UCX_MEMTYPE_CACHE": "n",
+                               "UCX_MAX_RNDV_RAILS": "1"}
+    assert set(dict(pools.env_reasons)) == set(dict(pools.env))  # each says why
     assert set(dict(pools.env)) <= set(envvars.WRITTEN)
     assert pools.launcher_env == (envvars.PDTRT_SRC,)
     assert l40s.interface_var.startswith(envvars.PDTRT_UCX_INTERFACE_PREFIX)
@@ -70,17 +75,26 @@ def test_what_the_l40s_host_runs(dep, tmp_path):
     generate_repo(dep, repo, mode=RepoMode.POOLS, engines_root=engines)
     env = {**_fakes(tmp_path), "PDTRT_SRC": "/src", "PDTRT_UCX_INTERFACE_L40S": "ib0",
            "HF_HOME": "/hf"}
-    docker = _run(repo / "launch.sh", [], env, "docker")
+    docker = _run(repo / "launch.sh", ["--openai-port", "8080"], env, "docker")
+    image = _image(repo)
+    # the image is looked for first (the fake has it: no build), then run
+    inspect, run = recorded_calls(env, "docker")
+    assert inspect == ["image", "inspect", image] and run == docker
     assert docker[:4] == ["run", "--rm", "--gpus", '"device=0,1"']
-    assert docker[-2:] == [str(repo / "launch.sh"), "--in-container"]
+    # the serving image, the script itself in the container, pdtrt serve's options after it
+    assert docker[-5:] == [image, str(repo / "launch.sh"), "--in-container", "--openai-port",
+                           "8080"]
     passed = [docker[i + 1] for i, a in enumerate(docker) if a == "-e"]
     # the model is a Hub name: the launcher's token (when set) and its HF cache go in
-    assert passed == ["PYTHONPATH=/opt/pdtrt-src", "TRTLLM_UCX_INTERFACE=ib0", "HF_TOKEN",
-                      "HF_HOME=/opt/hf-home"]
+    workdir = f"{repo}.run"
+    assert passed == ["PYTHONPATH=/opt/pdtrt-src", "TRTLLM_UCX_INTERFACE=ib0",
+                      f"PDTRT_WORKDIR={workdir}", "PDTRT_OPENAI_PORT",
+                      "PDTRT_UCX_NET_DEVICES_L40S", "HF_TOKEN", "HF_HOME=/opt/hf-home"]
     mounts = [docker[i + 1] for i, a in enumerate(docker) if a == "-v"]
     name = dep.spec.name
     assert mounts == ["/hf:/opt/hf-home", "/src:/opt/pdtrt-src:ro", f"{repo}:{repo}:ro",
-                      f"{engines}/{name}:{engines}/{name}:ro"]
+                      f"{workdir}:{workdir}", f"{engines}/{name}:{engines}/{name}:ro"]
+    assert Path(workdir).is_dir()  # made by the launcher: the server's log and state
     assert docker[docker.index("--env-file") + 1] == f"{repo}/pdtrt.env"
 
 
@@ -102,20 +116,70 @@ def _reachable_nic() -> str:
     pytest.skip("this host has no non-loopback interface with an address")
 
 
-def test_inside_the_container_it_runs_tritonserver_on_a_checked_interface(dep, tmp_path):
+def _image(repo: Path) -> str:
+    """The image ``launch.sh`` runs (its ``IMAGE=`` default)."""
+    line = next(x for x in (repo / "launch.sh").read_text().splitlines()
+                if x.startswith("IMAGE="))
+    return line.split(":-", 1)[1].rstrip("}\"")
+
+
+def test_the_image_is_built_from_the_repositorys_dockerfile_when_missing(dep, tmp_path):
+    repo = tmp_path / "repo"
+    generate_repo(dep, repo, mode=RepoMode.POOLS, engines_root=tmp_path / "engines")
+    env = {**_fakes(tmp_path), "PDTRT_SRC": "/src", "PDTRT_UCX_INTERFACE_L40S": "ib0",
+           "HF_HOME": "/hf"}
+    (tmp_path / "bin" / "docker").write_text(  # no image yet: inspect fails, build reads stdin
+        '#!/bin/sh\nprintf "%s\\0" "$@" "" >> "$RECORD_DIR/docker.calls"\n'
+        '[ "$1" = build ] && cat > "$RECORD_DIR/dockerfile"\n[ "$1" != image ]\n')
+    done = subprocess.run(["bash", str(repo / "launch.sh")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    image = _image(repo)
+    assert [c[:2] for c in recorded_calls(env, "docker")] == [
+        ["image", "inspect"], ["build", "-t"], ["run", "--rm"]]
+    assert recorded_calls(env, "docker")[1] == ["build", "-t", image, "-"]
+    recipe = (tmp_path / "record" / "dockerfile").read_text()
+    assert recipe == (repo / "Dockerfile").read_text()
+    assert "FROM nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3\n" in recipe
+    assert '"tritonclient[grpc]==2.71.0"' in recipe
+    assert f"building {image} from {repo}/Dockerfile" in done.stderr
+
+
+def test_inside_the_container_it_runs_preflight_then_pdtrt_serve(dep, tmp_path):
     repo = tmp_path / "repo"
     generate_repo(dep, repo, mode=RepoMode.POOLS, engines_root=tmp_path / "engines")
     nic = _reachable_nic()
-    env = {**_fakes(tmp_path), "TRTLLM_UCX_INTERFACE": nic}
-    argv = _run(repo / "launch.sh", ["--in-container"], env, "tritonserver")
-    assert argv[:3] == [f"--model-repository={repo}", "--grpc-port=8001",
-                        "--grpc-address=0.0.0.0"]
-    assert "--disable-auto-complete-config" in argv
-    got = (tmp_path / "record" / "tritonserver.env").read_text().splitlines()
-    assert "UCX_TLS=rc,cuda_copy,tcp" in got and "UCX_MEMTYPE_CACHE=n" in got
+    env = {**_fakes(tmp_path), "TRTLLM_UCX_INTERFACE": nic, "PDTRT_WORKDIR": "/work/run"}
+    argv = _run(repo / "launch.sh", ["--in-container", "--timeout", "900"], env, "python3")
+    check, preflight, serve = recorded_calls(env, "python3")  # the NIC's address, first
+    assert check == ["-", nic]
+    assert preflight == ["-m", "pdtrt.cli.main", "preflight", str(repo)]
+    # the supervisor's server: readiness, reloads and restarts as `pdtrt serve` on the CPU;
+    # NVIDIA's tritonserver where the image has it, pdtrt's embedded one elsewhere (here)
+    assert serve == argv == [
+        "-m", "pdtrt.cli.main", "serve", str(repo), "--workdir", "/work/run",
+        "--host", "0.0.0.0", "--grpc-port", "8001", "--http-port", "8000",
+        "--metrics-port", "8002", "--no-openai", "--timeout", "900"]
+    got = (tmp_path / "record" / "python3.env").read_text().splitlines()
+    assert "UCX_TLS=rc,cuda_copy,tcp,self,sm" in got and "UCX_MEMTYPE_CACHE=n" in got
     assert [line for line in got if line.startswith("TRTLLM_UCX_INTERFACE=")] == [
         f"TRTLLM_UCX_INTERFACE={nic}"]
-    assert "PDTRT_SERVER_GRPC_URL=127.0.0.1:8001" in got  # for router.phase_transport grpc
+    env["PDTRT_OPENAI_PORT"] = "8080"
+    argv = _run(repo / "launch.sh", ["--in-container"], env, "python3")
+    assert argv[-2:] == ["--openai-port", "8080"]
+
+
+def test_a_failed_preflight_starts_no_server(dep, tmp_path):
+    repo = tmp_path / "repo"
+    generate_repo(dep, repo, mode=RepoMode.POOLS, engines_root=tmp_path / "engines")
+    env = {**_fakes(tmp_path), "TRTLLM_UCX_INTERFACE": _reachable_nic()}
+    (tmp_path / "bin" / "python3").write_text(
+        '#!/bin/sh\nprintf "%s\\0" "$@" "" >> "$RECORD_DIR/python3.calls"\n'
+        'if [ "$3" = preflight ]; then exit 2; fi\n')  # only the preflight fails
+    done = subprocess.run(["bash", str(repo / "launch.sh"), "--in-container"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert [c[2] for c in recorded_calls(env, "python3")[1:]] == ["preflight"]
 
 
 @pytest.mark.parametrize(("nic", "error"), [
@@ -125,15 +189,13 @@ def test_inside_the_container_it_runs_tritonserver_on_a_checked_interface(dep, t
 ], ids=["loopback", "no-such-nic", "unset"])
 def test_the_server_does_not_start_on_an_interface_the_other_host_cannot_reach(
         dep, tmp_path, nic, error):
-    import subprocess
-
     repo = tmp_path / "repo"
     generate_repo(dep, repo, mode=RepoMode.POOLS, engines_root=tmp_path / "engines")
     env = {**_fakes(tmp_path), "TRTLLM_UCX_INTERFACE": nic}
     done = subprocess.run(["bash", str(repo / "launch.sh"), "--in-container"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and error in done.stderr, done.stderr
-    assert not (Path(env["RECORD_DIR"]) / "tritonserver").exists()  # never started
+    assert not (Path(env["RECORD_DIR"]) / "python3").exists()  # no preflight, no server
 
 
 def test_a_two_host_repository_needs_the_interface(tmp_path):
@@ -150,4 +212,62 @@ def test_a_two_host_repository_needs_the_interface(tmp_path):
                                              "HOME": str(tmp_path)}, "docker")
     passed = [docker[i + 1] for i, a in enumerate(docker) if a == "-e"]
     assert "TRTLLM_UCX_INTERFACE=ib0" in passed  # the spec's, unless the host says otherwise
-    assert "--device=/dev/infiniband" in docker and "--cap-add=IPC_LOCK" in docker  # rc
+    # rc: the RDMA devices only where the host has them (this one has not: warned, tcp used)
+    assert ("--device=/dev/infiniband" in docker) == Path("/dev/infiniband").exists()
+
+
+def test_pdtrt_env_says_why_each_variable_has_its_value(dep, tmp_path):
+    repo = tmp_path / "repo"
+    generate_repo(dep, repo, mode=RepoMode.POOLS, engines_root=tmp_path / "engines")
+    lines = (repo / "pdtrt.env").read_text().splitlines()
+    i = lines.index("UCX_TLS=rc,cuda_copy,tcp,self,sm")
+    assert lines[i - 1].startswith("# kv_transfer.transports, plus self and sm")
+    assert lines[lines.index("UCX_MAX_RNDV_RAILS=1") - 1].startswith("# one NIC per transfer")
+
+
+def _launcher(tmp_path: Path, spec: Path, gpus: int | None) -> subprocess.CompletedProcess:
+    """Run the L40S host's launch.sh with fake docker (and nvidia-smi listing ``gpus``)."""
+    repo = tmp_path / "repo"
+    generate_repo(load_deployment(spec), repo, mode=RepoMode.POOLS,
+                  engines_root=tmp_path / "engines")
+    env = {**install_recorders(tmp_path, ("docker",)), "PDTRT_SRC": "/src", "HOME": "/h",
+           "PDTRT_UCX_INTERFACE_L40S": "ib0", "PDTRT_UCX_NET_DEVICES_L40S": "mlx5_2:1"}
+    if gpus is not None:
+        smi = tmp_path / "bin" / "nvidia-smi"
+        smi.write_text("#!/bin/sh\n" + "".join(f"echo 'GPU {i}: NVIDIA L40S (UUID: x)'\n"
+                                              for i in range(gpus)))
+        smi.chmod(0o755)
+    return subprocess.run(["bash", str(repo / "launch.sh")], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_too_few_gpus_are_refused_before_docker_runs(tmp_path):
+    done = _launcher(tmp_path, SPEC, gpus=1)
+    assert done.returncode == 2
+    assert ("launch.sh: this repository needs 2 GPU(s) on this host (decode: GPU 0;1), "
+            "nvidia-smi lists 1; regenerate it with fewer instances in the spec, or run it on "
+            "a host with 2") in done.stderr
+    assert not (tmp_path / "record" / "docker").exists()
+    (tmp_path / "two").mkdir()
+    ok = _launcher(tmp_path / "two", SPEC, gpus=2)
+    assert ok.returncode == 0, ok.stderr
+    # this host's NICs for UCX go in, for the container to export as UCX_NET_DEVICES
+    docker = (tmp_path / "two" / "record" / "docker").read_text().split("\0")
+    assert "PDTRT_UCX_NET_DEVICES_L40S" in docker
+
+
+@pytest.mark.skipif(Path("/dev/infiniband").exists(), reason="this host has RDMA devices")
+def test_rdma_without_the_devices_is_warned_or_refused(tmp_path):
+    done = _launcher(tmp_path, SPEC, gpus=None)  # rc, cuda_copy, tcp: tcp carries the KV
+    assert done.returncode == 0, done.stderr
+    assert "no /dev/infiniband: starting without it, the KV moves over tcp" in done.stderr
+    docker = (tmp_path / "record" / "docker").read_text().split("\0")
+    assert "--device=/dev/infiniband" not in docker and "--cap-add=IPC_LOCK" not in docker
+    (tmp_path / "rc").mkdir()
+    rc_only = _edited(tmp_path / "rc", "rc.yaml", "transports: [rc, cuda_copy, tcp]",
+                      "transports: [rc, cuda_copy]")
+    done = _launcher(tmp_path / "rc", rc_only, gpus=None)
+    assert done.returncode == 2
+    assert ("but this host has no /dev/infiniband, and no tcp to fall back on: the KV could "
+            "not cross hosts") in done.stderr
+    assert not (tmp_path / "rc" / "record" / "docker").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import types
 from pathlib import Path
 
 import numpy as np
@@ -591,18 +592,33 @@ def test_an_instance_pins_its_gpus_before_the_llm_api_loads(monkeypatch):
 
     from tests.runtime.fake_triton import model_args
 
-    seen = []
+    seen, options = [], []
 
     def load_llm_api():
-        seen.append(os.environ.get("CUDA_VISIBLE_DEVICES"))
+        seen.append((os.environ.get("CUDA_VISIBLE_DEVICES"),
+                     os.environ.get("TRTLLM_VISIBLE_DEVICES")))
         raise RuntimeError("stop here")
 
+    class Model(TritonPythonModel):
+        @staticmethod
+        def check(api, config):
+            options.append(config.options)
+
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "unset by the test")
+    monkeypatch.setenv("TRTLLM_VISIBLE_DEVICES", "unset by the test")
     args = model_args("prefill", {Param.ROLE: Role.PREFILL, Param.LLM_MODEL: "/models/llama",
                                   Param.GPU_DEVICE_IDS: "0,1;2,3"}, instance=1)
     with pytest.raises(RuntimeError, match="stop here"):
-        TritonPythonModel(FakeTriton(), load_api=load_llm_api).initialize(args)
-    assert seen == ["2,3"]
+        Model(FakeTriton(), load_api=load_llm_api).initialize(args)
+    # TRTLLM_VISIBLE_DEVICES: what MpiPoolSession forwards to the LLM API's MPI workers
+    assert seen == [("2,3", "2,3")]
+
+    def loaded():
+        return types.SimpleNamespace()
+
+    with pytest.raises(AttributeError):  # past the check, the LLM is built with the options
+        Model(FakeTriton(), load_api=loaded).initialize(args)
+    assert options == [{"gpus_per_node": 2}]  # the instance's GPUs, as upstream's model sets
 
 
 def test_stats_are_not_asked_for_before_the_first_request(engine_model, caplog):

@@ -75,6 +75,7 @@ class ReferenceLlmArgs(_Strict):
     enable_attention_dp: bool = False
     print_iter_log: bool = False
     pipeline_parallel_size: int = 1
+    gpus_per_node: int | None = None  # the GPUs an instance pins (trtllm-1.2's gpu_device_ids)
     stream_interval: int = Field(default=1, gt=0)
     enable_autotuner: bool = True
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -81,8 +82,15 @@ class TritonPythonModel:
         if config.ucx_tls:
             os.environ["UCX_TLS"] = ",".join(config.ucx_tls)  # read when UCX starts
         if (devices := config.visible_devices(args["model_instance_name"])) is not None:
-            # before tensorrt_llm loads: CUDA and the LLM API's MPI workers read it at start
+            # before tensorrt_llm loads, as TensorRT-LLM's own llmapi Triton model does
+            # (triton_backend/all_models/llmapi/tensorrt_llm/1/model.py at 044a90d209e3):
+            # CUDA reads CUDA_VISIBLE_DEVICES; the LLM API's MpiPoolSession forwards only
+            # TRTLLM*/TLLM* variables to its MPI workers, which turn TRTLLM_VISIBLE_DEVICES
+            # into theirs; gpus_per_node keeps the workers' rank -> GPU mapping on these GPUs
             os.environ["CUDA_VISIBLE_DEVICES"] = devices
+            os.environ["TRTLLM_VISIBLE_DEVICES"] = devices
+            config = dataclasses.replace(config, options={
+                **config.options, "gpus_per_node": len(devices.split(","))})
         api = (self.load_api or load_llm_api)()
         surface = self.check(api, config)  # before the LLM starts: a mismatch stops the load
         llm = api.LLM(str(config.model), skip_tokenizer_init=True, **config.options)
