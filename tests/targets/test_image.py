@@ -47,11 +47,14 @@ def test_the_dockerfile_installs_tritonclient_and_the_data_says_why(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def image_venv(request) -> Path:
-    """A venv of the recipe's packages (kept in pytest's cache, keyed by the list)."""
+def image_venv(request, tmp_path_factory) -> Path:
+    """A venv of the recipe's packages (kept in pytest's cache, keyed by the list; in a
+    temporary folder when the cache plugin is off)."""
     reqs = _requirements()
     key = hashlib.sha256("\n".join(reqs).encode()).hexdigest()[:12]
-    root = Path(request.config.cache.mkdir(f"image-venv-{key}"))
+    cache = getattr(request.config, "cache", None)
+    root = Path(cache.mkdir(f"image-venv-{key}")) if cache is not None else \
+        tmp_path_factory.mktemp(f"image-venv-{key}")
     python = root / "bin" / "python"
     if not (root / "done").is_file():
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True)
