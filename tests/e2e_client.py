@@ -158,3 +158,28 @@ def wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> bool:
             return True
         time.sleep(0.2)
     return check()
+
+
+def transformers_oracle(repository) -> tuple[object, Callable]:
+    """(tokenizer, expected(prompt, n) -> (new ids, per-token texts, full text)): greedy
+    ``generate()`` of transformers on the checkpoint and tokenizer a generated reference
+    repository names (its ``pdtrt-repo.json``), stopped at the end id as the engines stop."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    manifest = json.loads((repository / "pdtrt-repo.json").read_text())
+    tok = AutoTokenizer.from_pretrained(manifest["tokenizer_dir"], local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(manifest["engine_dirs"]["prefill"],
+                                                 local_files_only=True).eval()
+
+    def expected(prompt: str, n: int) -> tuple[list[int], list[str], str]:
+        ids = tok.encode(prompt)
+        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        new = out[0, len(ids):].tolist()
+        if tok.eos_token_id in new:
+            new = new[:new.index(tok.eos_token_id)]
+        return new, [tok.decode([t], skip_special_tokens=True) for t in new], tok.decode(
+            new, skip_special_tokens=True)
+
+    return tok, expected

@@ -6,7 +6,6 @@ checkpoint, token by token (each streamed response carries one token).
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -21,6 +20,7 @@ from e2e_client import (
     generate,
     metric,
     sampling_inputs,
+    transformers_oracle,
     wait_for,
 )
 
@@ -33,26 +33,7 @@ PROMPTS = ["Hello", "The quick brown fox jumps over the lazy dog",
 @pytest.fixture(scope="module")
 def oracle(reference_server):
     """(tokenizer, expected(prompt, n) -> per-token texts and full text) from transformers."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    _server, prepared = reference_server
-    manifest = json.loads((prepared.repository / "pdtrt-repo.json").read_text())
-    tok = AutoTokenizer.from_pretrained(manifest["tokenizer_dir"], local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(manifest["engine_dirs"]["prefill"],
-                                                 local_files_only=True).eval()
-
-    def expected(prompt: str, n: int) -> tuple[list[int], list[str], str]:
-        ids = tok.encode(prompt)
-        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
-                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-        new = out[0, len(ids):].tolist()
-        if tok.eos_token_id in new:
-            new = new[:new.index(tok.eos_token_id)]
-        return new, [tok.decode([t], skip_special_tokens=True) for t in new], tok.decode(
-            new, skip_special_tokens=True)
-
-    return tok, expected
+    return transformers_oracle(reference_server[1].repository)
 
 
 def _url(reference_server) -> str:

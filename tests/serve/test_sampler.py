@@ -6,11 +6,9 @@ sampling rules are test_e2e.py's)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from conftest import EXAMPLES, serve_reference
-from e2e_client import ensemble_inputs, generate, sampling_inputs
+from e2e_client import ensemble_inputs, generate, sampling_inputs, transformers_oracle
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -37,25 +35,8 @@ def torch_sampler(reference_engines, tmp_path_factory):
 @pytest.fixture(scope="module")
 def greedy_tokens(torch_sampler):
     """``greedy_tokens(prompt, n)``: the per-token texts of transformers' greedy generate()."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    _url, prepared = torch_sampler
-    manifest = json.loads((prepared.repository / "pdtrt-repo.json").read_text())
-    tok = AutoTokenizer.from_pretrained(manifest["tokenizer_dir"], local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(manifest["engine_dirs"]["prefill"],
-                                                 local_files_only=True).eval()
-
-    def expected(prompt: str, n: int) -> list[str]:
-        ids = tok.encode(prompt)
-        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
-                             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-        new = out[0, len(ids):].tolist()
-        if tok.eos_token_id in new:
-            new = new[:new.index(tok.eos_token_id)]
-        return [tok.decode([t], skip_special_tokens=True) for t in new]
-
-    return expected
+    _tok, expected = transformers_oracle(torch_sampler[1].repository)
+    return lambda prompt, n: expected(prompt, n)[1]
 
 
 @pytest.mark.parametrize("model", MODELS)
