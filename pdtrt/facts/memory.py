@@ -10,7 +10,14 @@ The reserves are estimates with sources, not measurements of pdtrt's own:
 - runtime: 3.5 GiB per GPU (NVIDIA aiconfigurator's modelling hint), 1 GiB on the CPU target;
 - NCCL buffers at TP/PP > 1: 0.375 GiB (aiconfigurator: 340-390 MB at TP 2-8);
 - activations: ``max_num_tokens`` tokens of the widest per-rank intermediate tensors of one layer
-  (residual, q/k/v, gated MLP) in the model dtype.
+  (residual, q/k/v, gated MLP) in the model dtype;
+- CUDA graphs of decode batches (:func:`cuda_graph_bytes`): per captured batch size ``b``,
+  32 MiB for the graph and its static buffers plus ``b`` tokens of activations and of float32
+  logits, summed over the sizes. vLLM logs 24-28 MiB per captured size of an 8B-class model
+  (vllm-project/vllm PR #22897) and 0.36 GiB for 16 sizes (gpustack/runner PR #251); its own
+  start-up message bounds graphs at "1~3 GiB per GPU" (quoted in mlcommons/inference #2267).
+  The sum assumes no sharing between graphs; TensorRT-LLM captures into one shared memory pool,
+  so the real cost is lower.
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ from pdtrt.errors import InfeasibleError
 from pdtrt.facts.catalog import GPU
 from pdtrt.facts.model import ModelFacts
 
-__all__ = ["MemoryFit", "fit", "min_tp_that_fits"]
+__all__ = ["MemoryFit", "cuda_graph_bytes", "fit", "min_tp_that_fits"]
 
 GIB = 1 << 30
 GPU_RUNTIME_RESERVE_BYTES = int(3.5 * GIB)
 CPU_RUNTIME_RESERVE_BYTES = 1 * GIB
 NCCL_RESERVE_BYTES = int(0.375 * GIB)
+CUDA_GRAPH_FIXED_BYTES = 32 << 20  # per captured batch size: the graph, its static buffers
+LOGITS_BYTES = 4  # float32 logits, one row of vocab_size per sequence of a captured batch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +121,14 @@ def _activation_bytes(model: ModelFacts, dtype: DType, tp: int, max_num_tokens: 
         + 2 * model.intermediate_size // tp
     )
     return max_num_tokens * per_token * dtype.num_bytes
+
+
+def cuda_graph_bytes(model: ModelFacts, batch_sizes: tuple[int, ...], *,
+                     dtype: DType = DType.BF16, tp: int = 1) -> int:
+    """Estimated bytes of decode CUDA graphs captured at ``batch_sizes`` on one rank (the
+    module docstring gives the sources); 0 for no sizes."""
+    return sum(CUDA_GRAPH_FIXED_BYTES + _activation_bytes(model, dtype, tp, size)
+               + size * model.vocab_size * LOGITS_BYTES for size in batch_sizes)
 
 
 def fit(

@@ -7,9 +7,11 @@ import pytest
 from pdtrt.enums import KVDType
 from pdtrt.errors import InfeasibleError
 from pdtrt.facts.memory import (
+    CUDA_GRAPH_FIXED_BYTES,
     GIB,
     GPU_RUNTIME_RESERVE_BYTES,
     NCCL_RESERVE_BYTES,
+    cuda_graph_bytes,
     fit,
     min_tp_that_fits,
 )
@@ -65,3 +67,13 @@ def test_never_fits_shows_the_arithmetic(catalog):
                        r"94\.50 GiB"):
         min_tp_that_fits(load_model_facts("meta-llama/Meta-Llama-3.1-405B"), catalog.get("l4"),
                          seq_len=3500)
+
+
+def test_cuda_graphs_by_hand():
+    m = load_model_facts(LLAMA8B)
+    # one token of Llama-3.1-8B at TP1: activations (2 x 4096 + 4096 + 2 x 1024 + 2 x 14336)
+    # x 2 B = 86016 B, float32 logits 128256 x 4 B = 513024 B; 32 MiB per captured size
+    assert cuda_graph_bytes(m, ()) == 0
+    assert cuda_graph_bytes(m, (1,)) == CUDA_GRAPH_FIXED_BYTES + 86016 + 513024
+    assert cuda_graph_bytes(m, (1, 2, 4)) == 3 * CUDA_GRAPH_FIXED_BYTES + 7 * (86016 + 513024)
+    assert cuda_graph_bytes(m, (8,), tp=2) < cuda_graph_bytes(m, (8,))  # q/k/v, MLP split
