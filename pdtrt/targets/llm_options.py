@@ -29,6 +29,7 @@ from pdtrt.errors import BuildRejected
 from pdtrt.repo.models import param_number
 from pdtrt.spec.deployment import Deployment
 from pdtrt.targets.llm_args import LlmArgsFacts, option_problems
+from pdtrt.targets.llm_memory import PhaseMemory, cuda_graph_batch_sizes, plan_memory
 
 __all__ = ["OPTIONS_FILE", "LlmOption", "check_options", "cuda_graph_batch_sizes",
            "options_mapping", "options_yaml", "phase_options", "with_options"]
@@ -55,16 +56,6 @@ class LlmOption:
         if isinstance(self.value, float):
             return param_number(self.value)
         return self.value
-
-
-def cuda_graph_batch_sizes(max_batch_size: int) -> tuple[int, ...]:
-    """Powers of two below ``max_batch_size``, and ``max_batch_size`` itself."""
-    sizes = []
-    size = 1
-    while size < max_batch_size:
-        sizes.append(size)
-        size *= 2
-    return (*sizes, max_batch_size)
 
 
 def _from(settings: EngineSettings, name: str, key: str | None = None) -> LlmOption:
@@ -138,7 +129,34 @@ def _transfer_buffer(dep: Deployment, phase: Phase, settings: EngineSettings) ->
     return _computed("cache_transceiver_config.max_tokens_in_buffer", tokens, why)
 
 
-def _phase_specific(phase: Phase, settings: EngineSettings) -> list[LlmOption]:
+def _graphs(memory: PhaseMemory, batch: int) -> list[LlmOption]:
+    """The decode's CUDA graphs: every size its memory leaves room for (none: no graphs)."""
+    sizes = memory.graph_sizes
+    why = (f"decode batches are generation-only, which CUDA graphs capture: powers of two "
+           f"below max_batch_size {batch}, and {batch}")
+    if memory.dropped_sizes:
+        why += (f"; not {','.join(map(str, memory.dropped_sizes))}: their graphs would not fit "
+                "beside the KV cache")
+    if not sizes:
+        return [_computed("cuda_graph_config", None, why)]
+    why += (f"; est. {memory.graph_bytes / (1 << 30):.2f} GiB (per size b: 32 MiB + b tokens "
+            "of activations and float32 logits)")
+    return [_computed("cuda_graph_config.batch_sizes", sizes, why),
+            _computed("cuda_graph_config.enable_padding", True,
+                      "a batch runs the graph of the next captured size up")]
+
+
+def _fraction(memory: PhaseMemory, phase: Phase) -> LlmOption:
+    if memory.fraction_source is SettingSource.SPEC:
+        why = f"{phase}.engine.kv_cache_free_gpu_mem_fraction, kept: " + memory.arithmetic()
+    else:
+        why = f"{memory.computed()}; {memory.arithmetic()}"
+    return LlmOption(key="kv_cache_config.free_gpu_memory_fraction", value=memory.fraction,
+                     source=memory.fraction_source, why=why)
+
+
+def _phase_specific(phase: Phase, settings: EngineSettings, memory: PhaseMemory
+                    ) -> list[LlmOption]:
     batch, budget = int(settings["max_batch_size"]), int(settings["max_num_tokens"])
     longest = int(settings["max_input_len"])
     if phase is Phase.PREFILL:
@@ -156,29 +174,24 @@ def _phase_specific(phase: Phase, settings: EngineSettings) -> list[LlmOption]:
                       "prefill batches hold context requests, which CUDA graphs never capture; "
                       "none saves the graphs' memory"),
         ]
-    sizes = cuda_graph_batch_sizes(batch)
     return [
         _computed("enable_chunked_prefill", False,
                   "generation-only requests: the prompt arrives as transferred KV, nothing "
                   "to chunk"),
         _computed("disable_overlap_scheduler", False,
                   "decode steps overlap the host's scheduling with the GPU's step"),
-        _computed("cuda_graph_config.batch_sizes", sizes,
-                  f"decode batches are generation-only, which CUDA graphs capture: powers of "
-                  f"two below max_batch_size {batch}, and {batch}"),
-        _computed("cuda_graph_config.enable_padding", True,
-                  "a batch runs the graph of the next captured size up"),
+        *_graphs(memory, batch),
     ]
 
 
-def phase_options(dep: Deployment, phase: Phase, settings: EngineSettings
-                  ) -> tuple[LlmOption, ...]:
-    """Every option of ``phase``'s file, in the file's order; raises :class:`BuildRejected`
-    when the spec's KV-transfer buffer cannot hold the longest prompt."""
+def phase_options(dep: Deployment, phase: Phase, settings: EngineSettings,
+                  memory: PhaseMemory | None = None) -> tuple[LlmOption, ...]:
+    """Every option of ``phase``'s file, in the file's order, for ``memory``
+    (:func:`pdtrt.targets.llm_memory.plan_memory`, computed here when not given); raises
+    :class:`BuildRejected` when the spec's KV-transfer buffer cannot hold the longest prompt or
+    the GPU has no room for the KV cache."""
     spec, pool = dep.spec, dep.spec.pool(phase)
-    fraction = pool.engine.kv_cache_free_gpu_mem_fraction
-    fraction_source = (SettingSource.SPEC if "kv_cache_free_gpu_mem_fraction"
-                       in pool.engine.model_fields_set else SettingSource.COMPUTED)
+    memory = memory or plan_memory(dep, phase, settings)
     timeout_ms = round(spec.kv_transfer.timeout_s * 1000)
     return (
         LlmOption(key="tensor_parallel_size", value=pool.tp, source=SettingSource.SPEC,
@@ -195,15 +208,12 @@ def phase_options(dep: Deployment, phase: Phase, settings: EngineSettings
                   "without it TensorRT-LLM's get_stats returns nothing, so the engine model's "
                   "queue and KV-usage metrics stay empty"),
         _kv_dtype(dep, phase),
-        LlmOption(key="kv_cache_config.free_gpu_memory_fraction", value=fraction,
-                  source=fraction_source,
-                  why=f"{phase}.engine.kv_cache_free_gpu_mem_fraction (after weights, "
-                  "activations and the KV-transfer buffer)"),
+        _fraction(memory, phase),
         _from(settings, "tokens_per_block", "kv_cache_config.tokens_per_block"),
         *_block_reuse(pool.engine.enable_block_reuse, phase),
         _computed("scheduler_config.capacity_scheduler_policy", "GUARANTEED_NO_EVICT",
                   "a request once scheduled keeps its KV blocks to the end (as trtllm-0.21)"),
-        *_phase_specific(phase, settings),
+        *_phase_specific(phase, settings, memory),
         LlmOption(key="cache_transceiver_config.backend", value="UCX",
                   source=SettingSource.SPEC, why=f"kv_transfer.backend {spec.kv_transfer.backend}"),
         _transfer_buffer(dep, phase, settings),

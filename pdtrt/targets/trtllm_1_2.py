@@ -54,6 +54,7 @@ from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild
 from pdtrt.targets.container import ContainerTarget
 from pdtrt.targets.image import dockerfile_values, image_tag, load_image_recipe
 from pdtrt.targets.llm_args import LlmArgsFacts, load_llm_args
+from pdtrt.targets.llm_memory import memory_notes, plan_memory
 from pdtrt.targets.llm_options import (
     OPTIONS_FILE,
     check_options,
@@ -152,7 +153,8 @@ class Trtllm12Target(ContainerTarget):
 
     def plan_phase(self, ctx: BuildContext, phase: Phase, settings: EngineSettings) -> PhaseBuild:
         dep = ctx.dep
-        options = phase_options(dep, phase, settings)
+        memory = plan_memory(dep, phase, settings)
+        options = phase_options(dep, phase, settings, memory)
         file = ctx.layout.phase_dir(phase) / OPTIONS_FILE
         check_options(self.llm_args, options_mapping(options), file=file)
         steps: list[BuildStep] = []
@@ -169,6 +171,7 @@ class Trtllm12Target(ContainerTarget):
                 "for the KV forever (TensorRT-LLM #12542, open for 1.2); the router gives up on "
                 "such a decode after kv_transfer.timeout_s + "
                 f"{param_number(KV_TRANSFER_DEADLINE_MARGIN_S)} s and stops its request")
+        notes += memory_notes(memory)
         steps.append(BuildStep(
             name=f"{phase}-{StepKind.LLM_OPTIONS}", kind=StepKind.LLM_OPTIONS, phase=phase,
             argv=(), inputs=(), output_dir=ctx.layout.phase_dir(phase),

@@ -19,7 +19,7 @@ def test_build_refuses_a_misspelt_option_with_did_you_mean(monkeypatch, run):
     seeded = LlmOption(key="kv_cache_config.enable_block_resue", value=False,
                        source=SettingSource.COMPUTED, why="seeded")
     monkeypatch.setattr(trtllm_1_2, "phase_options",
-                        lambda dep, phase, settings: (*real(dep, phase, settings), seeded))
+                        lambda *args: (*real(*args), seeded))
     result = run("build", SPEC, "--dry-run")
     assert result.exit_code != 0
     assert ("engines/llama3-8b-h100-l40s/prefill/extra_llm_api_options.yaml: "

@@ -19,9 +19,11 @@ from pdtrt.build.steps import StepKind
 from pdtrt.engine_io import KV_EVENT_BUFFER
 from pdtrt.enums import Phase, Target
 from pdtrt.errors import BuildRejected, SpecError
+from pdtrt.facts.memory import GIB
 from pdtrt.spec.load import load_deployment
 from pdtrt.targets import trtllm_1_2
 from pdtrt.targets.llm_args import load_llm_args, option_problems
+from pdtrt.targets.llm_memory import MARGIN_BYTES, plan_memory
 from pdtrt.targets.llm_options import LlmOption, cuda_graph_batch_sizes, options_mapping
 from tests.conftest import EXAMPLES
 
@@ -119,7 +121,7 @@ def test_a_buffer_smaller_than_the_longest_prompt_is_refused(tmp_path):
 def _seeded(monkeypatch, option: LlmOption) -> None:
     real = trtllm_1_2.phase_options
     monkeypatch.setattr(trtllm_1_2, "phase_options",
-                        lambda dep, phase, settings: (*real(dep, phase, settings), option))
+                        lambda *args: (*real(*args), option))
 
 
 @pytest.mark.parametrize(("key", "value", "message"), [
@@ -217,3 +219,84 @@ def test_block_reuse_on_the_prefill_warns_of_12542_and_names_the_routers_bound(t
     plan = plan_build(_dep(tmp_path, reuse_on_prefill), engines_root=Path("engines"))
     [note] = [n for n in plan.phase(Phase.PREFILL).notes if "#12542" in n]
     assert "waiting for the KV forever" in note and "kv_transfer.timeout_s + 10 s" in note
+
+
+def _decode_memory(plan, dep):
+    return plan_memory(dep, Phase.DECODE, plan.phase(Phase.DECODE).settings)
+
+
+def test_the_l40s_decode_leaves_at_least_the_margin(plan):
+    dep = load_deployment(EXAMPLES / f"{EXAMPLE}.yaml")  # no fraction in the spec: computed
+    memory = _decode_memory(plan, dep)
+    # free: 48 GiB - 14.96 weights - 3.5 runtime - 0.04 activations - 0.5 buffer = 29.00 GiB;
+    # graphs for 1..92: 8 x 32 MiB + 219 tokens x 599040 B = 0.37 GiB;
+    # 1 - (2 + 0.37) / 29.00 = 0.918 -> 0.91
+    assert (memory.fraction, memory.fraction_source) == (0.91, SettingSource.COMPUTED)
+    assert memory.graph_sizes == (1, 2, 4, 8, 16, 32, 64, 92) and not memory.dropped_sizes
+    assert memory.headroom_bytes >= MARGIN_BYTES
+    assert memory.kv_bytes // memory.seq_bytes >= 92  # the largest captured batch fits its KV
+    options = _options(plan, Phase.DECODE)
+    assert options["kv_cache_config"]["free_gpu_memory_fraction"] == 0.91
+    why = plan.phase(Phase.DECODE).settings.values["kv_cache_config.free_gpu_memory_fraction"].why
+    assert why == (
+        "1 - (margin 2.00 GiB + CUDA graphs 0.37 GiB) / 29.00 GiB free = 0.918, rounded down to "
+        "0.01, at most 0.95 (NVIDIA's benchmark setting); KV 0.91 x 29.00 GiB free (l40s 48.00 "
+        "GiB - weights 14.96 GiB - runtime 3.50 GiB - activations 0.04 GiB - transfer buffer "
+        "0.50 GiB) = 26.39 GiB, leaving 2.61 GiB: CUDA graphs 0.37 GiB + 2.24 GiB (margin 2.00 "
+        "GiB)")
+    prefill = _options(plan, Phase.PREFILL)  # no graphs: the cap, 0.95
+    assert prefill["kv_cache_config"]["free_gpu_memory_fraction"] == 0.95
+
+
+def test_the_issues_l40s_figure_at_0_9(tmp_path):
+    # issue 48: "free_gpu_memory_fraction 0.9 with CUDA graphs to batch 92 and a 512 MiB
+    # transfer buffer leaves ~3 GB": 0.1 x 29.00 GiB = 2.90 GiB, 2.53 GiB after the graphs
+    dep = _dep(tmp_path, lambda d: d["decode"]["engine"].update(
+        kv_cache_free_gpu_mem_fraction=0.9))
+    plan = plan_build(dep, engines_root=Path("engines"))
+    memory = _decode_memory(plan, dep)
+    assert round((memory.free_bytes - memory.kv_bytes) / GIB, 2) == 2.90
+    assert round(memory.headroom_bytes / GIB, 2) == 2.53
+    assert not [n for n in plan.phase(Phase.DECODE).notes if "margin" in n]
+
+
+def test_an_explicit_spec_fraction_is_kept_with_a_note_when_it_leaves_less(tmp_path):
+    dep = _dep(tmp_path, lambda d: d["decode"]["engine"].update(
+        kv_cache_free_gpu_mem_fraction=0.97))
+    plan = plan_build(dep, engines_root=Path("engines"))
+    setting = plan.phase(Phase.DECODE).settings.values["kv_cache_config.free_gpu_memory_fraction"]
+    assert (setting.value, setting.source) == ("0.97", SettingSource.SPEC)  # as shown
+    assert setting.why.startswith("decode.engine.kv_cache_free_gpu_mem_fraction, kept: KV 0.97")
+    assert _options(plan, Phase.DECODE)["kv_cache_config"]["free_gpu_memory_fraction"] == 0.97
+    [note] = [n for n in plan.phase(Phase.DECODE).notes if "margin" in n]
+    assert note.startswith("decode: decode.engine.kv_cache_free_gpu_mem_fraction 0.97 (the "
+                           "spec's, kept): KV 0.97 x 29.00 GiB free")
+    assert note.endswith("leaving 0.87 GiB: CUDA graphs 0.38 GiB + 0.49 GiB (margin 2.00 GiB): "
+                         "less than the margin, so an allocation after the KV cache may run "
+                         "out of memory; pdtrt's estimate would give 0.91 (omit the key to use "
+                         "it)")
+    # 0.97 still leaves the graphs room (the batch is 100 here: sized by the spec's fraction)
+    assert _options(plan, Phase.DECODE)["cuda_graph_config"]["batch_sizes"][-1] == 100
+
+
+def test_graphs_that_do_not_fit_beside_an_explicit_fraction_are_dropped(tmp_path):
+    dep = _dep(tmp_path, lambda d: d["decode"]["engine"].update(
+        kv_cache_free_gpu_mem_fraction=0.99))
+    plan = plan_build(dep, engines_root=Path("engines"))
+    graphs = _options(plan, Phase.DECODE)["cuda_graph_config"]
+    assert graphs["batch_sizes"] == [1, 2, 4, 8, 16, 32, 64]  # 102 dropped
+    assert "decode: no CUDA graphs for batch sizes 102: their graphs would not fit beside the " \
+        "KV cache (such batches run eagerly)" in plan.phase(Phase.DECODE).notes
+
+
+def test_a_gpu_too_small_for_weights_buffer_and_margin_is_refused(tmp_path):
+    def on_l4(data):
+        data["prefill"]["gpu"] = "l4"
+        data["kv_transfer"]["buffer_size_bytes"] = 4 << 30
+    with pytest.raises(BuildRejected) as err:
+        plan_build(_dep(tmp_path, on_l4), engines_root=tmp_path / "engines")
+    assert err.value.reasons[0] == (
+        "prefill: 0.23 GiB free (l4 24.00 GiB - weights 14.96 GiB - runtime 3.50 GiB - "
+        "activations 1.31 GiB - transfer buffer 4.00 GiB) is less than the 2.00 GiB margin: no "
+        "room for a KV cache on this GPU; use one with more memory, FP8 weights, a larger TP, "
+        "or a smaller kv_transfer.buffer_size_bytes or max_num_tokens")
