@@ -239,6 +239,41 @@ def test_a_client_cancel_between_the_phases_sends_no_decode(router):
     assert triton.metrics["pdtrt_router_cancelled_total"] == 1
 
 
+def test_a_client_cancel_while_the_prefill_is_queued_stops_the_prefill(router):
+    """A prefill queued behind a full KV pool (TensorRT-LLM 1.2 keeps a finished prefill's KV
+    until it is pulled or expires) sends nothing for seconds: the router does not wait for its
+    first response to notice the client has gone, it stops the prefill (within
+    PREFILL_CANCEL_WATCH_S) and the request ends."""
+    import threading
+
+    req = request()
+    stopped = threading.Event()
+
+    def phases(call):
+        if call.is_stop:
+            stopped.set()
+            return []
+        if call.model == "prefill":
+            return queued()
+        return [tokens_out(*OUTPUT)]
+
+    def queued():
+        req.cancel()
+        assert stopped.wait(5), "the router never stopped the queued prefill"
+        return
+        yield  # a cancelled engine request: its final response, no tokens
+
+    model, triton = router(phases)
+    start = time.monotonic()
+    route(model, req)
+    assert time.monotonic() - start < 2.0
+    [prefill_call] = triton.calls_to("prefill")
+    [stop] = triton.calls_to("prefill", stop=True)
+    assert stop.request_id == prefill_call.request_id
+    assert triton.calls_to("decode") == [] and req.tokens == [] and ended_once(req)
+    assert triton.metrics["pdtrt_router_cancelled_total"] == 1
+
+
 def stop_request(request_id):
     """TensorRT-LLM's stop request to the router: ``stop`` = true, the id of what to stop."""
     one = np.array([[1]], dtype=np.int32)

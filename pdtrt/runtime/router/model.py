@@ -173,6 +173,11 @@ def _logprobs(response: PhaseResponse) -> list[float] | None:
     return None if values is None else [float(v) for v in values.reshape(-1)]
 
 
+# How often a prefill call that has not answered yet asks whether its client has gone (a round
+# trip to the server each): a prefill queued behind held KV is stopped within this
+PREFILL_CANCEL_WATCH_S = 0.25
+
+
 @dataclass(frozen=True)
 class _Prefill:
     """What a prefill endpoint answered: the first token(s) and the KV hand-off, if any."""
@@ -590,16 +595,39 @@ class TritonPythonModel:
             endpoint = None
             try:
                 endpoint = await self._choose(Role.PREFILL, tried, request)
-                return await self._prefill_once(request, endpoint, reply.timeline)
+                return await self._prefill_once(request, endpoint, reply)
             except PhaseError as exc:
                 await self._after_failure(Role.PREFILL, request, reply, exc, endpoint=endpoint,
                                           tried=tried, num_sent=0)
 
     async def _prefill_once(self, request: RouterRequest, endpoint: Endpoint,
-                            timeline: Timeline) -> _Prefill:
+                            reply: Reply) -> _Prefill:
+        """One prefill call; a client that cancels while it waits (queued behind a full KV
+        pool: a finished prefill's KV stays allocated until pulled or expired, as TensorRT-LLM
+        1.2 keeps it) stops it at once rather than at its first response (:meth:`_watch`)."""
+        timeline = reply.timeline
         phase_id = _phase_id(request.request_id)
         timeline.prefill_sent_s = self.clock()
         timeline.call(timeline.prefill_sent_s)
+        watch = asyncio.get_running_loop().create_task(
+            self._watch(reply, endpoint, request, phase_id))
+        try:
+            return await self._prefill_call(request, endpoint, timeline, phase_id)
+        finally:
+            watch.cancel()
+
+    async def _watch(self, reply: Reply, endpoint: Endpoint, request: RouterRequest,
+                     phase_id: str) -> None:
+        """Every :data:`PREFILL_CANCEL_WATCH_S` ask whether the client has gone; if so, stop
+        ``phase_id`` at ``endpoint`` (its answer then ends the call)."""
+        while True:
+            await asyncio.sleep(PREFILL_CANCEL_WATCH_S)
+            if reply.cancelled(now=True):
+                await self._stop(endpoint, request, phase_id)
+                return
+
+    async def _prefill_call(self, request: RouterRequest, endpoint: Endpoint,
+                            timeline: Timeline, phase_id: str) -> _Prefill:
         first: tuple[int, ...] = ()
         logprobs = None
         params = None
