@@ -45,7 +45,7 @@ import numpy as np
 from pdtrt.engine_io import KV_EVENTS_OUTPUT, REFERENCE_ENGINE_IO, RequestType
 from pdtrt.errors import InvalidRequestError, KVTransferError
 from pdtrt.llmapi import LLMApi, load_llm_api
-from pdtrt.llmapi.check import ApiSurface, check_llm_api
+from pdtrt.llmapi.check import PINNED_VERSION, ApiSurface, check_llm_api
 from pdtrt.runtime.engine.config import LLMEngineConfig, engine_limits
 from pdtrt.runtime.engine.inflight import InflightRequests
 from pdtrt.runtime.engine.kv_events import KvEventLog, events_enabled
@@ -103,8 +103,10 @@ class TritonPythonModel:
         raises :class:`~pdtrt.errors.LLMApiMismatchError` naming what is missing; logs the
         differences that change nothing but the fields passed, once."""
         surface = check_llm_api(api, config.options)
+        # another release is worth a warning; a field it lacks that pdtrt can do without is not
+        other = not surface.version.startswith(PINNED_VERSION)
         for note in surface.notes():
-            log.warning("LLM API: %s", note)
+            (log.warning if other else log.info)("LLM API: %s", note)
         return surface
 
     def setup(self, config: LLMEngineConfig, api: LLMApi, llm: Any, *, model_name: str,
