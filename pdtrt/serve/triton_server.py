@@ -230,6 +230,26 @@ def drain_stubs(server_pid: int, *, drain_s: float = _DRAIN_S) -> int:
     return len(stubs)
 
 
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether ``proc`` has exited, without reaping it (``WNOWAIT``): it stays a zombie."""
+    if proc.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped by someone else already
+        return True
+
+
+def _wait_exited(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Until ``proc`` exits (not reaped) or ``timeout_s`` passes; whether it exited."""
+    deadline = time.monotonic() + timeout_s
+    while not _exited(proc):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 class TritonServer:
     """One tritonserver process. Use as a context manager, or call start()/stop()."""
 
@@ -374,21 +394,30 @@ class TritonServer:
 
     def stop(self, *, grace_s: float = 15.0) -> int | None:
         """End the requests in flight (:func:`drain_stubs`), then SIGTERM the server's process
-        group, SIGKILL after ``grace_s``; returns the server's exit status."""
+        group, SIGKILL after ``grace_s``; returns the server's exit status.
+
+        The server is reaped only after its process group got SIGKILL: a Python-backend stub
+        whose server has exited *and been reaped* takes python_backend r24.10's non-graceful
+        path (``pb_stub.cc``: its health thread sees ``kill(parent, 0)`` fail, unmaps the
+        stub's shared memory and calls ``exit(1)`` while its main thread still waits on a
+        semaphore inside that memory), which segfaults in ``sem_timedwait`` (libc+0x90bb4, at
+        the region's offset 0x220: the kernel's ``segfault at 7f...220 ... error 6``) or in a
+        model thread still setting a metric. A zombie still counts as alive to ``kill(pid,
+        0)``, so stubs that outlive their server (Triton's exit timeout ran out) are killed
+        while it is a zombie and never see it gone (docs/serve.md, "Stubs that outlive their
+        server")."""
         proc, self._proc = self._proc, None
         code = None
         if proc is not None:
-            if proc.poll() is None:
+            if not _exited(proc):
                 drain_stubs(proc.pid)
                 self._signal(proc, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=grace_s)
-                except subprocess.TimeoutExpired:
+                if not _wait_exited(proc, grace_s):
                     self._signal(proc, signal.SIGKILL)
-                    proc.wait()
-            # Stubs left behind by a crashed server are in the same session: end them too.
+            # Stubs still alive (a crashed server's, or one past its exit timeout) are in the
+            # same session: end them before the server is reaped.
             self._signal(proc, signal.SIGKILL)
-            code = proc.returncode
+            code = proc.wait()
             remove_shm_regions(self.shm_prefix)
         if self._log is not None:
             self._log.close()

@@ -192,3 +192,71 @@ def test_other_start_failures_are_not_retried(tmp_path):
     with pytest.raises(ServerError, match="exited with status 1"):
         server.start(timeout_s=10)
     assert (tmp_path / "runs").read_text().count("something else") == 1
+
+
+STUB_OUTLIVING_SERVER = """#!{python}
+# A stand-in tritonserver whose one "stub" outlives it: the stub ignores SIGTERM and, like
+# python_backend r24.10's health thread, looks whether its parent is alive (kill(pid, 0));
+# the server answers the readiness probes and exits at once on SIGTERM.
+import http.server, os, pathlib, signal, sys, time
+seen = pathlib.Path({seen!r})
+if os.fork() == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    parent = os.getppid()
+    while True:
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            seen.write_text("the server was gone while its stub lived")
+        time.sleep(0.005)
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+{serve}
+"""
+
+
+def test_a_stub_that_outlives_its_server_is_killed_before_the_server_is_reaped(tmp_path,
+                                                                              monkeypatch):
+    """Issue 49: a stub whose server has exited and been reaped takes python_backend r24.10's
+    non-graceful path (unmaps its shared memory, exit(1)) while its main thread still waits in
+    it -- the 'segfault at 7f...220 ... error 6 in libc.so.6[90bb4]' of a normal stop. A zombie
+    still answers kill(pid, 0), so stop() SIGKILLs the group while the server is a zombie."""
+    import sys
+
+    binary = tmp_path / "tritonserver"
+    seen = tmp_path / "seen"
+    binary.write_text(STUB_OUTLIVING_SERVER.format(
+        python=sys.executable, seen=str(seen), serve=_SERVE.format(metrics_after_s=0)))
+    binary.chmod(0o755)
+    server = TritonServer(ServerConfig(repository=tmp_path, log_path=tmp_path / "server.log",
+                                       tritonserver=binary))
+    server.start(timeout_s=30)
+    pid = server.pid
+    [stub] = children(pid)
+    states = []
+    signal_group = TritonServer._signal
+
+    def recording(proc, sig):
+        if sig is signal.SIGKILL:  # the server's state then: "Z" (exited, not reaped) or gone
+            stat = Path(f"/proc/{pid}/stat")
+            states.append(stat.read_text().split()[2] if stat.exists() else "reaped")
+        signal_group(proc, sig)
+
+    monkeypatch.setattr(TritonServer, "_signal", staticmethod(recording))
+    assert server.stop(grace_s=10) == 0
+    assert states and set(states) == {"Z"}, states
+    assert _gone_within(stub, 5.0)  # SIGKILLed with the group
+    assert not seen.exists(), seen.read_text()
+
+
+def _gone_within(pid: int, timeout_s: float) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split()[2] in ("Z", "X"):
+                return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.05)
+    return False
