@@ -20,8 +20,8 @@ from pdtrt.facts.catalog import Catalog
 from pdtrt.facts.embedded_triton import find_embedded_triton
 from pdtrt.facts.gpu_detect import GPUDetection, detect_gpus
 
-__all__ = ["Check", "CheckStatus", "DoctorReport", "llm_api_check", "numpy_check", "python_check",
-           "run_doctor"]
+__all__ = ["Check", "CheckStatus", "DoctorReport", "dist_version", "llm_api_check",
+           "numpy_check", "python_check", "run_doctor"]
 
 
 class CheckStatus(StrEnum):
@@ -51,7 +51,8 @@ class DoctorReport:
         return {"checks": [c.to_dict() for c in self.checks], "gpus": self.gpus.to_dict()}
 
 
-def _version(dist: str) -> str | None:
+def dist_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist``, None when it is not installed."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -67,7 +68,7 @@ def python_check() -> Check:
 
 
 def numpy_check() -> Check:
-    version = _version("numpy")
+    version = dist_version("numpy")
     if version is None:
         return Check(name="numpy", status=CheckStatus.MISSING, detail="not installed",
                      needed_for="the reference engine inside Triton")
@@ -94,13 +95,13 @@ def _triton_check() -> Check:
                      detail="nvidia-pytriton is installed but lacks: " + "; ".join(missing),
                      needed_for=needed)
     return Check(name="embedded Triton", status=CheckStatus.OK,
-                 detail=f"Triton from nvidia-pytriton {_version('nvidia-pytriton')} at "
+                 detail=f"Triton from nvidia-pytriton {dist_version('nvidia-pytriton')} at "
                  f"{embedded.tritonserver}", needed_for=needed)
 
 
 def _ucxx_check() -> Check:
     needed = "KV transfer of the reference engine"
-    version = _version("ucxx-cu12")
+    version = dist_version("ucxx-cu12")
     if version is None or importlib.util.find_spec("ucxx") is None:
         return Check(name="ucxx", status=CheckStatus.MISSING,
                      detail="not installed (pip install 'pdtrt[reference]')", needed_for=needed)
@@ -111,7 +112,7 @@ def _ucxx_check() -> Check:
 def _trtllm_check() -> Check:
     needed = ("GPU build steps of trtllm-* targets, inside their NGC container (trtllm-1.2, "
               "the default: 26.07, ModelOpt FP8 only; trtllm-0.21: 25.08, engines)")
-    version = _version("tensorrt_llm") or _version("tensorrt-llm")
+    version = dist_version("tensorrt_llm") or dist_version("tensorrt-llm")
     build = shutil.which("trtllm-build")
     if version is None and build is None:
         return Check(name="TensorRT-LLM", status=CheckStatus.MISSING,

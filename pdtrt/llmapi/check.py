@@ -62,7 +62,6 @@ class ApiSurface:
     version: str
     fields: Mapping[str, frozenset[str]]  # class name -> its fields
     missing_optional: tuple[str, ...] = ()  # "Class.field" of OPTIONAL fields absent
-    unknown: tuple[str, ...] = ()  # "Class.field" the library has and the pin does not name
 
     def has(self, cls: str, name: str) -> bool:
         return name in self.fields.get(cls, frozenset())
@@ -92,12 +91,10 @@ def class_fields(cls: Any) -> frozenset[str]:
                                                           p.KEYWORD_ONLY))
 
 
-def check_llm_api(api: Any, options: Mapping[str, Any] | None = None, *,
-                  pinned: Mapping[str, frozenset[str]] | None = None) -> ApiSurface:
+def check_llm_api(api: Any, options: Mapping[str, Any] | None = None) -> ApiSurface:
     """The surface of ``api`` (a :class:`pdtrt.llmapi.LLMApi`); raises
     :class:`~pdtrt.errors.LLMApiMismatchError` naming every needed field and every options
-    key (dotted) the library lacks. ``pinned`` (class -> fields of the pinned release) names
-    the fields the library adds."""
+    key (dotted) the library lacks."""
     fields = {name: class_fields(getattr(api, name)) for name in NEEDED}
     version = getattr(api, "version", "") or "unknown version"
     impl = str(getattr(api, "impl", "LLM API"))
@@ -117,11 +114,7 @@ def check_llm_api(api: Any, options: Mapping[str, Any] | None = None, *,
             "that supports this release (`pdtrt doctor` shows the check)")
     missing = tuple(f"{cls}.{f}" for cls, names in OPTIONAL.items() for f in names
                     if f not in fields[cls])
-    unknown = () if pinned is None else tuple(
-        f"{cls}.{f}" for cls, names in fields.items() for f in sorted(names - pinned.get(cls,
-                                                                                     names)))
-    return ApiSurface(impl=impl, version=version, fields=fields, missing_optional=missing,
-                      unknown=unknown)
+    return ApiSurface(impl=impl, version=version, fields=fields, missing_optional=missing)
 
 
 def _unknown_options(model: Any, options: Mapping[str, Any], prefix: str = "") -> list[str]:

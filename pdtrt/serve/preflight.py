@@ -24,7 +24,6 @@ Nothing is started and nothing is written; :class:`PreflightReport` is what the 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import importlib.util
 import json
 import sys
@@ -36,7 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from pdtrt.enums import Target
-from pdtrt.facts.doctor import Check, CheckStatus, llm_api_check, numpy_check, python_check
+from pdtrt.facts.doctor import (
+    Check,
+    CheckStatus,
+    dist_version,
+    llm_api_check,
+    numpy_check,
+    python_check,
+)
 from pdtrt.targets.image import load_image_recipe
 
 __all__ = ["PreflightReport", "run_preflight"]
@@ -68,13 +74,6 @@ class PreflightReport:
     def to_dict(self) -> dict[str, object]:
         return {"repository": str(self.repository), "target": self.target, "ok": self.ok,
                 "versions": dict(self.versions), "checks": [c.to_dict() for c in self.checks]}
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _model_files(repository: Path) -> list[Path]:
@@ -146,6 +145,6 @@ def run_preflight(repository: Path, *,
         checks.append(llm_api_check(load_llm_api,
                                     require_tensorrt_llm=target is Target.TRTLLM_1_2))
     versions: dict[str, str | None] = {"python": sys.version.split()[0]}
-    versions.update({d: _version(d) for d in _VERSIONS})
+    versions.update({d: dist_version(d) for d in _VERSIONS})
     return PreflightReport(repository=repository, target=text, versions=versions,
                            checks=tuple(checks))
