@@ -18,22 +18,22 @@ from pdtrt.version import __version__
 # Loaded on first use (PEP 562): a Triton stub that imports pdtrt.runtime to relay tokens must
 # not pull in the spec, build and facts stacks (pydantic, yaml, ...) through this package.
 _LAZY = {
-    "check_engines": "pdtrt.build.check",
+    "check_engines": "pdtrt.builder.check",
     "fit": "pdtrt.facts.memory",
     "load_catalog": "pdtrt.facts.catalog",
     "load_deployment": "pdtrt.spec.load",
     "load_model_facts": "pdtrt.facts.model",
     "load_spec": "pdtrt.spec.load",
     "model_report": "pdtrt.facts.report",
-    "plan_build": "pdtrt.build.plan",
-    "run_build": "pdtrt.build.run",
+    "plan_build": "pdtrt.builder.plan",
+    "run_build": "pdtrt.builder.run",
     "run_doctor": "pdtrt.facts.doctor",
 }
 
 if TYPE_CHECKING:
-    from pdtrt.build.check import check_engines
-    from pdtrt.build.plan import plan_build
-    from pdtrt.build.run import run_build
+    from pdtrt.builder.check import check_engines
+    from pdtrt.builder.plan import plan_build
+    from pdtrt.builder.run import run_build
     from pdtrt.facts.catalog import load_catalog
     from pdtrt.facts.doctor import run_doctor
     from pdtrt.facts.memory import fit

@@ -56,8 +56,8 @@ def golden(request):
 @pytest.fixture(scope="session")
 def reference_engines(tmp_path_factory):
     """The reference-cpu deployment built once per session: (engines root, Deployment)."""
-    from pdtrt.build.plan import plan_build
-    from pdtrt.build.run import run_build
+    from pdtrt.builder.plan import plan_build
+    from pdtrt.builder.run import run_build
     from pdtrt.spec.load import load_deployment
 
     root = tmp_path_factory.mktemp("engines")

@@ -53,7 +53,7 @@ class TokenizerChoice:
 
 
 def _spec_tokenizer_dir(deployment: Deployment) -> Path:
-    from pdtrt.build.manifest import DEFAULT_ENGINES_ROOT, EngineLayout
+    from pdtrt.builder.manifest import DEFAULT_ENGINES_ROOT, EngineLayout
     from pdtrt.repo.plan import tokenizer_dir_of
 
     return Path(tokenizer_dir_of(deployment, EngineLayout(DEFAULT_ENGINES_ROOT,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from pdtrt.build.manifest import DEFAULT_ENGINES_ROOT
+from pdtrt.builder.manifest import DEFAULT_ENGINES_ROOT
 from pdtrt.cli.render import emit_json, json_option
 from pdtrt.errors import RepoInvalidError
 from pdtrt.repo.generate import RepoMode, generate_repo

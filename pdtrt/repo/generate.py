@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdtrt.build.manifest import DEFAULT_ENGINES_ROOT
+from pdtrt.builder.manifest import DEFAULT_ENGINES_ROOT
 from pdtrt.repo.models import RepoMode, RepoPlan
 from pdtrt.repo.plan import plan_repo
 from pdtrt.repo.render import render_repo

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from pdtrt.build.manifest import MANIFEST_NAME, EngineManifest, read_manifest
+from pdtrt.builder.manifest import MANIFEST_NAME, EngineManifest, read_manifest
 from pdtrt.enums import Phase
 from pdtrt.spec.deployment import Deployment
 

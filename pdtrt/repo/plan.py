@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pdtrt.build.manifest import EngineLayout
+from pdtrt.builder.manifest import EngineLayout
 from pdtrt.endpoints import EndpointSpec, format_endpoints
 from pdtrt.engine_io import (
     ENGINE_STEP_MAP,

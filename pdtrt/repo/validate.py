@@ -8,7 +8,7 @@ backend needs of a model's parameters (a ``tensorrtllm`` model without a paramet
 requires does not load: :meth:`~pdtrt.targets.base.TargetSupport.engine_config_problems`), and
 the engine
 directories: their manifests must match the repository's target, the phase of the model
-using them, and each other (KV layout, via :func:`pdtrt.build.manifest.compatibility_problems`).
+using them, and each other (KV layout, via :func:`pdtrt.builder.manifest.compatibility_problems`).
 
 An engine directory that does not exist yet is a *warning* (repositories are generated before
 engines are built) unless ``require_engines``; so is one without ``pdtrt-engine.json``, and a
@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdtrt.build.manifest import EngineManifest, compatibility_problems
+from pdtrt.builder.manifest import EngineManifest, compatibility_problems
 from pdtrt.engine_io import GPT_MODEL_PATH, PHASE_ROLES, Param, Role
 from pdtrt.enums import Phase, Target, TritonBackend
 from pdtrt.errors import ConfigParseError, PdtrtError

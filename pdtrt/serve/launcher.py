@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pdtrt.build.manifest import MANIFEST_NAME, EngineLayout
-from pdtrt.build.plan import plan_build
-from pdtrt.build.run import run_build
+from pdtrt.builder.manifest import MANIFEST_NAME, EngineLayout
+from pdtrt.builder.plan import plan_build
+from pdtrt.builder.run import run_build
 from pdtrt.enums import Phase
 from pdtrt.envvars import PDTRT_API_KEY
 from pdtrt.errors import ServerError

@@ -1,7 +1,7 @@
 """One interface for every target: the questions a pinned software stack answers.
 
-pdtrt's stages never branch on the target. The spec rules, :func:`pdtrt.build.plan.plan_build`,
-:func:`pdtrt.build.run.run_build`, :func:`pdtrt.repo.plan.plan_repo` and ``repo validate`` ask
+pdtrt's stages never branch on the target. The spec rules, :func:`pdtrt.builder.plan.plan_build`,
+:func:`pdtrt.builder.run.run_build`, :func:`pdtrt.repo.plan.plan_repo` and ``repo validate`` ask
 the target's :class:`TargetSupport` (found in :mod:`pdtrt.targets.registry`):
 
 - **spec** -- does it need a GPU, can a pool live in another Triton server, which rules of its
@@ -23,7 +23,7 @@ per-phase LLM-API options file (an in-process step, :meth:`~TargetSupport.run_in
 pdtrt's Python engine model (:func:`pdtrt.repo.models.python_model`); Kubernetes manifests will
 be more launch files. What is the same on every target -- settings from spec, profile and
 model facts, the limits' resolution order, ensembles, router, pre/postprocessing, manifests --
-stays in :mod:`pdtrt.build` and :mod:`pdtrt.repo`.
+stays in :mod:`pdtrt.builder` and :mod:`pdtrt.repo`.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pdtrt.build.manifest import EngineLayout
-from pdtrt.build.settings import EngineSettings
-from pdtrt.build.steps import BuildPlan, BuildStep
+from pdtrt.builder.manifest import EngineLayout
+from pdtrt.builder.settings import EngineSettings
+from pdtrt.builder.steps import BuildPlan, BuildStep
 from pdtrt.engine_io import ModelIO
 from pdtrt.enums import Phase, Target, TritonBackend
 from pdtrt.errors import SpecIssue
@@ -155,7 +155,7 @@ class TargetSupport(ABC):
     @property
     @abstractmethod
     def build_switches(self) -> tuple[str, ...]:
-        """The profile switches its engine builds take (:data:`pdtrt.build.settings.SWITCHES`
+        """The profile switches its engine builds take (:data:`pdtrt.builder.settings.SWITCHES`
         or a subset), in the order they are shown."""
 
     @abstractmethod

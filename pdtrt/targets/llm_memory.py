@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pdtrt.build.settings import EngineSettings, SettingSource
+from pdtrt.builder.settings import EngineSettings, SettingSource
 from pdtrt.enums import Phase
 from pdtrt.errors import BuildRejected
 from pdtrt.facts.memory import GIB, cuda_graph_bytes, fit

@@ -3,7 +3,7 @@
 With the PyTorch flow there is no engine to build: ``tensorrt_llm.LLM(model=..., **options)``
 loads the checkpoint and sizes itself from an options file (TensorRT-LLM's
 ``extra_llm_api_options`` YAML). :func:`phase_options` computes every value of that file from
-the phase's settings (:mod:`pdtrt.build.settings`: spec > profile > model facts), the pool, the
+the phase's settings (:mod:`pdtrt.builder.settings`: spec > profile > model facts), the pool, the
 GPU and the phase, each as an :class:`LlmOption` with the reason it is what it is;
 :func:`options_yaml` renders them deterministically. The values differ where the phases differ:
 the prefill phase gets no CUDA graphs (its batches hold context requests, which graphs never
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from pdtrt.build.settings import EngineSettings, Setting, SettingSource
+from pdtrt.builder.settings import EngineSettings, Setting, SettingSource
 from pdtrt.engine_io import KV_EVENT_BUFFER
 from pdtrt.enums import KVDType, Phase, Sampler
 from pdtrt.errors import BuildRejected

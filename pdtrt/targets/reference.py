@@ -1,7 +1,7 @@
 """Target ``reference``: pdtrt's own CPU engine, on any machine, in the embedded Triton server.
 
 Its "engines" are a seeded Llama-family Hugging Face checkpoint per phase and an offline-trained
-tokenizer (:mod:`pdtrt.build.reference`), written by in-process steps; its engine model is
+tokenizer (:mod:`pdtrt.builder.reference`), written by in-process steps; its engine model is
 the ``trtllm-1.2`` target's LLM-API engine model (:mod:`pdtrt.runtime.engine.model`) over
 pdtrt's CPU reference of the LLM API (:mod:`pdtrt.llmapi.reference`), always decoupled,
 reporting phase errors in band; pdtrt's embedded server starts it, so it has no launch
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from pdtrt.build.manifest import EngineLayout
-from pdtrt.build.reference import (
+from pdtrt.builder.manifest import EngineLayout
+from pdtrt.builder.reference import (
     checkpoint_inputs,
     real_checkpoint_dir,
     reference_versions,
@@ -23,8 +23,8 @@ from pdtrt.build.reference import (
     write_reference_checkpoint,
     write_reference_tokenizer,
 )
-from pdtrt.build.settings import EngineSettings
-from pdtrt.build.steps import BuildPlan, BuildStep, StepKind
+from pdtrt.builder.settings import EngineSettings
+from pdtrt.builder.steps import BuildPlan, BuildStep, StepKind
 from pdtrt.engine_io import ERROR_OUTPUT, REFERENCE_ENGINE_IO, Param
 from pdtrt.enums import Phase, Target, TritonBackend, WeightQuant
 from pdtrt.errors import BuildError, SpecIssue

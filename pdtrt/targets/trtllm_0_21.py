@@ -20,9 +20,9 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from pdtrt.build.manifest import EngineLayout
-from pdtrt.build.settings import SWITCHES, EngineSettings
-from pdtrt.build.steps import BuildPlan, BuildStep
+from pdtrt.builder.manifest import EngineLayout
+from pdtrt.builder.settings import SWITCHES, EngineSettings
+from pdtrt.builder.steps import BuildPlan, BuildStep
 from pdtrt.engine_io import GPT_MODEL_PATH, TRTLLM_0_21_ENGINE_IO
 from pdtrt.enums import KVDType, Phase, Sampler, Target, TritonBackend
 from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES

@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pdtrt.build.manifest import EngineLayout
-from pdtrt.build.settings import EngineSettings
-from pdtrt.build.steps import BuildPlan, BuildStep, StepKind
+from pdtrt.builder.manifest import EngineLayout
+from pdtrt.builder.settings import EngineSettings
+from pdtrt.builder.steps import BuildPlan, BuildStep, StepKind
 from pdtrt.engine_io import (
     ERROR_OUTPUT,
     KV_TRANSFER_DEADLINE_MARGIN_S,

@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pdtrt.build.settings import EngineSettings
-from pdtrt.build.steps import BuildPlan, BuildStep, StepKind
+from pdtrt.builder.settings import EngineSettings
+from pdtrt.builder.steps import BuildPlan, BuildStep, StepKind
 from pdtrt.enums import DType, KVDType, Phase, WeightQuant
 from pdtrt.errors import BuildError, BuildRejected, GPUMismatchError
 from pdtrt.facts.gpu_detect import GPUDetection

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from pdtrt import envvars
-from pdtrt.build.manifest import EngineLayout
+from pdtrt.builder.manifest import EngineLayout
 from pdtrt.errors import RepoError
 from pdtrt.repo.launch import HostPlan, LaunchPlan, RankPlan, host_command
 from pdtrt.repo.models import EngineUse

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from pdtrt.build.plan import plan_build
-from pdtrt.build.run import run_build
+from pdtrt.builder.plan import plan_build
+from pdtrt.builder.run import run_build
 from pdtrt.client import GenerateRequest, LLMClient
 from pdtrt.engine_io import Param
 from pdtrt.facts.embedded_triton import find_embedded_triton

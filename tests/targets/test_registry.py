@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pdtrt.build.manifest import EngineLayout
-from pdtrt.build.plan import plan_build
+from pdtrt.builder.manifest import EngineLayout
+from pdtrt.builder.plan import plan_build
 from pdtrt.engine_io import (
     CORE_ENGINE_IO,
     ModelName,

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from buildspecs import write_spec
 
-from pdtrt.build.plan import plan_build
-from pdtrt.build.settings import SettingSource
-from pdtrt.build.steps import StepKind
+from pdtrt.builder.plan import plan_build
+from pdtrt.builder.settings import SettingSource
+from pdtrt.builder.steps import StepKind
 from pdtrt.engine_io import KV_EVENT_BUFFER
 from pdtrt.enums import Phase, Target
 from pdtrt.errors import BuildRejected, SpecError

@@ -25,8 +25,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pdtrt.build.manifest import STAMP_NAME, EngineManifest, KVLayout, write_manifest
-from pdtrt.build.steps import BuildPlan, BuildStep, PhasePlan
+from pdtrt.builder.manifest import STAMP_NAME, EngineManifest, KVLayout, write_manifest
+from pdtrt.builder.steps import BuildPlan, BuildStep, PhasePlan
 from pdtrt.enums import Phase
 from pdtrt.errors import BuildError
 from pdtrt.spec.deployment import Deployment

@@ -26,7 +26,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from pdtrt.build.manifest import MANIFEST_NAME, STAMP_NAME
+from pdtrt.builder.manifest import MANIFEST_NAME, STAMP_NAME
 from pdtrt.enums import DType
 from pdtrt.errors import BuildError
 from pdtrt.spec.deployment import Deployment

@@ -11,9 +11,9 @@ from buildspecs import fake_hf_checkpoint, variant, write_spec
 from fake_trtllm import install_fake_tools
 from fakes import FakeNVML
 
-from pdtrt.build.manifest import read_manifest
-from pdtrt.build.plan import plan_build
-from pdtrt.build.run import StepStatus, run_build
+from pdtrt.builder.manifest import read_manifest
+from pdtrt.builder.plan import plan_build
+from pdtrt.builder.run import StepStatus, run_build
 from pdtrt.enums import Phase
 from pdtrt.errors import BuildError, GPUMismatchError, ToolchainError
 from pdtrt.spec.load import load_deployment
@@ -76,7 +76,7 @@ def test_builds_both_phases_and_writes_manifests(env):
 
 
 def test_built_engines_pass_engines_check(env):
-    from pdtrt.build.check import check_engines
+    from pdtrt.builder.check import check_engines
 
     dep = _deployment(env)
     _build(env, dep, FakeNVML([H100, L40S]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdtrt.build.manifest import (
+from pdtrt.builder.manifest import (
     EngineManifest,
     KVLayout,
     compatibility_problems,

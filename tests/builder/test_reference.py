@@ -6,9 +6,9 @@ import hashlib
 
 from conftest import EXAMPLES
 
-from pdtrt.build.manifest import MANIFEST_NAME, STAMP_NAME, EngineLayout, read_manifest
-from pdtrt.build.plan import plan_build
-from pdtrt.build.run import run_build
+from pdtrt.builder.manifest import MANIFEST_NAME, STAMP_NAME, EngineLayout, read_manifest
+from pdtrt.builder.plan import plan_build
+from pdtrt.builder.run import run_build
 from pdtrt.enums import Phase, Target
 from pdtrt.spec.load import load_deployment
 

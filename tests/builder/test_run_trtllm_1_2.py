@@ -20,9 +20,9 @@ from fake_trtllm import install_fake_tools
 from fakes import FakeNVML
 from huggingface_hub.utils import GatedRepoError
 
-from pdtrt.build.manifest import read_manifest
-from pdtrt.build.plan import plan_build
-from pdtrt.build.run import StepStatus, run_build
+from pdtrt.builder.manifest import read_manifest
+from pdtrt.builder.plan import plan_build
+from pdtrt.builder.run import StepStatus, run_build
 from pdtrt.cli.main import cli
 from pdtrt.enums import Phase
 from pdtrt.errors import BuildError, GPUMismatchError, ToolchainError

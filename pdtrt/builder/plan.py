@@ -1,8 +1,8 @@
 """The build plan: which steps make each phase's engine, with exact argv, GPU and directories.
 
-``plan_build`` turns a :class:`Deployment` into a :class:`BuildPlan` (:mod:`pdtrt.build.steps`)
+``plan_build`` turns a :class:`Deployment` into a :class:`BuildPlan` (:mod:`pdtrt.builder.steps`)
 without running anything, in named steps: what the target's builds read and the steps both
-phases share; per phase, the settings (:mod:`pdtrt.build.settings`: spec > profile > computed,
+phases share; per phase, the settings (:mod:`pdtrt.builder.settings`: spec > profile > computed,
 with the profile switches the target takes), then the target's own rules and steps for them;
 last, the checks across phases. Every target-specific answer comes from the target's
 :class:`~pdtrt.targets.base.TargetSupport`:
@@ -13,7 +13,7 @@ last, the checks across phases. Every target-specific answer comes from the targ
   into each phase directory (in-process steps, no argv).
 
 A rejected combination raises :class:`BuildRejected` with every reason before anything runs.
-Running the plan is :mod:`pdtrt.build.run`. :func:`host_builds` says which host runs which
+Running the plan is :mod:`pdtrt.builder.run`. :func:`host_builds` says which host runs which
 part of a plan whose engines are built on their own GPU types.
 """
 
@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdtrt.build.manifest import EngineLayout
-from pdtrt.build.profiles import EngineProfile, load_profiles, select_profile
-from pdtrt.build.settings import resolve_settings
-from pdtrt.build.steps import BuildPlan, PhasePlan
+from pdtrt.builder.manifest import EngineLayout
+from pdtrt.builder.profiles import EngineProfile, load_profiles, select_profile
+from pdtrt.builder.settings import resolve_settings
+from pdtrt.builder.steps import BuildPlan, PhasePlan
 from pdtrt.enums import Phase
 from pdtrt.errors import BuildRejected
 from pdtrt.spec.deployment import Deployment

@@ -4,8 +4,8 @@ A :class:`BuildStep` is one thing that writes one output directory: an external 
 (``argv``, run as a subprocess) or an in-process step of the target (no ``argv``; the target
 runs it, see :meth:`pdtrt.targets.base.TargetSupport.run_in_process`). :class:`PhasePlan` is one
 phase's engine -- its GPU, settings, notes and steps -- and :class:`BuildPlan` the whole
-deployment, steps in run order. Making a plan is :mod:`pdtrt.build.plan`; running it is
-:mod:`pdtrt.build.run`.
+deployment, steps in run order. Making a plan is :mod:`pdtrt.builder.plan`; running it is
+:mod:`pdtrt.builder.run`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from pdtrt.build.manifest import EngineLayout
-from pdtrt.build.settings import EngineSettings
+from pdtrt.builder.manifest import EngineLayout
+from pdtrt.builder.settings import EngineSettings
 from pdtrt.enums import KVDType, Phase, Target, WeightQuant
 from pdtrt.facts.catalog import GPU
 
