@@ -1,6 +1,6 @@
 """What an engine directory tells its readers: the manifest's file name and the KV layout.
 
-``pdtrt build`` writes an engine directory and its manifest (:mod:`pdtrt.builder.manifest`, a
+``pdtrt build`` writes an engine directory and its manifest (:mod:`pdtrt.blueprint.manifest`, a
 pydantic model); the engine models inside Triton's stubs read it back. The two facts both sides
 share live here, in plain Python, so a stub reads them without loading the build stage:
 

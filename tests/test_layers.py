@@ -2,9 +2,8 @@
 
 The allowed edges are read from the "Layers" table of docs/architecture.md, so the picture and
 the code cannot drift apart: a package edge the table does not allow fails, and so does an
-allowed edge no import uses any more. The edges marked † (targets plugging into the stages)
-are the one named exception; the module tiers that keep that exception free of cycles are
-checked here too.
+allowed edge no import uses any more, and the table itself has no cycle. The packages that ask
+a target use the lookup, never one target's module.
 """
 
 from __future__ import annotations
@@ -18,8 +17,10 @@ from tests.test_imports import MODULES, cycles, import_graph
 DOC = ROOT / "docs" / "architecture.md"
 VOCABULARY = "vocabulary"
 API = "api"
-# the stage drivers may take these from targets: the lookup and the types it hands out
-TARGET_LOOKUP = {"pdtrt.targets.registry", "pdtrt.targets.base", "pdtrt.targets.toolchain"}
+# what other packages may take from targets: the lookup, the types it hands out, and the
+# image recipe (data, not a target)
+TARGET_LOOKUP = {"pdtrt.targets.registry", "pdtrt.targets.base", "pdtrt.targets.toolchain",
+                 "pdtrt.targets.image"}
 
 
 def package_of(module: str) -> str:
@@ -31,23 +32,19 @@ def package_of(module: str) -> str:
     return parts[1]
 
 
-def documented_layers() -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
-    """The table: package -> packages it may import, and the † edges."""
+def documented_layers() -> dict[str, set[str]]:
+    """The table: package -> packages it may import."""
     text = DOC.read_text(encoding="utf-8")
     section = text[text.index("## Layers"):]
     allowed: dict[str, set[str]] = {}
-    exceptions: set[tuple[str, str]] = set()
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) != 2 or not re.fullmatch(r"`\w+`", cells[0]):
             continue
         package = cells[0].strip("`")
         allowed[package] = set()
-        for name, dagger in re.findall(r"`(\w+)`(†?)", cells[1]):
-            allowed[package].add(name)
-            if dagger:
-                exceptions.add((package, name))
-    return allowed, exceptions
+        allowed[package].update(re.findall(r"`(\w+)`", cells[1]))
+    return allowed
 
 
 def package_edges(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
@@ -62,11 +59,11 @@ def package_edges(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]
 
 
 GRAPH = import_graph()
-ALLOWED, EXCEPTIONS = documented_layers()
+ALLOWED = documented_layers()
 
 
 def test_the_table_is_read_and_names_every_package():
-    assert len(ALLOWED) >= 15 and ("spec", "targets") in EXCEPTIONS
+    assert len(ALLOWED) >= 15 and "targets" in ALLOWED["spec"]
     packages = {package_of(m) for m in MODULES} - {VOCABULARY}
     assert sorted(set(ALLOWED) - packages) == [], "the Layers table lists packages that are gone"
     assert sorted(packages - set(ALLOWED)) == [], "the Layers table misses packages"
@@ -87,9 +84,8 @@ def test_every_package_edge_is_in_the_table_and_every_table_edge_is_used():
         "edges in docs/architecture.md's Layers table that no import uses: update the table"
 
 
-def test_the_table_without_its_named_exception_is_acyclic():
-    graph = {a: {b for b in bs if (a, b) not in EXCEPTIONS} for a, bs in ALLOWED.items()}
-    assert cycles(graph) == []
+def test_the_table_is_acyclic():
+    assert cycles(ALLOWED) == []
 
 
 def test_the_layer_finder_would_see_an_upward_import():
@@ -99,28 +95,8 @@ def test_the_layer_finder_would_see_an_upward_import():
     assert "serve" not in ALLOWED["facts"]
 
 
-def _closure(starts: set[str], stop: str) -> set[str]:
-    seen: set[str] = set()
-    todo = list(starts)
-    while todo:
-        module = todo.pop()
-        if module in seen or module.startswith(stop):
-            continue
-        seen.add(module)
-        todo.extend(GRAPH[module])
-    return seen
-
-
-def test_the_targets_exception_keeps_its_tiers():
+def test_other_packages_ask_targets_through_the_lookup_only():
     targets = {m for m in MODULES if package_of(m) == "targets"}
-    stages = {p for (p, q) in EXCEPTIONS if q == "targets"}
-    data = _closure({t for m in targets for t in GRAPH[m]} - targets, "pdtrt.targets")
-    # (1) nothing the targets build on reaches back into targets
-    back = {m: sorted(t for t in GRAPH[m] if t in targets) for m in data}
-    assert {m: t for m, t in back.items() if t} == {}
-    drivers = {m for m in MODULES if package_of(m) in stages and GRAPH[m] & targets}
-    # (2) targets import no driver (implied by (1), said on its own for the message)
-    assert not drivers & data, f"targets import drivers: {sorted(drivers & data)}"
-    # (3) drivers use the lookup only, never one target's module
-    beyond = {m: sorted(GRAPH[m] & targets - TARGET_LOOKUP) for m in drivers}
+    beyond = {m: sorted(GRAPH[m] & targets - TARGET_LOOKUP)
+              for m in MODULES if package_of(m) != "targets"}
     assert {m: t for m, t in beyond.items() if t} == {}

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from pdtrt.bench.bench import BenchConfig
 from pdtrt.bench.workload import RequestPlan
+from pdtrt.blueprint.deployment import Deployment
 from pdtrt.enums import Percentile
 from pdtrt.errors import BenchError, PdtrtError
-from pdtrt.spec.deployment import Deployment
 from pdtrt.workload import SLO, ArrivalProcess, LengthDist, LoopKind, parse_length, read_trace
 
 __all__ = ["DEFAULT_ISL", "DEFAULT_OSL", "DEFAULT_REQUESTS", "BenchOptions", "parse_rates",

@@ -22,8 +22,8 @@ from pdtrt.bench.prompts import TokenizerPrompts
 from pdtrt.errors import PdtrtError
 
 if TYPE_CHECKING:
+    from pdtrt.blueprint.deployment import Deployment
     from pdtrt.client import LLMClient
-    from pdtrt.spec.deployment import Deployment
 
 __all__ = ["TOKENIZER_PARAMETER", "TokenizerChoice", "TokenizerOrigin", "choose_tokenizer",
            "served_tokenizer_dir"]
@@ -53,7 +53,7 @@ class TokenizerChoice:
 
 
 def _spec_tokenizer_dir(deployment: Deployment) -> Path:
-    from pdtrt.builder.manifest import DEFAULT_ENGINES_ROOT, EngineLayout
+    from pdtrt.blueprint.manifest import DEFAULT_ENGINES_ROOT, EngineLayout
     from pdtrt.repo.plan import tokenizer_dir_of
 
     return Path(tokenizer_dir_of(deployment, EngineLayout(DEFAULT_ENGINES_ROOT,

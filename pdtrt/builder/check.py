@@ -4,7 +4,7 @@ Engines are found from specs (``engines/<name>/{prefill,decode}/``), deployment 
 (holding ``prefill/`` and ``decode/``) or engine directories (holding ``pdtrt-engine.json``).
 Checks, each problem a line naming the engine:
 
-- prefill vs decode manifests: :func:`pdtrt.builder.manifest.compatibility_problems` (KV dtype,
+- prefill vs decode manifests: :func:`pdtrt.blueprint.manifest.compatibility_problems` (KV dtype,
   tokens per block, head size, layers, KV heads, target, TensorRT-LLM version, model);
 - each manifest vs the engine's own ``config.json`` when present (TensorRT-LLM's engine config,
   or the reference target's HF config): layers, KV heads, head size, tokens per block, KV
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pdtrt.builder.manifest import (
+from pdtrt.blueprint.manifest import (
     DEFAULT_ENGINES_ROOT,
     MANIFEST_NAME,
     EngineLayout,

@@ -1,8 +1,8 @@
 """The build plan: which steps make each phase's engine, with exact argv, GPU and directories.
 
-``plan_build`` turns a :class:`Deployment` into a :class:`BuildPlan` (:mod:`pdtrt.builder.steps`)
+``plan_build`` turns a :class:`Deployment` into a :class:`BuildPlan` (:mod:`pdtrt.blueprint.steps`)
 without running anything, in named steps: what the target's builds read and the steps both
-phases share; per phase, the settings (:mod:`pdtrt.builder.settings`: spec > profile > computed,
+phases share; per phase, the settings (:mod:`pdtrt.blueprint.settings`: spec > profile > computed,
 with the profile switches the target takes), then the target's own rules and steps for them;
 last, the checks across phases. Every target-specific answer comes from the target's
 :class:`~pdtrt.targets.base.TargetSupport`:
@@ -22,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdtrt.builder.manifest import EngineLayout
-from pdtrt.builder.profiles import EngineProfile, load_profiles, select_profile
-from pdtrt.builder.settings import resolve_settings
-from pdtrt.builder.steps import BuildPlan, PhasePlan
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.manifest import EngineLayout
+from pdtrt.blueprint.profiles import EngineProfile, load_profiles, select_profile
+from pdtrt.blueprint.settings import resolve_settings
+from pdtrt.blueprint.steps import BuildPlan, PhasePlan
 from pdtrt.enums import Phase
 from pdtrt.errors import BuildRejected
-from pdtrt.spec.deployment import Deployment
 from pdtrt.targets.base import BuildContext, TargetSupport
 from pdtrt.targets.registry import target_support
 

@@ -25,11 +25,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pdtrt.builder.manifest import STAMP_NAME, EngineManifest, KVLayout, write_manifest
-from pdtrt.builder.steps import BuildPlan, BuildStep, PhasePlan
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.manifest import STAMP_NAME, EngineManifest, KVLayout, write_manifest
+from pdtrt.blueprint.steps import BuildPlan, BuildStep, PhasePlan
 from pdtrt.enums import Phase
 from pdtrt.errors import BuildError
-from pdtrt.spec.deployment import Deployment
 from pdtrt.targets.base import BuildHost, TargetSupport
 from pdtrt.targets.registry import target_support
 from pdtrt.targets.toolchain import Toolchain

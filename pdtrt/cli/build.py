@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from pdtrt.builder.manifest import DEFAULT_ENGINES_ROOT
+from pdtrt.blueprint.manifest import DEFAULT_ENGINES_ROOT
+from pdtrt.blueprint.steps import BuildPlan
 from pdtrt.builder.plan import HostBuild, host_builds, plan_build
 from pdtrt.builder.run import BuildResult, ProgressEvent, ProgressKind, StepStatus, run_build
-from pdtrt.builder.steps import BuildPlan
 from pdtrt.cli.render import console, emit_json, json_option
 from pdtrt.enums import Phase
 from pdtrt.spec.load import load_deployment

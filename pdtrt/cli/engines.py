@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
+from pdtrt.blueprint.manifest import DEFAULT_ENGINES_ROOT
 from pdtrt.builder.check import CheckReport, check_engines
-from pdtrt.builder.manifest import DEFAULT_ENGINES_ROOT
 from pdtrt.cli.render import emit_json, json_option
 
 

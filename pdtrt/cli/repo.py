@@ -9,11 +9,11 @@ from pathlib import Path
 
 import click
 
-from pdtrt.builder.manifest import DEFAULT_ENGINES_ROOT
+from pdtrt.blueprint.launch import LaunchPlan, host_command
+from pdtrt.blueprint.manifest import DEFAULT_ENGINES_ROOT
 from pdtrt.cli.render import emit_json, json_option
 from pdtrt.errors import RepoInvalidError
 from pdtrt.repo.generate import RepoMode, generate_repo
-from pdtrt.repo.launch import LaunchPlan, host_command
 from pdtrt.repo.validate import validate_repo
 from pdtrt.spec.load import load_deployment
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from pdtrt.builder.manifest import DEFAULT_ENGINES_ROOT
+from pdtrt.blueprint.manifest import DEFAULT_ENGINES_ROOT
 from pdtrt.cli.front import front_options
 from pdtrt.cli.render import emit_json, json_option
 from pdtrt.engine_io import READINESS_PATH

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import click
 
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.spec import DeploymentSpec
 from pdtrt.cli.render import emit_json, gib, json_option
 from pdtrt.enums import Phase
 from pdtrt.errors import PdtrtError, SpecError
-from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.examples import DEFAULT_EXAMPLE, example_names, example_text
 from pdtrt.spec.load import load_deployment
-from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.yamlio import write_atomic
 
 

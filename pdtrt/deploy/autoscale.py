@@ -23,11 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pdtrt.blueprint.deployment import Deployment
 from pdtrt.deploy import metrics as m
 from pdtrt.deploy.names import PROM_INSTANCE, Names
 from pdtrt.deploy.plan import DeployPlan, RolePlan
 from pdtrt.enums import Phase
-from pdtrt.spec.deployment import Deployment
 from pdtrt.targets.registry import target_support
 
 __all__ = ["PoolMetric", "adapter_values", "hpa", "pool_metric"]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pdtrt.blueprint.deployment import Deployment
 from pdtrt.deploy.autoscale import adapter_values, hpa, pool_metric
 from pdtrt.deploy.dashboard import SIDECAR_LABEL, dashboard_configmap, dashboard_text
 from pdtrt.deploy.k8s import deployment, pdb, service, service_account, specs_configmap
@@ -39,7 +40,6 @@ from pdtrt.deploy.validate import ValidationReport, validate_objects
 from pdtrt.errors import DeployError, DeployInvalidError, RepoError
 from pdtrt.repo.render import spec_sha256
 from pdtrt.repo.write import check_writable, write_tree
-from pdtrt.spec.deployment import Deployment
 from pdtrt.version import __version__
 
 __all__ = ["MANIFEST_NAME", "DeployResult", "build_files", "generate_k8s"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from pdtrt import envvars
-from pdtrt.spec.schema import RDMA_TRANSPORTS, DeploymentSpec
+from pdtrt.blueprint.spec import RDMA_TRANSPORTS, DeploymentSpec
 
 __all__ = ["CROSS_HOST_TRANSPORTS", "RDMA_TRANSPORTS", "PodNetwork", "transport_problems",
            "ucx_env"]

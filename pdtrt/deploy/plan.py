@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from pdtrt.blueprint.deployment import Deployment
 from pdtrt.deploy.layout import GRPC_PORT
 from pdtrt.deploy.names import Names, PodRole, names_for
 from pdtrt.deploy.network import PodNetwork, transport_problems
@@ -41,7 +42,6 @@ from pdtrt.deploy.resources import (
 from pdtrt.deploy.roles import RoleSpec, role_issues, role_spec
 from pdtrt.enums import Phase, Target
 from pdtrt.errors import DeployError
-from pdtrt.spec.deployment import Deployment
 from pdtrt.targets.registry import target_support
 from pdtrt.version import __version__
 

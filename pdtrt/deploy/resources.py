@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from pdtrt.blueprint.deployment import Deployment
 from pdtrt.enums import Phase
-from pdtrt.spec.deployment import Deployment
 from pdtrt.targets.registry import target_support
 
 __all__ = ["FRONT_CPU_S_PER_TOKEN", "GPU_RESOURCE", "ROUTER_CPU_S_PER_TOKEN", "PodResources",

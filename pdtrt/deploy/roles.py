@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import yaml
 
+from pdtrt.blueprint.spec import DeploymentSpec
 from pdtrt.deploy.layout import CHECKPOINT_DIR, GRPC_PORT, HTTP_PORT, METRICS_PORT
 from pdtrt.deploy.names import Names, PodRole
 from pdtrt.enums import Phase
 from pdtrt.spec.rules import shape_issues
-from pdtrt.spec.schema import DeploymentSpec
 
 __all__ = ["RoleSpec", "role_issues", "role_spec"]
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from pdtrt.blueprint.deployment import Deployment
 from pdtrt.enums import DType, KVDType, Phase, ServingMode, WeightQuant
 from pdtrt.facts.catalog import GPU
 from pdtrt.facts.model import ModelFacts
 from pdtrt.perf.estimate import ServingConfig
 from pdtrt.perf.hardware import Instance
 from pdtrt.perf.link import kv_link
-from pdtrt.spec.deployment import Deployment
 
 __all__ = ["aggregated_baseline", "instance_for_pool", "make_instance",
            "serving_from_deployment", "spec_same_node"]

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdtrt.builder.manifest import DEFAULT_ENGINES_ROOT
-from pdtrt.repo.models import RepoMode, RepoPlan
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.manifest import DEFAULT_ENGINES_ROOT
+from pdtrt.blueprint.triton_models import RepoMode, RepoPlan
 from pdtrt.repo.plan import plan_repo
 from pdtrt.repo.render import render_repo
 from pdtrt.repo.write import check_writable, write_tree
-from pdtrt.spec.deployment import Deployment
 
 __all__ = ["RepoMode", "RepoResult", "generate_repo"]
 

@@ -1,10 +1,11 @@
 """What goes into a generated model repository: every model's config, as typed values.
 
-:func:`plan_repo` turns a :class:`Deployment`, a :class:`RepoMode` and the engines root into a
-:class:`RepoPlan` (:mod:`pdtrt.repo.models`) in named steps: which engine models the mode asks
-for and which pools live in other servers; each phase's limits (:mod:`pdtrt.repo.limits`); what
-the target makes of them -- the engine models' backend, I/O and parameters, the tokenizer
-directory, the launch plan and its files (:mod:`pdtrt.targets`); then the router, the ensembles,
+:func:`plan_repo` turns a :class:`Deployment`, a :class:`RepoMode` and the engines root into
+a :class:`RepoPlan` (:mod:`pdtrt.blueprint.triton_models`) in named steps: which engine models
+the mode asks for and which pools live in other servers; each phase's limits
+(:mod:`pdtrt.blueprint.limits`); what the target makes of them -- the engine models' backend,
+I/O and parameters, the tokenizer directory, the launch plan and its files
+(:mod:`pdtrt.targets`); then the router, the ensembles,
 pre/postprocessing and the ``health`` readiness marker, which are the same on every target.
 Each pool is a list of endpoints (``<pool>.endpoints``): every local one is an engine model
 of this repository (``decode``, ``decode_b``, ...), every remote one a model of another server
@@ -20,7 +21,21 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pdtrt.builder.manifest import EngineLayout
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.limits import PhaseLimits, manifest_if_present, resolve_limits
+from pdtrt.blueprint.manifest import EngineLayout
+from pdtrt.blueprint.spec import DeploymentSpec
+from pdtrt.blueprint.triton_models import (
+    EngineUse,
+    EnsemblePlan,
+    ModelPlan,
+    RepoMode,
+    RepoPlan,
+    health_model,
+    param_flag,
+    param_number,
+    python_model,
+)
 from pdtrt.endpoints import EndpointSpec, format_endpoints
 from pdtrt.engine_io import (
     ENGINE_STEP_MAP,
@@ -40,20 +55,6 @@ from pdtrt.engine_io import (
 )
 from pdtrt.enums import Phase, PhaseTransport, Routing, Target
 from pdtrt.errors import RepoError
-from pdtrt.repo.limits import PhaseLimits, manifest_if_present, resolve_limits
-from pdtrt.repo.models import (
-    EngineUse,
-    EnsemblePlan,
-    ModelPlan,
-    RepoMode,
-    RepoPlan,
-    health_model,
-    param_flag,
-    param_number,
-    python_model,
-)
-from pdtrt.spec.deployment import Deployment
-from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.base import TargetSupport
 from pdtrt.targets.registry import target_support
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import jinja2
 
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.triton_models import EnsemblePlan, ModelPlan, RepoPlan
 from pdtrt.engine_io import ModelIO, ModelName, Role, TensorSpec
 from pdtrt.errors import ConfigParseError
-from pdtrt.repo.models import EnsemblePlan, ModelPlan, RepoPlan
 from pdtrt.repo.pbtxt import parse_config, quote
-from pdtrt.spec.deployment import Deployment
 from pdtrt.version import __version__
 
 __all__ = ["REPO_MANIFEST_NAME", "GeneratedConfigBug", "RenderedRepo", "render_repo",

@@ -8,7 +8,7 @@ backend needs of a model's parameters (a ``tensorrtllm`` model without a paramet
 requires does not load: :meth:`~pdtrt.targets.base.TargetSupport.engine_config_problems`), and
 the engine
 directories: their manifests must match the repository's target, the phase of the model
-using them, and each other (KV layout, via :func:`pdtrt.builder.manifest.compatibility_problems`).
+using them, and each other (KV layout, via :func:`pdtrt.blueprint.manifest.compatibility_problems`).
 
 An engine directory that does not exist yet is a *warning* (repositories are generated before
 engines are built) unless ``require_engines``; so is one without ``pdtrt-engine.json``, and a
@@ -22,11 +22,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdtrt.builder.manifest import EngineManifest, compatibility_problems
+from pdtrt.blueprint.limits import manifest_if_present
+from pdtrt.blueprint.manifest import EngineManifest, compatibility_problems
 from pdtrt.engine_io import GPT_MODEL_PATH, PHASE_ROLES, Param, Role
 from pdtrt.enums import Phase, Target, TritonBackend
 from pdtrt.errors import ConfigParseError, PdtrtError
-from pdtrt.repo.limits import manifest_if_present
 from pdtrt.repo.pbtxt import ModelConfig, parse_config
 from pdtrt.repo.render import REPO_MANIFEST_NAME
 from pdtrt.repo.wiring import (

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pdtrt.blueprint.spec import ENDPOINT
 from pdtrt.endpoints import parse_endpoints
 from pdtrt.engine_io import Param, Role
 from pdtrt.repo.pbtxt import EnsembleStep, ModelConfig, ModelTensor, data_type_name
-from pdtrt.spec.schema import ENDPOINT
 from pdtrt.suggest import did_you_mean
 
 __all__ = ["CONTEXT_MODEL_NAME", "ENGINE_REFERENCE_PARAMS", "GENERATION_MODEL_NAME",

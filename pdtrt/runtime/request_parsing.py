@@ -134,7 +134,7 @@ _SAMPLING_RANGES = (
 )
 DISAGGREGATED_MAX_BEAM_WIDTH = 1
 """The beam width of every engine behind the router: pdtrt builds each phase with
-``max_beam_width`` 1 (disaggregated serving needs beam width 1; pdtrt.builder.settings)."""
+``max_beam_width`` 1 (disaggregated serving needs beam width 1; pdtrt.blueprint.settings)."""
 # The ensemble's name of each engine input, for the message (``top_p`` for ``runtime_top_p``).
 _ENSEMBLE_NAME = {engine: ensemble for engine, ensemble in ENGINE_STEP_MAP.inputs}
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pdtrt.builder.manifest import MANIFEST_NAME, EngineLayout
+from pdtrt.blueprint.manifest import MANIFEST_NAME, EngineLayout
+from pdtrt.blueprint.spec import DeploymentSpec
 from pdtrt.builder.plan import plan_build
 from pdtrt.builder.run import run_build
 from pdtrt.enums import Phase
@@ -39,7 +40,6 @@ from pdtrt.serve.procs import process_running
 from pdtrt.serve.restarts import DEFAULT_MAX_RESTARTS
 from pdtrt.serve.triton_server import Endpoints, ServerConfig, remove_shm_regions
 from pdtrt.spec.load import load_deployment
-from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.registry import target_support
 
 __all__ = ["Prepared", "kv_environment", "pools_grpc_port", "pools_warnings", "prepare",

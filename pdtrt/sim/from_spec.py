@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from pdtrt.blueprint.deployment import Deployment
 from pdtrt.enums import Percentile, Routing, ServingBackend, ServingMode
 from pdtrt.errors import PdtrtError
 from pdtrt.perf.configs import aggregated_baseline, serving_from_deployment
@@ -25,7 +26,6 @@ from pdtrt.perf.scheduling import CapacityPolicy
 from pdtrt.sim.config import SimConfig
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
 from pdtrt.sim.workload import SimWorkload
-from pdtrt.spec.deployment import Deployment
 from pdtrt.workload.arrivals import ArrivalProcess, LoopKind
 from pdtrt.workload.lengths import LengthDist
 from pdtrt.workload.slo import SLO

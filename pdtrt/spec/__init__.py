@@ -1,2 +1,3 @@
-"""The deployment spec (``pdtrt.yaml``): its shape, loading with line-numbered errors,
-cross-field rules, and the resolved :class:`~pdtrt.spec.deployment.Deployment`."""
+"""The deployment spec (``pdtrt.yaml``): loading with line-numbered errors, the cross-field and
+pool rules (asking the target), into :class:`~pdtrt.blueprint.deployment.Deployment`; the
+schema itself is :mod:`pdtrt.blueprint.spec`."""

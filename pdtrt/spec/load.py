@@ -14,13 +14,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.spec import DeploymentSpec
 from pdtrt.enums import Phase
 from pdtrt.errors import ModelConfigError, SpecError, SpecIssue
 from pdtrt.facts.catalog import Catalog, load_catalog
 from pdtrt.facts.model import load_model_facts
-from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.rules import phase_fit, resolve_gpus, resource_issues, shape_issues
-from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.suggest import did_you_mean
 from pdtrt.yamlio import LineMap, load_yaml
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from pdtrt.blueprint.spec import AGGREGATED_MODEL, DeploymentSpec
 from pdtrt.endpoints import EndpointSpec
 from pdtrt.engine_io import ModelName
 from pdtrt.enums import Phase
 from pdtrt.errors import SpecIssue
-from pdtrt.spec.schema import AGGREGATED_MODEL, DeploymentSpec
 from pdtrt.targets.registry import REGISTRY, target_support
 
 __all__ = ["POOL_RULES"]

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from pdtrt.blueprint.spec import UCX_TRANSPORTS, DeploymentSpec
 from pdtrt.enums import DeviceKind, KVDType, Phase, WeightQuant
 from pdtrt.errors import SpecIssue
 from pdtrt.facts.catalog import GPU, Catalog
 from pdtrt.facts.memory import MemoryFit, fit
 from pdtrt.facts.model import ModelFacts
 from pdtrt.spec.pool_rules import POOL_RULES
-from pdtrt.spec.schema import UCX_TRANSPORTS, DeploymentSpec
 from pdtrt.suggest import did_you_mean
 from pdtrt.targets.registry import target_support
 

@@ -13,17 +13,17 @@ the target's :class:`TargetSupport` (found in :mod:`pdtrt.targets.registry`):
   checks of the build host, and how it runs its in-process steps;
 - **repository** -- its engine model (backend, I/O table, decoupling, parameters), where
   pre/postprocessing find the tokenizer, and how the repository is launched (a
-  :class:`~pdtrt.repo.launch.LaunchPlan` and the files that start it, or none), and what
+  :class:`~pdtrt.blueprint.launch.LaunchPlan` and the files that start it, or none), and what
   its engine backend needs of an engine model's parameters (``repo validate``).
 
 A target is one module (``pdtrt/targets/<name>.py``, with its data under
 ``pdtrt/data/targets/``) defining one subclass, registered in :mod:`pdtrt.targets.registry`.
 The interface is shaped for the GPU targets to come: trtllm-1.2 has no trtllm-build step, but a
 per-phase LLM-API options file (an in-process step, :meth:`~TargetSupport.run_in_process`) and
-pdtrt's Python engine model (:func:`pdtrt.repo.models.python_model`); Kubernetes manifests will
-be more launch files. What is the same on every target -- settings from spec, profile and
-model facts, the limits' resolution order, ensembles, router, pre/postprocessing, manifests --
-stays in :mod:`pdtrt.builder` and :mod:`pdtrt.repo`.
+pdtrt's Python engine model (:func:`pdtrt.blueprint.triton_models.python_model`); Kubernetes
+manifests will be more launch files. What is the same on every target -- settings from spec,
+profile and model facts, the limits' resolution order, ensembles, router, pre/postprocessing,
+manifests -- stays in :mod:`pdtrt.blueprint`, :mod:`pdtrt.builder` and :mod:`pdtrt.repo`.
 """
 
 from __future__ import annotations
@@ -34,19 +34,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pdtrt.builder.manifest import EngineLayout
-from pdtrt.builder.settings import EngineSettings
-from pdtrt.builder.steps import BuildPlan, BuildStep
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.launch import LaunchPlan
+from pdtrt.blueprint.limits import EngineDefaults
+from pdtrt.blueprint.manifest import EngineLayout
+from pdtrt.blueprint.settings import EngineSettings
+from pdtrt.blueprint.spec import DeploymentSpec
+from pdtrt.blueprint.steps import BuildPlan, BuildStep
+from pdtrt.blueprint.triton_models import EngineUse, ModelPlan, TemplateFile
 from pdtrt.engine_io import ModelIO
 from pdtrt.enums import Phase, Target, TritonBackend
 from pdtrt.errors import SpecIssue
 from pdtrt.facts.catalog import GPU
 from pdtrt.facts.gpu_detect import GPUDetection, LocalGPU
-from pdtrt.repo.launch import LaunchPlan
-from pdtrt.repo.limits import EngineDefaults
-from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile
-from pdtrt.spec.deployment import Deployment
-from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.toolchain import Toolchain
 
 __all__ = ["BuildContext", "BuildHost", "BuildSource", "PhaseBuild", "TargetSupport",
@@ -155,7 +155,7 @@ class TargetSupport(ABC):
     @property
     @abstractmethod
     def build_switches(self) -> tuple[str, ...]:
-        """The profile switches its engine builds take (:data:`pdtrt.builder.settings.SWITCHES`
+        """The profile switches its engine builds take (:data:`pdtrt.blueprint.settings.SWITCHES`
         or a subset), in the order they are shown."""
 
     @abstractmethod

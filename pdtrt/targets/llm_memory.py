@@ -37,12 +37,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pdtrt.builder.settings import EngineSettings, SettingSource
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.settings import EngineSettings, SettingSource
+from pdtrt.blueprint.triton_models import param_number
 from pdtrt.enums import Phase
 from pdtrt.errors import BuildRejected
 from pdtrt.facts.memory import GIB, cuda_graph_bytes, fit
-from pdtrt.repo.models import param_number
-from pdtrt.spec.deployment import Deployment
 
 __all__ = ["MARGIN_BYTES", "MAX_FRACTION", "PhaseMemory", "cuda_graph_batch_sizes",
            "memory_notes", "plan_memory"]

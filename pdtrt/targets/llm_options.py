@@ -3,7 +3,7 @@
 With the PyTorch flow there is no engine to build: ``tensorrt_llm.LLM(model=..., **options)``
 loads the checkpoint and sizes itself from an options file (TensorRT-LLM's
 ``extra_llm_api_options`` YAML). :func:`phase_options` computes every value of that file from
-the phase's settings (:mod:`pdtrt.builder.settings`: spec > profile > model facts), the pool, the
+the phase's settings (:mod:`pdtrt.blueprint.settings`: spec > profile > model facts), the pool, the
 GPU and the phase, each as an :class:`LlmOption` with the reason it is what it is;
 :func:`options_yaml` renders them deterministically. The values differ where the phases differ:
 the prefill phase gets no CUDA graphs (its batches hold context requests, which graphs never
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import yaml
 
-from pdtrt.builder.settings import EngineSettings, Setting, SettingSource
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.settings import EngineSettings, Setting, SettingSource
+from pdtrt.blueprint.triton_models import param_number
 from pdtrt.engine_io import KV_EVENT_BUFFER
 from pdtrt.enums import KVDType, Phase, Sampler
 from pdtrt.errors import BuildRejected
-from pdtrt.repo.models import param_number
-from pdtrt.spec.deployment import Deployment
 from pdtrt.targets.llm_args import LlmArgsFacts, option_problems
 from pdtrt.targets.llm_memory import PhaseMemory, cuda_graph_batch_sizes, plan_memory
 

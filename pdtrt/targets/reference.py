@@ -1,8 +1,8 @@
 """Target ``reference``: pdtrt's own CPU engine, on any machine, in the embedded Triton server.
 
 Its "engines" are a seeded Llama-family Hugging Face checkpoint per phase and an offline-trained
-tokenizer (:mod:`pdtrt.builder.reference`), written by in-process steps; its engine model is
-the ``trtllm-1.2`` target's LLM-API engine model (:mod:`pdtrt.runtime.engine.model`) over
+tokenizer (:mod:`pdtrt.targets.reference_checkpoint`), written by in-process steps; its engine
+model is the ``trtllm-1.2`` target's LLM-API engine model (:mod:`pdtrt.runtime.engine.model`) over
 pdtrt's CPU reference of the LLM API (:mod:`pdtrt.llmapi.reference`), always decoupled,
 reporting phase errors in band; pdtrt's embedded server starts it, so it has no launch
 artifacts. Its pools may live in other Triton servers (``<pool>.endpoint``). It has no data
@@ -14,23 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from pdtrt.builder.manifest import EngineLayout
-from pdtrt.builder.reference import (
-    checkpoint_inputs,
-    real_checkpoint_dir,
-    reference_versions,
-    tokenizer_inputs,
-    write_reference_checkpoint,
-    write_reference_tokenizer,
-)
-from pdtrt.builder.settings import EngineSettings
-from pdtrt.builder.steps import BuildPlan, BuildStep, StepKind
-from pdtrt.engine_io import ERROR_OUTPUT, REFERENCE_ENGINE_IO, Param
-from pdtrt.enums import Phase, Target, TritonBackend, WeightQuant
-from pdtrt.errors import BuildError, SpecIssue
-from pdtrt.repo.launch import LaunchPlan
-from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
-from pdtrt.repo.models import (
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.launch import LaunchPlan
+from pdtrt.blueprint.limits import TRTLLM_BUILD_DEFAULTS
+from pdtrt.blueprint.manifest import EngineLayout
+from pdtrt.blueprint.settings import EngineSettings
+from pdtrt.blueprint.spec import DeploymentSpec
+from pdtrt.blueprint.steps import BuildPlan, BuildStep, StepKind
+from pdtrt.blueprint.triton_models import (
     EngineUse,
     ModelPlan,
     TemplateFile,
@@ -38,9 +29,18 @@ from pdtrt.repo.models import (
     param_number,
     python_model,
 )
-from pdtrt.spec.deployment import Deployment
-from pdtrt.spec.schema import DeploymentSpec
+from pdtrt.engine_io import ERROR_OUTPUT, REFERENCE_ENGINE_IO, Param
+from pdtrt.enums import Phase, Target, TritonBackend, WeightQuant
+from pdtrt.errors import BuildError, SpecIssue
 from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild, TargetSupport
+from pdtrt.targets.reference_checkpoint import (
+    checkpoint_inputs,
+    real_checkpoint_dir,
+    reference_versions,
+    tokenizer_inputs,
+    write_reference_checkpoint,
+    write_reference_tokenizer,
+)
 from pdtrt.targets.toolchain import Toolchain
 
 __all__ = ["ReferenceTarget", "engine_parameters"]

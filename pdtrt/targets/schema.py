@@ -5,7 +5,7 @@ pdtrt may render: its kind (int, choice, str, path, store-true flag), its choice
 that TensorRT-LLM version. :meth:`TargetSchema.render` turns typed values into the exact argv
 tail and raises :class:`BuildRejected` for an unknown flag or a value the version would refuse
 -- so no argv reaches a tool unchecked. It says nothing about *which* values to choose; that is
-:mod:`pdtrt.builder.settings` and :mod:`pdtrt.targets.trtllm_rules`.
+:mod:`pdtrt.blueprint.settings` and :mod:`pdtrt.targets.trtllm_rules`.
 """
 
 from __future__ import annotations

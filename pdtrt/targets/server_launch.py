@@ -33,10 +33,10 @@ import shlex
 from dataclasses import dataclass
 
 from pdtrt import envvars
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.launch import HostPlan, LaunchPlan, RankPlan, host_command
+from pdtrt.blueprint.spec import RDMA_TRANSPORTS, DeploymentSpec
 from pdtrt.errors import RepoError
-from pdtrt.repo.launch import HostPlan, LaunchPlan, RankPlan, host_command
-from pdtrt.spec.deployment import Deployment
-from pdtrt.spec.schema import RDMA_TRANSPORTS, DeploymentSpec
 from pdtrt.targets.trtllm_launch import (
     RDMA_DOCKER_FLAGS,
     TRITON_DEFAULT_PORTS,

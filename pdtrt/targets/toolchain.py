@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from pdtrt.builder.steps import BuildPlan
+from pdtrt.blueprint.steps import BuildPlan
 from pdtrt.envvars import CUDA_VERSION
 from pdtrt.errors import ToolchainError
 from pdtrt.targets.schema import load_target_schema

@@ -20,20 +20,20 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from pdtrt.builder.manifest import EngineLayout
-from pdtrt.builder.settings import SWITCHES, EngineSettings
-from pdtrt.builder.steps import BuildPlan, BuildStep
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.launch import LaunchPlan, env_lines
+from pdtrt.blueprint.limits import TRTLLM_BUILD_DEFAULTS
+from pdtrt.blueprint.manifest import EngineLayout
+from pdtrt.blueprint.settings import SWITCHES, EngineSettings
+from pdtrt.blueprint.spec import DeploymentSpec
+from pdtrt.blueprint.steps import BuildPlan, BuildStep
+from pdtrt.blueprint.triton_models import EngineUse, ModelPlan, TemplateFile, param_number
 from pdtrt.engine_io import GPT_MODEL_PATH, TRTLLM_0_21_ENGINE_IO
 from pdtrt.enums import KVDType, Phase, Sampler, Target, TritonBackend
 from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES
 from pdtrt.errors import BuildError, SpecIssue
 from pdtrt.facts.catalog import load_catalog
 from pdtrt.facts.gpu_detect import detect_gpus
-from pdtrt.repo.launch import LaunchPlan, env_lines
-from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
-from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, param_number
-from pdtrt.spec.deployment import Deployment
-from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.base import BuildContext, BuildHost, PhaseBuild
 from pdtrt.targets.container import ContainerTarget
 from pdtrt.targets.toolchain import Toolchain, check_toolchain

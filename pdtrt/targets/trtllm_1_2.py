@@ -29,9 +29,20 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pdtrt.builder.manifest import EngineLayout
-from pdtrt.builder.settings import EngineSettings
-from pdtrt.builder.steps import BuildPlan, BuildStep, StepKind
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.launch import LaunchPlan, env_lines
+from pdtrt.blueprint.limits import TRTLLM_BUILD_DEFAULTS
+from pdtrt.blueprint.manifest import EngineLayout
+from pdtrt.blueprint.settings import EngineSettings
+from pdtrt.blueprint.spec import DeploymentSpec
+from pdtrt.blueprint.steps import BuildPlan, BuildStep, StepKind
+from pdtrt.blueprint.triton_models import (
+    EngineUse,
+    ModelPlan,
+    TemplateFile,
+    param_number,
+    python_model,
+)
 from pdtrt.engine_io import (
     ERROR_OUTPUT,
     KV_TRANSFER_DEADLINE_MARGIN_S,
@@ -43,11 +54,6 @@ from pdtrt.envvars import HF_HUB_OFFLINE, PDTRT_TRTLLM_EXAMPLES
 from pdtrt.errors import BuildError, SpecIssue, ToolchainError
 from pdtrt.facts.catalog import load_catalog
 from pdtrt.facts.gpu_detect import detect_gpus
-from pdtrt.repo.launch import LaunchPlan, env_lines
-from pdtrt.repo.limits import TRTLLM_BUILD_DEFAULTS
-from pdtrt.repo.models import EngineUse, ModelPlan, TemplateFile, param_number, python_model
-from pdtrt.spec.deployment import Deployment
-from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets import hf_snapshot
 from pdtrt.targets import toolchain as toolchains
 from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild

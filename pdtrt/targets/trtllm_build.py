@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pdtrt.builder.settings import EngineSettings
-from pdtrt.builder.steps import BuildPlan, BuildStep, StepKind
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.settings import EngineSettings
+from pdtrt.blueprint.steps import BuildPlan, BuildStep, StepKind
 from pdtrt.enums import DType, KVDType, Phase, WeightQuant
 from pdtrt.errors import BuildError, BuildRejected, GPUMismatchError
 from pdtrt.facts.gpu_detect import GPUDetection
-from pdtrt.spec.deployment import Deployment
 from pdtrt.targets.base import BuildContext, matching_gpu
 from pdtrt.targets.schema import TargetSchema, Tool
 

@@ -37,12 +37,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from pdtrt import envvars
-from pdtrt.builder.manifest import EngineLayout
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.launch import HostPlan, LaunchPlan, RankPlan, host_command
+from pdtrt.blueprint.manifest import EngineLayout
+from pdtrt.blueprint.spec import DeploymentSpec
+from pdtrt.blueprint.triton_models import EngineUse
 from pdtrt.errors import RepoError
-from pdtrt.repo.launch import HostPlan, LaunchPlan, RankPlan, host_command
-from pdtrt.repo.models import EngineUse
-from pdtrt.spec.deployment import Deployment
-from pdtrt.spec.schema import DeploymentSpec
 
 __all__ = ["RDMA_DOCKER_FLAGS", "EnginePlacement", "checked_env", "crosses_hosts",
            "engine_placements", "host_suffix", "interface_check", "kv_interface",

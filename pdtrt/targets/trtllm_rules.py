@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pdtrt.builder.settings import EngineSettings
+from pdtrt.blueprint.settings import EngineSettings
 from pdtrt.enums import KVDType, Phase, WeightQuant
 from pdtrt.errors import BuildRejected
 from pdtrt.facts.catalog import GPU

@@ -9,8 +9,8 @@ import shutil
 from conftest import EXAMPLES
 from fakes import FakeNVML
 
+from pdtrt.blueprint.manifest import read_manifest, write_manifest
 from pdtrt.builder.check import check_engines
-from pdtrt.builder.manifest import read_manifest, write_manifest
 
 
 def _copy(reference_engines, tmp_path):
@@ -61,7 +61,7 @@ def _trtllm_engine(engine_dir, *, version="0.21.0", kv_algo="FP8", cc="9.0", tpb
                               "head_size": 128, "quantization": {"kv_cache_quant_algo":
                                                                   kv_algo}},
         "build_config": {"plugin_config": {"tokens_per_block": tpb}}}))
-    from pdtrt.builder.manifest import EngineManifest, KVLayout
+    from pdtrt.blueprint.manifest import EngineManifest, KVLayout
     write_manifest(engine_dir, EngineManifest(
         phase="decode", target="trtllm-0.21", model="m", gpu_name="NVIDIA L40S",
         compute_capability=cc, tp=1, pp=1, weights="none",

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from buildspecs import variant, write_spec
 
+from pdtrt.blueprint.steps import StepKind
 from pdtrt.builder.plan import plan_build
-from pdtrt.builder.steps import StepKind
 from pdtrt.enums import Phase
 from pdtrt.spec.load import load_deployment
 

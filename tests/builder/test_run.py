@@ -11,7 +11,7 @@ from buildspecs import fake_hf_checkpoint, variant, write_spec
 from fake_trtllm import install_fake_tools
 from fakes import FakeNVML
 
-from pdtrt.builder.manifest import read_manifest
+from pdtrt.blueprint.manifest import read_manifest
 from pdtrt.builder.plan import plan_build
 from pdtrt.builder.run import StepStatus, run_build
 from pdtrt.enums import Phase

@@ -20,7 +20,7 @@ from fake_trtllm import install_fake_tools
 from fakes import FakeNVML
 from huggingface_hub.utils import GatedRepoError
 
-from pdtrt.builder.manifest import read_manifest
+from pdtrt.blueprint.manifest import read_manifest
 from pdtrt.builder.plan import plan_build
 from pdtrt.builder.run import StepStatus, run_build
 from pdtrt.cli.main import cli

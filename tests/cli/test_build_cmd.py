@@ -9,7 +9,7 @@ import shutil
 import pytest
 from conftest import EXAMPLES
 
-from pdtrt.builder.manifest import read_manifest, write_manifest
+from pdtrt.blueprint.manifest import read_manifest, write_manifest
 from pdtrt.enums import KVDType
 
 SEED = str(EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml")

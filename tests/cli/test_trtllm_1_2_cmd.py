@@ -7,7 +7,7 @@ import json
 
 from conftest import EXAMPLES
 
-from pdtrt.builder.settings import SettingSource
+from pdtrt.blueprint.settings import SettingSource
 from pdtrt.targets import trtllm_1_2
 from pdtrt.targets.llm_options import LlmOption
 

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from pdtrt import envvars
-from pdtrt.builder.manifest import EngineManifest, KVLayout, write_manifest
+from pdtrt.blueprint.manifest import EngineManifest, KVLayout, write_manifest
 from pdtrt.engine_io import ModelName, Param
 from pdtrt.enums import KVDType, Phase, Target, WeightQuant
 from pdtrt.errors import RepoError

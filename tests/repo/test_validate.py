@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pdtrt.builder.manifest import EngineManifest, KVLayout, write_manifest
+from pdtrt.blueprint.manifest import EngineManifest, KVLayout, write_manifest
 from pdtrt.enums import KVDType, Phase, Target, WeightQuant
 from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.repo.validate import validate_repo

@@ -303,7 +303,7 @@ def test_what_torch_sampler_does_is_served(engine_model, inputs):
 
 @pytest.mark.parametrize("built", [1, 4])
 def test_the_beam_width_limit_comes_from_the_engine_manifest(tmp_path, built):
-    from pdtrt.builder.manifest import EngineManifest, KVLayout, write_manifest
+    from pdtrt.blueprint.manifest import EngineManifest, KVLayout, write_manifest
     from pdtrt.enums import KVDType, Phase, Target, WeightQuant
     from pdtrt.runtime.engine.config import max_beam_width
 

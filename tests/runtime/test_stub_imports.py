@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
+from pdtrt.blueprint.triton_models import SHIM_MODULES
 from pdtrt.engine_io import Role
-from pdtrt.repo.models import SHIM_MODULES
 from tests.conftest import ROOT
 
 # libraries of the CLI, the spec and the build stage: no stub relays a token with them

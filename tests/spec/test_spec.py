@@ -13,10 +13,10 @@ import pytest
 from conftest import EXAMPLES
 from pydantic import ValidationError
 
+from pdtrt.blueprint.spec import DeploymentSpec
 from pdtrt.enums import KVDType, Phase, Target, WeightQuant
 from pdtrt.errors import SpecError
 from pdtrt.spec.load import load_deployment, load_spec, parse_spec
-from pdtrt.spec.schema import DeploymentSpec
 from tests.conftest import TESTS
 
 BAD = sorted((TESTS / "fixtures" / "bad_specs").glob("*.yaml"))

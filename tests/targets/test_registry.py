@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from pdtrt.builder.manifest import EngineLayout
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.launch import LaunchPlan
+from pdtrt.blueprint.limits import EngineDefaults, resolve_limits
+from pdtrt.blueprint.manifest import EngineLayout
+from pdtrt.blueprint.spec import DeploymentSpec
+from pdtrt.blueprint.triton_models import EngineUse, RepoMode, TemplateFile
 from pdtrt.builder.plan import plan_build
 from pdtrt.engine_io import (
     CORE_ENGINE_IO,
@@ -19,13 +24,8 @@ from pdtrt.engine_io import (
 )
 from pdtrt.enums import Phase, Target
 from pdtrt.errors import UnsupportedTargetError
-from pdtrt.repo.launch import LaunchPlan
-from pdtrt.repo.limits import EngineDefaults, resolve_limits
-from pdtrt.repo.models import EngineUse, RepoMode, TemplateFile
 from pdtrt.repo.plan import plan_repo
-from pdtrt.spec.deployment import Deployment
 from pdtrt.spec.load import load_deployment, parse_spec
-from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets import registry
 from pdtrt.targets.base import BuildContext, BuildSource, PhaseBuild, TargetSupport
 from pdtrt.targets.reference import ReferenceTarget

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from buildspecs import write_spec
 
+from pdtrt.blueprint.settings import SettingSource
+from pdtrt.blueprint.steps import StepKind
 from pdtrt.builder.plan import plan_build
-from pdtrt.builder.settings import SettingSource
-from pdtrt.builder.steps import StepKind
 from pdtrt.engine_io import KV_EVENT_BUFFER
 from pdtrt.enums import Phase, Target
 from pdtrt.errors import BuildRejected, SpecError

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from buildspecs import variant, write_spec
 
+from pdtrt.blueprint.profiles import load_profiles, select_profile
+from pdtrt.blueprint.settings import resolve_settings
 from pdtrt.builder.plan import plan_build
-from pdtrt.builder.profiles import load_profiles, select_profile
-from pdtrt.builder.settings import resolve_settings
 from pdtrt.enums import KVDType, Phase, Target, WeightQuant
 from pdtrt.errors import BuildRejected
 from pdtrt.spec.load import load_deployment

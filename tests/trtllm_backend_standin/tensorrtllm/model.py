@@ -30,7 +30,7 @@ from typing import Any
 
 import triton_python_backend_utils as pb_utils
 
-from pdtrt.builder.manifest import MANIFEST_NAME, EngineManifest, read_manifest
+from pdtrt.blueprint.manifest import MANIFEST_NAME, EngineManifest, read_manifest
 from pdtrt.targets.trtllm_backend import load_backend_contract
 
 _KV_TRANSFER_TIMEOUT_MS = 30_000

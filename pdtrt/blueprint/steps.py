@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from pdtrt.builder.manifest import EngineLayout
-from pdtrt.builder.settings import EngineSettings
+from pdtrt.blueprint.manifest import EngineLayout
+from pdtrt.blueprint.settings import EngineSettings
 from pdtrt.enums import KVDType, Phase, Target, WeightQuant
 from pdtrt.facts.catalog import GPU
 

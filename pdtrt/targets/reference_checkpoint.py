@@ -26,10 +26,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from pdtrt.builder.manifest import MANIFEST_NAME, STAMP_NAME
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.manifest import MANIFEST_NAME, STAMP_NAME
 from pdtrt.enums import DType
 from pdtrt.errors import BuildError
-from pdtrt.spec.deployment import Deployment
 
 __all__ = [
     "CORPUS_RESOURCE",

@@ -1,7 +1,7 @@
 """The build settings of one phase's engine, each with how it was chosen.
 
 Three layers, highest first: the spec (``<pool>.engine.*`` keys the user wrote), the engine
-profile (:mod:`pdtrt.builder.profiles`), and values computed from the model facts and the
+profile (:mod:`pdtrt.blueprint.profiles`), and values computed from the model facts and the
 workload -- e.g. the decode ``max_batch_size`` from the KV capacity at ISL + OSL. Every
 :class:`Setting` records its source (``spec``, ``profile``, ``computed``) and why, so the plan can
 say "max_batch_size 56 (computed: 7123 KV blocks / 110 blocks per 3500-token sequence)".
@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from pdtrt.builder.profiles import COMPUTED, EngineProfile
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.profiles import COMPUTED, EngineProfile
 from pdtrt.enums import Phase
 from pdtrt.errors import InfeasibleError
 from pdtrt.facts.memory import fit
-from pdtrt.spec.deployment import Deployment
 
 __all__ = ["SWITCHES", "EngineSettings", "Setting", "SettingSource", "resolve_settings"]
 

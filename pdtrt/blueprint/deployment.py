@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pdtrt.blueprint.spec import DeploymentSpec
 from pdtrt.enums import Phase
 from pdtrt.facts.catalog import GPU
 from pdtrt.facts.memory import MemoryFit
 from pdtrt.facts.model import ModelFacts
-from pdtrt.spec.schema import DeploymentSpec
 
 __all__ = ["Deployment"]
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from pdtrt.blueprint.launch import LaunchPlan
+from pdtrt.blueprint.limits import PhaseLimits
 from pdtrt.engine_io import ModelIO, ModelName, Role, StepMap
 from pdtrt.enums import Phase, Target, TritonBackend
-from pdtrt.repo.launch import LaunchPlan
-from pdtrt.repo.limits import PhaseLimits
 
 __all__ = ["SHIM_MODULES", "EngineUse", "EnsemblePlan", "ModelPlan", "RepoMode", "RepoPlan",
            "TemplateFile", "health_model", "param_flag", "param_number", "python_model"]

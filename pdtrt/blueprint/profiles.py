@@ -4,7 +4,7 @@ A profile (``pdtrt/data/profiles/<name>.yaml``, shown as ``engines/profiles/``) 
 engine for one phase on one GPU type should be built: token budget per step, batch size (a
 number, or ``computed`` from the KV capacity), plugin and feature switches. It is the *default*
 layer: the spec's ``<pool>.engine`` values override it, and values that depend on the model or
-the workload are computed by :mod:`pdtrt.builder.settings`. A profile is not a spec and holds no
+the workload are computed by :mod:`pdtrt.blueprint.settings`. A profile is not a spec and holds no
 model facts.
 
 Selection: the first profile whose ``phase`` matches and whose ``gpus`` list names the pool's

@@ -6,7 +6,7 @@ import hashlib
 
 from conftest import EXAMPLES
 
-from pdtrt.builder.manifest import MANIFEST_NAME, STAMP_NAME, EngineLayout, read_manifest
+from pdtrt.blueprint.manifest import MANIFEST_NAME, STAMP_NAME, EngineLayout, read_manifest
 from pdtrt.builder.plan import plan_build
 from pdtrt.builder.run import run_build
 from pdtrt.enums import Phase, Target

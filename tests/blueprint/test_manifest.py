@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pdtrt.builder.manifest import (
+from pdtrt.blueprint.manifest import (
     EngineManifest,
     KVLayout,
     compatibility_problems,

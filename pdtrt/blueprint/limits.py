@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from pdtrt.builder.manifest import MANIFEST_NAME, EngineManifest, read_manifest
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.blueprint.manifest import MANIFEST_NAME, EngineManifest, read_manifest
 from pdtrt.enums import Phase
-from pdtrt.spec.deployment import Deployment
 
 __all__ = ["TRTLLM_BUILD_DEFAULTS", "EngineDefaults", "LimitSource", "PhaseLimits",
            "manifest_if_present", "resolve_limits"]

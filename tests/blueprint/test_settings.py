@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from buildspecs import variant, write_spec
 
-from pdtrt.builder.profiles import load_profiles, select_profile
-from pdtrt.builder.settings import resolve_settings
+from pdtrt.blueprint.profiles import load_profiles, select_profile
+from pdtrt.blueprint.settings import resolve_settings
 from pdtrt.enums import Phase
 from pdtrt.errors import BuildError
 from pdtrt.facts.memory import fit
