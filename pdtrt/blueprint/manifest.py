@@ -122,5 +122,11 @@ class EngineLayout:
         return self.deployment_dir / str(phase)
 
     @property
+    def aggregated_dir(self) -> Path:
+        """Options of the aggregated baseline, where a target writes its own (trtllm-1.2):
+        it serves the prefill phase's engine, so its manifest is prefill's."""
+        return self.deployment_dir / "aggregated"
+
+    @property
     def tokenizer_dir(self) -> Path:
         return self.deployment_dir / "tokenizer"

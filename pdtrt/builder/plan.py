@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pdtrt.blueprint.deployment import Deployment
 from pdtrt.blueprint.manifest import EngineLayout
-from pdtrt.blueprint.profiles import EngineProfile, load_profiles, select_profile
+from pdtrt.blueprint.profiles import load_profiles, select_profile
 from pdtrt.blueprint.settings import resolve_settings
 from pdtrt.blueprint.steps import BuildPlan, PhasePlan
 from pdtrt.enums import Phase
@@ -43,15 +43,18 @@ def plan_build(dep: Deployment, *, engines_root: Path, phases: tuple[Phase, ...]
     ``examples/``; default ``PDTRT_TRTLLM_EXAMPLES``, else the target's own path).
     """
     support = target_support(dep.spec.target)
-    ctx = BuildContext(dep=dep, layout=EngineLayout(engines_root, dep.spec.name),
-                       examples_dir=examples_dir)
-    source = support.build_source(ctx)
     profiles = load_profiles(profiles_dir)
+    chosen = {phase: resolve_settings(dep, phase, select_profile(profiles, dep.gpus[phase].key,
+                                                                 phase),
+                                      switches=support.build_switches) for phase in Phase}
+    ctx = BuildContext(dep=dep, layout=EngineLayout(engines_root, dep.spec.name),
+                       examples_dir=examples_dir, chosen=chosen)
+    source = support.build_source(ctx)
     phase_plans: list[PhasePlan] = []
     reasons: list[str] = []
     for phase in phases:
         try:
-            phase_plans.append(_plan_phase(support, ctx, phase, profiles))
+            phase_plans.append(_plan_phase(support, ctx, phase))
         except BuildRejected as exc:
             reasons += exc.reasons
     reasons += _cross_phase_problems(phase_plans)
@@ -65,14 +68,11 @@ def plan_build(dep: Deployment, *, engines_root: Path, phases: tuple[Phase, ...]
                      notes=source.notes)
 
 
-def _plan_phase(support: TargetSupport, ctx: BuildContext, phase: Phase,
-                profiles: tuple[EngineProfile, ...]) -> PhasePlan:
+def _plan_phase(support: TargetSupport, ctx: BuildContext, phase: Phase) -> PhasePlan:
     """One phase: its settings as chosen, then as the target builds them, and its steps."""
     dep = ctx.dep
     gpu, pool = dep.gpus[phase], dep.spec.pool(phase)
-    settings = resolve_settings(dep, phase, select_profile(profiles, gpu.key, phase),
-                                switches=support.build_switches)
-    built = support.plan_phase(ctx, phase, settings)
+    built = support.plan_phase(ctx, phase, ctx.chosen[phase])
     return PhasePlan(
         phase=phase, gpu=gpu, tp=pool.tp, pp=pool.pp, weights=dep.spec.weights(phase),
         kv_dtype=dep.spec.kv_cache_dtype(phase), settings=built.settings, notes=built.notes,

@@ -60,6 +60,10 @@ class BuildContext:
 
     dep: Deployment
     layout: EngineLayout
+    # every phase's settings as chosen (spec > profile > model facts), before the target's
+    # own rules: what a phase's build may need of the other's (trtllm-1.2's aggregated
+    # baseline takes the decode's batch)
+    chosen: Mapping[Phase, EngineSettings]
     examples_dir: str | None = None
 
     @property

@@ -109,19 +109,21 @@ class PhaseMemory:
                 f"{param_number(MAX_FRACTION)} (NVIDIA's benchmark setting)")
 
 
-def _free(dep: Deployment, phase: Phase, settings: EngineSettings) -> tuple[int, str, int]:
-    """(free bytes, the arithmetic, one max_seq_len sequence's KV bytes) of one GPU."""
+def _free(dep: Deployment, phase: Phase, settings: EngineSettings, *, transfers: bool = True
+          ) -> tuple[int, str, int]:
+    """(free bytes, the arithmetic, one max_seq_len sequence's KV bytes) of one GPU;
+    ``transfers``: it holds the KV-transfer buffer."""
     spec, pool, gpu = dep.spec, dep.spec.pool(phase), dep.gpus[phase]
     seq_len = int(settings["max_seq_len"])
     mem = fit(dep.model, gpu, tp=pool.tp, pp=pool.pp, seq_len=seq_len, dtype=spec.model.dtype,
               weights=spec.weights(phase), kv_dtype=spec.kv_cache_dtype(phase),
               max_num_tokens=int(settings["max_num_tokens"]),
               tokens_per_block=int(settings["tokens_per_block"]))
-    buffer = spec.kv_transfer.buffer_size_bytes
+    buffer = spec.kv_transfer.buffer_size_bytes if transfers else 0
     free = mem.free_bytes - buffer
     why = (f"{gpu.key} {_gib(mem.memory_bytes)} - weights {_gib(mem.weight_bytes)} - runtime "
-           f"{_gib(mem.runtime_reserve_bytes)} - activations {_gib(mem.activation_bytes)} - "
-           f"transfer buffer {_gib(buffer)}")
+           f"{_gib(mem.runtime_reserve_bytes)} - activations {_gib(mem.activation_bytes)}"
+           + (f" - transfer buffer {_gib(buffer)}" if transfers else ""))
     return free, why, mem.blocks_per_seq * mem.tokens_per_block * mem.kv_bytes_per_token
 
 
@@ -147,14 +149,16 @@ def _fit_graphs(dep: Deployment, phase: Phase, wanted: tuple[int, ...], *, free:
         sizes = sizes[:-1]
 
 
-def plan_memory(dep: Deployment, phase: Phase, settings: EngineSettings) -> PhaseMemory:
-    """The KV fraction and CUDA-graph sizes of ``phase`` on one of its GPUs.
+def plan_memory(dep: Deployment, phase: Phase, settings: EngineSettings, *,
+                aggregated: bool = False) -> PhaseMemory:
+    """The KV fraction and CUDA-graph sizes of ``phase`` on one of its GPUs (``aggregated``:
+    the aggregated baseline on the prefill's GPU, which captures graphs and transfers no KV).
 
     Raises :class:`BuildRejected` when the GPU has no room for a KV cache after the weights,
     activations, transfer buffer and margin, or when the fraction leaves no room for one
     ``max_seq_len`` sequence.
     """
-    free, free_why, seq_bytes = _free(dep, phase, settings)
+    free, free_why, seq_bytes = _free(dep, phase, settings, transfers=not aggregated)
     engine = dep.spec.pool(phase).engine
     key = f"{phase}.engine.kv_cache_free_gpu_mem_fraction"
     if free < MARGIN_BYTES:
@@ -164,7 +168,7 @@ def plan_memory(dep: Deployment, phase: Phase, settings: EngineSettings) -> Phas
             "weights, a larger TP, or a smaller kv_transfer.buffer_size_bytes or "
             "max_num_tokens"])
     wanted = (cuda_graph_batch_sizes(int(settings["max_batch_size"]))
-              if phase is Phase.DECODE else ())
+              if phase is Phase.DECODE or aggregated else ())
     explicit = "kv_cache_free_gpu_mem_fraction" in engine.model_fields_set
     fraction, sizes, graphs = _fit_graphs(
         dep, phase, wanted, free=free, seq_bytes=seq_bytes,

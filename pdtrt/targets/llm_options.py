@@ -3,13 +3,17 @@
 With the PyTorch flow there is no engine to build: ``tensorrt_llm.LLM(model=..., **options)``
 loads the checkpoint and sizes itself from an options file (TensorRT-LLM's
 ``extra_llm_api_options`` YAML). :func:`phase_options` computes every value of that file from
-the phase's settings (:mod:`pdtrt.blueprint.settings`: spec > profile > model facts), the pool, the
-GPU and the phase, each as an :class:`LlmOption` with the reason it is what it is;
+the phase's settings (:mod:`pdtrt.blueprint.settings`: spec > profile > model facts), the pool,
+the GPU and the phase, each as an :class:`LlmOption` with the reason it is what it is;
 :func:`options_yaml` renders them deterministically. The values differ where the phases differ:
 the prefill phase gets no CUDA graphs (its batches hold context requests, which graphs never
 capture) and the overlap scheduler off (TensorRT-LLM's context servers do not support it); the
 decode phase gets CUDA graphs for its batch sizes and keeps the overlap scheduler. Both get UCX
-cache transceivers and KV block reuse off.
+cache transceivers and KV block reuse off. The aggregated baseline (``--mode both`` /
+``aggregated``) gets a file of its own (:func:`aggregated_options`): the prefill's engine with
+the decode's batch, served the way TensorRT-LLM serves one engine by default (overlap, CUDA
+graphs, block reuse, chunked prefill where a prompt outgrows a step), no transceiver -- not
+the prefill's context-only settings, which would make it a weak comparison.
 
 Checking the keys against the pinned version's ``LlmArgs`` is :mod:`pdtrt.targets.llm_args`;
 writing the file is the target's in-process build step (:mod:`pdtrt.targets.trtllm_1_2`).
@@ -31,8 +35,9 @@ from pdtrt.errors import BuildRejected
 from pdtrt.targets.llm_args import LlmArgsFacts, option_problems
 from pdtrt.targets.llm_memory import PhaseMemory, cuda_graph_batch_sizes, plan_memory
 
-__all__ = ["OPTIONS_FILE", "LlmOption", "check_options", "cuda_graph_batch_sizes",
-           "options_mapping", "options_yaml", "phase_options", "with_options"]
+__all__ = ["OPTIONS_FILE", "LlmOption", "aggregated_options", "aggregated_settings",
+           "check_options", "cuda_graph_batch_sizes", "options_mapping", "options_yaml",
+           "phase_options", "with_options"]
 
 OPTIONS_FILE = "extra_llm_api_options.yaml"  # in the phase's directory
 
@@ -129,11 +134,13 @@ def _transfer_buffer(dep: Deployment, phase: Phase, settings: EngineSettings) ->
     return _computed("cache_transceiver_config.max_tokens_in_buffer", tokens, why)
 
 
-def _graphs(memory: PhaseMemory, batch: int) -> list[LlmOption]:
-    """The decode's CUDA graphs: every size its memory leaves room for (none: no graphs)."""
+def _graphs(memory: PhaseMemory, batch: int, *,
+            what: str = "decode batches are generation-only, which CUDA graphs capture"
+            ) -> list[LlmOption]:
+    """CUDA graphs for generation batches: every size the memory leaves room for (none: no
+    graphs)."""
     sizes = memory.graph_sizes
-    why = (f"decode batches are generation-only, which CUDA graphs capture: powers of two "
-           f"below max_batch_size {batch}, and {batch}")
+    why = f"{what}: powers of two below max_batch_size {batch}, and {batch}"
     if memory.dropped_sizes:
         why += (f"; not {','.join(map(str, memory.dropped_sizes))}: their graphs would not fit "
                 "beside the KV cache")
@@ -184,15 +191,10 @@ def _phase_specific(phase: Phase, settings: EngineSettings, memory: PhaseMemory
     ]
 
 
-def phase_options(dep: Deployment, phase: Phase, settings: EngineSettings,
-                  memory: PhaseMemory | None = None) -> tuple[LlmOption, ...]:
-    """Every option of ``phase``'s file, in the file's order, for ``memory``
-    (:func:`pdtrt.targets.llm_memory.plan_memory`, computed here when not given); raises
-    :class:`BuildRejected` when the spec's KV-transfer buffer cannot hold the longest prompt or
-    the GPU has no room for the KV cache."""
-    spec, pool = dep.spec, dep.spec.pool(phase)
-    memory = memory or plan_memory(dep, phase, settings)
-    timeout_ms = round(spec.kv_transfer.timeout_s * 1000)
+def _limits(dep: Deployment, phase: Phase, settings: EngineSettings, memory: PhaseMemory,
+            reuse: tuple[LlmOption, ...]) -> tuple[LlmOption, ...]:
+    """The options every file starts with: parallelism, limits, sampler, KV cache."""
+    pool = dep.spec.pool(phase)
     return (
         LlmOption(key="tensor_parallel_size", value=pool.tp, source=SettingSource.SPEC,
                   why=f"{phase}.tp"),
@@ -210,9 +212,24 @@ def phase_options(dep: Deployment, phase: Phase, settings: EngineSettings,
         _kv_dtype(dep, phase),
         _fraction(memory, phase),
         _from(settings, "tokens_per_block", "kv_cache_config.tokens_per_block"),
-        *_block_reuse(pool.engine.enable_block_reuse, phase),
+        *reuse,
         _computed("scheduler_config.capacity_scheduler_policy", "GUARANTEED_NO_EVICT",
                   "a request once scheduled keeps its KV blocks to the end (as trtllm-0.21)"),
+    )
+
+
+def phase_options(dep: Deployment, phase: Phase, settings: EngineSettings,
+                  memory: PhaseMemory | None = None) -> tuple[LlmOption, ...]:
+    """Every option of ``phase``'s file, in the file's order, for ``memory``
+    (:func:`pdtrt.targets.llm_memory.plan_memory`, computed here when not given); raises
+    :class:`BuildRejected` when the spec's KV-transfer buffer cannot hold the longest prompt or
+    the GPU has no room for the KV cache."""
+    spec, pool = dep.spec, dep.spec.pool(phase)
+    memory = memory or plan_memory(dep, phase, settings)
+    timeout_ms = round(spec.kv_transfer.timeout_s * 1000)
+    return (
+        *_limits(dep, phase, settings, memory, _block_reuse(pool.engine.enable_block_reuse,
+                                                            phase)),
         *_phase_specific(phase, settings, memory),
         LlmOption(key="cache_transceiver_config.backend", value="UCX",
                   source=SettingSource.SPEC, why=f"kv_transfer.backend {spec.kv_transfer.backend}"),
@@ -221,6 +238,50 @@ def phase_options(dep: Deployment, phase: Phase, settings: EngineSettings,
                   source=SettingSource.SPEC,
                   why=f"kv_transfer.timeout_s {param_number(spec.kv_transfer.timeout_s)} x 1000: "
                   + _TIMEOUT_WHY[phase]),
+    )
+
+
+def aggregated_settings(prefill: EngineSettings, decode: EngineSettings) -> EngineSettings:
+    """The aggregated baseline's limits: the prefill engine's (it serves the same checkpoint
+    on the prefill's GPU), with the decode's ``max_batch_size``: it carries every request's
+    generation too, so it must hold as many at once as the decode pool."""
+    values = dict(prefill.values)
+    batch = decode.values["max_batch_size"]
+    values["max_batch_size"] = Setting(
+        value=batch.value, source=batch.source,
+        why=f"the decode's, as the baseline generates too: {batch.why}")
+    return EngineSettings(phase=Phase.PREFILL, profile=prefill.profile, values=values)
+
+
+def aggregated_options(dep: Deployment, settings: EngineSettings,
+                       memory: PhaseMemory) -> tuple[LlmOption, ...]:
+    """The aggregated baseline's file (``settings`` from :func:`aggregated_settings`,
+    ``memory`` planned with ``aggregated=True``): one engine that runs context and generation
+    as TensorRT-LLM serves by default -- chunked prefill where a prompt outgrows a step, the
+    overlap scheduler, CUDA graphs for its generation batches, block reuse on (no KV is
+    sent, so #12542 cannot hang it) -- and no cache transceiver."""
+    batch, budget = int(settings["max_batch_size"]), int(settings["max_num_tokens"])
+    longest = int(settings["max_input_len"])
+    chunked = longest > budget
+    reuse = (LlmOption(key="kv_cache_config.enable_block_reuse", value=True,
+                       source=SettingSource.COMPUTED,
+                       why="TensorRT-LLM's default; the disaggregated hang it risks "
+                       "(TensorRT-LLM #12542) needs a KV transfer, which the baseline never "
+                       "makes"),
+             _computed("kv_cache_config.event_buffer_max_size", KV_EVENT_BUFFER,
+                       "KV cache events for the router's KV index (0, the default, records "
+                       "none); the engine model drains them every 50 ms"))
+    return (
+        *_limits(dep, Phase.PREFILL, settings, memory, reuse),
+        _computed("enable_chunked_prefill", chunked,
+                  f"max_input_len {longest} {'>' if chunked else '<='} max_num_tokens {budget}"
+                  + (": a prompt is split over steps, so generation steps go on beside it"
+                     if chunked else ": a whole prompt fits one step")),
+        _computed("disable_overlap_scheduler", False,
+                  "the baseline's requests run context and generation in one engine, which "
+                  "TensorRT-LLM overlaps by default"),
+        *_graphs(memory, batch, what="its generation-only steps are what CUDA graphs capture "
+                 "(steps with a prompt in them run without)"),
     )
 
 
@@ -255,9 +316,10 @@ def check_options(facts: LlmArgsFacts, options: dict[str, object], *, file: Path
                "are in pdtrt/data/targets/trtllm-1.2-llm-args.yaml"])
 
 
-def options_yaml(options: tuple[LlmOption, ...], *, phase: Phase, deployment: str) -> str:
-    """The options file: a header giving every value's reason, then the YAML (stable order)."""
-    lines = [f"# Generated by `pdtrt build` for {deployment}, phase {phase} -- regenerate, "
+def options_yaml(options: tuple[LlmOption, ...], *, serves: str, deployment: str) -> str:
+    """The options file: a header giving every value's reason, then the YAML (stable order).
+    ``serves``: what the file is for (``phase prefill``, ``the aggregated baseline``)."""
+    lines = [f"# Generated by `pdtrt build` for {deployment}, {serves} -- regenerate, "
              "do not edit.",
              "# tensorrt_llm.LLM(model=<llm_model>, **yaml.safe_load(this file)); why each "
              "value:"]

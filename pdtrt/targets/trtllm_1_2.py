@@ -48,6 +48,7 @@ from pdtrt.engine_io import (
     KV_TRANSFER_DEADLINE_MARGIN_S,
     REFERENCE_ENGINE_IO,
     Param,
+    Role,
 )
 from pdtrt.enums import KVDType, Phase, Target, TritonBackend, WeightQuant
 from pdtrt.envvars import HF_HUB_OFFLINE, PDTRT_TRTLLM_EXAMPLES
@@ -63,6 +64,8 @@ from pdtrt.targets.llm_args import LlmArgsFacts, load_llm_args
 from pdtrt.targets.llm_memory import memory_notes, plan_memory
 from pdtrt.targets.llm_options import (
     OPTIONS_FILE,
+    aggregated_options,
+    aggregated_settings,
     check_options,
     options_mapping,
     options_yaml,
@@ -178,15 +181,37 @@ class Trtllm12Target(ContainerTarget):
                 "such a decode after kv_transfer.timeout_s + "
                 f"{param_number(KV_TRANSFER_DEADLINE_MARGIN_S)} s and stops its request")
         notes += memory_notes(memory)
+        if phase is Phase.PREFILL:  # the phase's own options stay its last step
+            steps.append(self._aggregated_step(ctx, settings))
         steps.append(BuildStep(
             name=f"{phase}-{StepKind.LLM_OPTIONS}", kind=StepKind.LLM_OPTIONS, phase=phase,
             argv=(), inputs=(), output_dir=ctx.layout.phase_dir(phase),
             log_file=ctx.logs_dir / f"{phase}-{StepKind.LLM_OPTIONS}.log", gpu=None,
             what=f"writes {file}: the LLM-API options above, checked against "
             f"{self.llm_args.cite()}",
-            content=options_yaml(options, phase=phase, deployment=dep.spec.name)))
+            content=options_yaml(options, serves=f"phase {phase}", deployment=dep.spec.name)))
         return PhaseBuild(settings=with_options(settings, options), notes=tuple(notes),
                           steps=tuple(steps))
+
+    def _aggregated_step(self, ctx: BuildContext, prefill: EngineSettings) -> BuildStep:
+        """The aggregated baseline's options (:func:`aggregated_options`), built with the
+        prefill phase whose engine and GPU it serves."""
+        dep = ctx.dep
+        settings = aggregated_settings(prefill, ctx.chosen[Phase.DECODE])
+        options = aggregated_options(dep, settings, plan_memory(dep, Phase.PREFILL, settings,
+                                                                aggregated=True))
+        file = ctx.layout.aggregated_dir / OPTIONS_FILE
+        check_options(self.llm_args, options_mapping(options), file=file)
+        return BuildStep(
+            name=f"aggregated-{StepKind.LLM_OPTIONS}", kind=StepKind.LLM_OPTIONS,
+            phase=Phase.PREFILL, argv=(), inputs=(), output_dir=ctx.layout.aggregated_dir,
+            log_file=ctx.logs_dir / f"aggregated-{StepKind.LLM_OPTIONS}.log", gpu=None,
+            what=f"writes {file}: the aggregated baseline's options (the prefill's engine with "
+            f"the decode's max_batch_size {settings['max_batch_size']}, overlap scheduler and "
+            "CUDA graphs on, no cache transceiver), checked against "
+            f"{self.llm_args.cite()}",
+            content=options_yaml(options, serves="the aggregated baseline",
+                                 deployment=dep.spec.name))
 
     def _quantize_step(self, ctx: BuildContext, phase: Phase) -> BuildStep:
         """ModelOpt FP8 post-training quantization, exported as a Hugging Face checkpoint."""
@@ -289,11 +314,12 @@ class Trtllm12Target(ContainerTarget):
         layout = EngineLayout(layout_dir.parent.parent, dep.spec.name)
         llm_model = (str(fp8_checkpoint_dir(layout, engine.phase)) if fp8
                      else _model_ref(dep, layout))
+        options_dir = layout.aggregated_dir if engine.role is Role.AGGREGATED else layout_dir
         params = (
             (Param.ROLE, engine.role),
-            (Param.ENGINE_DIR, str(layout_dir)),  # the options and pdtrt-engine.json
+            (Param.ENGINE_DIR, str(layout_dir)),  # pdtrt-engine.json (and the phase's options)
             (Param.LLM_MODEL, llm_model),
-            (Param.LLM_OPTIONS, str(layout_dir / OPTIONS_FILE)),
+            (Param.LLM_OPTIONS, str(options_dir / OPTIONS_FILE)),
             (Param.GPU_DEVICE_IDS, launch.rank_plan(engine.model).gpu_device_ids_param),
         )
         return python_model(engine.model, engine.role, batch=engine.limits.max_batch_size,

@@ -64,7 +64,9 @@ def test_options_files_need_no_gpu_and_resume(env):
     dep = _deployment(env)
     plan = plan_build(dep, engines_root=env / "engines")
     result = run_build(plan, dep, nvml=FakeNVML([]))  # no GPU here: nothing needs one
-    assert [r.status for r in result.steps] == [StepStatus.RAN] * 2
+    assert [r.status for r in result.steps] == [StepStatus.RAN] * 3
+    aggregated = env / "engines" / dep.spec.name / "aggregated" / "extra_llm_api_options.yaml"
+    assert aggregated.read_text() == plan.steps[0].content  # the baseline's own file
     for phase in Phase:
         step = plan.phase(phase).steps[-1]
         phase_dir = env / "engines" / dep.spec.name / str(phase)
@@ -76,23 +78,25 @@ def test_options_files_need_no_gpu_and_resume(env):
         assert m.kv_layout.tokens_per_block == 32 and m.kv_layout.kv_dtype == "fp8"
     assert _recorded(env) == []
     again = run_build(plan, dep, nvml=FakeNVML([]))
-    assert [r.status for r in again.steps] == [StepStatus.SKIPPED] * 2
+    assert [r.status for r in again.steps] == [StepStatus.SKIPPED] * 3
     changed = _deployment(env, lambda d: d["kv_transfer"].update(timeout_s=10))
     third = run_build(plan_build(changed, engines_root=env / "engines"), changed,
                       nvml=FakeNVML([]))
-    assert [r.status for r in third.steps] == [StepStatus.RAN] * 2
+    # the timeout is in the phases' files only: the baseline's is current
+    assert [r.status for r in third.steps] == [StepStatus.SKIPPED, StepStatus.RAN, StepStatus.RAN]
 
 
 def test_fp8_runs_modelopt_with_the_planned_argv(env):
     dep = _deployment(env, lambda d: d["model"].update(weights="fp8"))
     plan = plan_build(dep, engines_root=env / "engines")
     result = run_build(plan, dep, nvml=FakeNVML([H100, L40S]))
-    assert [s.name for s in plan.steps] == ["prefill-hf-ptq", "prefill-llm-options",
-                                            "decode-hf-ptq", "decode-llm-options"]
-    assert [r.status for r in result.steps] == [StepStatus.RAN] * 4
+    assert [s.name for s in plan.steps] == ["prefill-hf-ptq", "aggregated-llm-options",
+                                            "prefill-llm-options", "decode-hf-ptq",
+                                            "decode-llm-options"]
+    assert [r.status for r in result.steps] == [StepStatus.RAN] * 5
     recorded = _recorded(env)
     assert [r[0] for r in recorded] == ["hf_ptq.py"] * 2
-    assert recorded[1][1:] == list(plan.steps[2].argv[2:])  # the exact rendered argv ran
+    assert recorded[1][1:] == list(plan.steps[3].argv[2:])  # the exact rendered argv ran
     assert recorded[1][1:5] == ["--pyt_ckpt_path", str(env / "hf"), "--export_path",
                                 str(env / "engines" / dep.spec.name / "checkpoints/decode")]
     m = read_manifest(env / "engines" / dep.spec.name / "decode")
@@ -168,7 +172,7 @@ def test_flagship_offline_loads_the_local_snapshot(tmp_path, hub, monkeypatch, r
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert [s["name"] for s in data["result"]["steps"]] == [
-        "hf-snapshot", "prefill-llm-options", "decode-llm-options"]
+        "hf-snapshot", "aggregated-llm-options", "prefill-llm-options", "decode-llm-options"]
     record = json.loads((engines / "llama3-8b-h100-l40s/weights/weights.json").read_text())
     folder = hub / "models--meta-llama--Llama-3.1-8B"
     assert record == {"model": "meta-llama/Meta-Llama-3.1-8B", "repo_id": CURRENT,
@@ -187,7 +191,7 @@ def test_flagship_offline_loads_the_local_snapshot(tmp_path, hub, monkeypatch, r
         assert "HF_TOKEN" not in launch  # nothing to download in the container
         assert "HF_HUB_OFFLINE=1" in (repo / "pdtrt.env").read_text()
     again = run_build(plan_build(dep, engines_root=engines), dep)
-    assert [r.status for r in again.steps] == [StepStatus.SKIPPED] * 3
+    assert [r.status for r in again.steps] == [StepStatus.SKIPPED] * 4
     shutil.rmtree(folder)  # the cache was cleaned: the record is stale, the step runs again
     with pytest.raises(BuildError, match="^HF_HUB_OFFLINE is set and this host's Hugging "
                        f"Face cache has no snapshot of {CURRENT}"):

@@ -96,7 +96,8 @@ def test_spec_and_limit_answers(support: TargetSupport, deployments):
 def test_build_answers(support: TargetSupport, deployments, tmp_path):
     dep = deployments[support.target]
     plan = plan_build(dep, engines_root=tmp_path)
-    ctx = BuildContext(dep=dep, layout=EngineLayout(tmp_path, dep.spec.name))
+    ctx = BuildContext(dep=dep, layout=EngineLayout(tmp_path, dep.spec.name),
+                       chosen={ph.phase: ph.settings for ph in plan.phases})
     source = support.build_source(ctx)
     assert isinstance(source, BuildSource)
     assert all(step.phase is None for step in source.steps)  # shared by both phases

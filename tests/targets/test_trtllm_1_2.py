@@ -42,7 +42,14 @@ def _dep(tmp_path: Path, edit=lambda d: None):
 
 
 def _options(plan, phase: Phase) -> dict:
-    step = next(s for s in plan.phase(phase).steps if s.kind is StepKind.LLM_OPTIONS)
+    step = plan.phase(phase).steps[-1]  # a phase's own options are its last step
+    assert step.kind is StepKind.LLM_OPTIONS
+    return yaml.safe_load(step.content)
+
+
+def _aggregated(plan) -> dict:
+    [step] = [s for s in plan.steps if s.name == "aggregated-llm-options"]
+    assert step.phase is Phase.PREFILL and step.output_dir.name == "aggregated"
     return yaml.safe_load(step.content)
 
 
@@ -58,6 +65,27 @@ def test_golden_options_file(plan, phase, golden):
     assert step.kind is StepKind.LLM_OPTIONS and step.argv == ()
     assert step.output_dir == Path(f"engines/{EXAMPLE}/{phase}")
     golden(f"build/llm-options-{EXAMPLE}-{phase}.yaml", step.content)
+
+
+def test_golden_aggregated_options_file(plan, golden):
+    [step] = [s for s in plan.steps if s.name == "aggregated-llm-options"]
+    assert step.output_dir == Path(f"engines/{EXAMPLE}/aggregated")
+    golden(f"build/llm-options-{EXAMPLE}-aggregated.yaml", step.content)
+
+
+def test_the_aggregated_baseline_is_served_as_one_engine_not_as_a_context_server(plan):
+    prefill, decode, agg = (_options(plan, Phase.PREFILL), _options(plan, Phase.DECODE),
+                            _aggregated(plan))
+    # the prefill's checkpoint and token budget, the decode's concurrency
+    assert (agg["max_num_tokens"], agg["max_batch_size"]) == (prefill["max_num_tokens"],
+                                                              decode["max_batch_size"])
+    assert agg["disable_overlap_scheduler"] is False and prefill["disable_overlap_scheduler"]
+    assert agg["cuda_graph_config"]["batch_sizes"][-1] == decode["max_batch_size"]
+    assert agg["kv_cache_config"]["enable_block_reuse"] is True  # sends no KV: #12542 moot
+    assert "cache_transceiver_config" not in agg
+    # on the H100 with no transfer buffer, it gets a larger share than the decode's L40S
+    assert agg["kv_cache_config"]["free_gpu_memory_fraction"] >= 0.9
+    assert option_problems(FACTS, agg) == []  # names and types LlmArgs 1.2 accepts
 
 
 def test_the_phases_differ_where_the_phases_differ(plan):
@@ -208,6 +236,7 @@ def test_block_reuse_asked_of_a_pool_turns_it_on_with_kv_events_there_only(tmp_p
     assert decode["kv_cache_config"]["event_buffer_max_size"] == KV_EVENT_BUFFER  # > 0: events
     assert prefill["kv_cache_config"]["enable_block_reuse"] is False
     assert "event_buffer_max_size" not in prefill["kv_cache_config"]
+    assert _aggregated(plan)["kv_cache_config"]["event_buffer_max_size"] == KV_EVENT_BUFFER
     assert option_problems(FACTS, decode) == []  # names and types LlmArgs 1.2 accepts
     assert not [n for n in plan.phase(Phase.DECODE).notes + plan.phase(Phase.PREFILL).notes
                 if "#12542" in n]  # a decode's reuse sends nothing: no warning
