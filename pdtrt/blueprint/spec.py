@@ -20,6 +20,7 @@ Numbers are strict: ``tp: "2"`` is an error, not 2. Enum-valued fields take thei
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -184,6 +185,12 @@ class PoolSection(_Section):
                            "endpoint, when `endpoints` lists several).")
     price_per_hour_usd: float | None = Field(
         default=None, ge=0, description="Price of one GPU-hour; overrides the catalog default.")
+    net_devices: Annotated[
+        tuple[str, ...] | None,
+        Field(strict=False, description="UCX_NET_DEVICES on the hosts of this pool, e.g. "
+              "[mlx5_2:1], where they differ from the other pool's hosts; default "
+              "kv_transfer.net_devices. Pools on one GPU type share a host and must agree."),
+    ] = None
     engine: EngineLimitsSection = Field(default_factory=EngineLimitsSection,
                                         description="Engine limits of this pool.")
     endpoint: Annotated[str | None, AfterValidator(_check_endpoint)] = Field(
@@ -428,6 +435,17 @@ class DeploymentSpec(_Section):
 
     def weights(self, phase: Phase) -> WeightQuant:
         return self.pool(phase).engine.weights or self.model.weights
+
+    def net_devices(self, phase: Phase) -> tuple[str, ...]:
+        """``UCX_NET_DEVICES`` of ``phase``'s hosts: the pool's own, else ``kv_transfer``'s
+        (empty: UCX chooses)."""
+        own = self.pool(phase).net_devices
+        return own if own is not None else self.kv_transfer.net_devices
+
+    def host_net_devices(self, phases: Iterable[Phase]) -> tuple[str, ...]:
+        """``UCX_NET_DEVICES`` of the one host serving the pools of ``phases`` (they agree: a
+        spec rule), ``kv_transfer``'s when there are none."""
+        return next((self.net_devices(p) for p in phases), self.kv_transfer.net_devices)
 
     def kv_cache_dtype(self, phase: Phase) -> KVDType:
         return self.pool(phase).engine.kv_cache_dtype or self.model.kv_cache_dtype

@@ -115,7 +115,7 @@ def _main_container(plan: DeployPlan, rp: RolePlan) -> Obj:
     ports = [{"name": n, "containerPort": p, "protocol": "TCP", **({"hostPort": p} if host else {})}
              for n, p in _ports(rp.role).items()]
     env = [{"name": "HOME", "value": HOME}]
-    env += [{"name": k, "value": v} for k, v in ucx_env(plan.dep.spec)]
+    env += [{"name": k, "value": v} for k, v in ucx_env(plan.dep.spec, rp.role.phase)]
     env += _hub_env(plan)
     if rp.role is PodRole.FRONT:
         env += _api_key_env(plan)

@@ -23,6 +23,7 @@ from enum import StrEnum
 
 from pdtrt import envvars
 from pdtrt.blueprint.spec import RDMA_TRANSPORTS, DeploymentSpec
+from pdtrt.enums import Phase
 
 __all__ = ["CROSS_HOST_TRANSPORTS", "RDMA_TRANSPORTS", "PodNetwork", "transport_problems",
            "ucx_env"]
@@ -38,13 +39,15 @@ class PodNetwork(StrEnum):
     HOST = "host"
 
 
-def ucx_env(spec: DeploymentSpec) -> list[tuple[str, str]]:
-    """The UCX environment of every pod (the same values ``pdtrt serve`` and ``pdtrt.env``
-    set from the spec; in the manifest they are visible to ``kubectl describe``)."""
+def ucx_env(spec: DeploymentSpec, phase: Phase | None) -> list[tuple[str, str]]:
+    """The UCX environment of a pod serving ``phase``'s pool (None: the front) -- the same
+    values ``pdtrt serve`` and ``pdtrt.env`` set from the spec; in the manifest they are
+    visible to ``kubectl describe``."""
     kv = spec.kv_transfer
     env = [(envvars.UCX_TLS, ",".join(kv.transports))]
-    if kv.net_devices:
-        env.append((envvars.UCX_NET_DEVICES, ",".join(kv.net_devices)))
+    devices = spec.net_devices(phase) if phase is not None else kv.net_devices
+    if devices:
+        env.append((envvars.UCX_NET_DEVICES, ",".join(devices)))
     if kv.interface:  # the pod's NIC whose address the transceiver advertises (e.g. net1)
         env.append((envvars.TRTLLM_UCX_INTERFACE, kv.interface))
     return env

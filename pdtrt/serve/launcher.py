@@ -69,8 +69,9 @@ def kv_environment(spec: DeploymentSpec | None,
     env = {"UCX_WARN_UNUSED_ENV_VARS": "n"}
     if spec is not None:
         env["UCX_TLS"] = ",".join(spec.kv_transfer.transports)
-        if spec.kv_transfer.net_devices:
-            env["UCX_NET_DEVICES"] = ",".join(spec.kv_transfer.net_devices)
+        devices = spec.host_net_devices(Phase)  # one server on this host: the pools agree
+        if devices:
+            env["UCX_NET_DEVICES"] = ",".join(devices)
     env.update({str(k): str(v) for k, v in (manifest.get("launch") or {}).get("env", {}).items()})
     return env
 

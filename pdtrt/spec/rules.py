@@ -109,6 +109,19 @@ def _transports_known(spec: DeploymentSpec) -> Iterator[SpecIssue]:
                             f"{did_you_mean(tls, UCX_TRANSPORTS)}")
 
 
+def _net_devices_agree_per_host(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    """Pools on one GPU type are served from one host (one server, one ``pdtrt.env``), so
+    they cannot name different NICs."""
+    prefill, decode = (spec.net_devices(p) for p in Phase)
+    if spec.prefill.gpu == spec.decode.gpu and prefill != decode:
+        yield SpecIssue(
+            path="decode.net_devices" if spec.decode.net_devices is not None
+            else "prefill.net_devices",
+            message=f"prefill and decode are both on {spec.prefill.gpu}, served from one "
+            f"host, but name different net_devices ({list(prefill)} vs {list(decode)}): set "
+            "kv_transfer.net_devices once, or put the pools on different GPU types (hosts)")
+
+
 def _ports_distinct(spec: DeploymentSpec) -> Iterator[SpecIssue]:
     seen: dict[int, str] = {}
     for field in ("grpc_port", "http_port", "metrics_port"):
@@ -130,6 +143,7 @@ SHAPE_RULES: tuple[Rule, ...] = (
     _workload_within_limits,
     _target_rules,
     _transports_known,
+    _net_devices_agree_per_host,
     _ports_distinct,
     *POOL_RULES,
 )

@@ -30,12 +30,14 @@ same file): a firewall between the hosts must allow the ephemeral range
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pdtrt import envvars
 from pdtrt.blueprint.deployment import Deployment
 from pdtrt.blueprint.launch import HostPlan, LaunchPlan, RankPlan, host_command
 from pdtrt.blueprint.spec import RDMA_TRANSPORTS, DeploymentSpec
+from pdtrt.enums import Phase
 from pdtrt.errors import RepoError
 from pdtrt.targets.trtllm_launch import (
     RDMA_DOCKER_FLAGS,
@@ -77,9 +79,10 @@ def _devices(engines: list[EnginePlacement]) -> _Devices:
 _MPI_TRANSPORTS = ("self", "sm")
 
 
-def server_ucx_env(spec: DeploymentSpec
+def server_ucx_env(spec: DeploymentSpec, phases: Sequence[Phase], gpu: str
                    ) -> tuple[list[tuple[str, str]], tuple[tuple[str, str], ...]]:
-    """``pdtrt.env`` of a trtllm-1.2 server: the UCX variables, and why each has its value."""
+    """``pdtrt.env`` of a trtllm-1.2 server whose engines serve ``phases`` on GPU type
+    ``gpu``: the UCX variables, and why each has its value."""
     kv = spec.kv_transfer
     tls = list(kv.transports) + [t for t in _MPI_TRANSPORTS if t not in kv.transports]
     env = [(envvars.UCX_TLS, ",".join(tls)), (envvars.UCX_MEMTYPE_CACHE, "n")]
@@ -91,10 +94,13 @@ def server_ucx_env(spec: DeploymentSpec
         reasons.append((envvars.UCX_MAX_RNDV_RAILS, "one NIC per transfer (UCX's default 2 "
                         "splits a TCP transfer across interfaces, docker0 included); NVIDIA's "
                         "documented setting"))
-    if kv.net_devices:
-        env.append((envvars.UCX_NET_DEVICES, ",".join(kv.net_devices)))
-        reasons.append((envvars.UCX_NET_DEVICES, "kv_transfer.net_devices; a host's "
-                        "PDTRT_UCX_NET_DEVICES_<GPU> replaces it at launch"))
+    devices = spec.host_net_devices(phases)
+    if devices:
+        own = [str(p) for p in phases if spec.pool(p).net_devices is not None]
+        env.append((envvars.UCX_NET_DEVICES, ",".join(devices)))
+        reasons.append((envvars.UCX_NET_DEVICES, (f"{own[0]}.net_devices" if own else
+                                                  "kv_transfer.net_devices")
+                        + f"; PDTRT_UCX_NET_DEVICES_{host_suffix(gpu)} replaces it at launch"))
     return env, tuple(reasons)
 
 
@@ -167,7 +173,7 @@ def plan_server_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, 
                     ranks=(0,), models=tuple(e.model for e in engines),
                     num_gpus=devices.num_gpus, launcher=True, server=True, interface=nic,
                     interface_required=cross)
-    env, reasons = server_ucx_env(spec)
+    env, reasons = server_ucx_env(spec, list(dict.fromkeys(e.phase for e in engines)), gpu)
     return LaunchPlan(
         world_size=1, ranks=devices.ranks, env=checked_env(env), env_reasons=reasons,
         image=image,

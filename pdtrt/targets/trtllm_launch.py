@@ -42,6 +42,7 @@ from pdtrt.blueprint.launch import HostPlan, LaunchPlan, RankPlan, host_command
 from pdtrt.blueprint.manifest import EngineLayout
 from pdtrt.blueprint.spec import DeploymentSpec
 from pdtrt.blueprint.triton_models import EngineUse
+from pdtrt.enums import Phase
 from pdtrt.errors import RepoError
 
 __all__ = ["RDMA_DOCKER_FLAGS", "EnginePlacement", "checked_env", "crosses_hosts",
@@ -61,6 +62,7 @@ class EnginePlacement:
     """One engine model of the repository and the GPUs its instances need."""
 
     model: str
+    phase: Phase  # the pool it serves (the aggregated baseline: prefill's)
     gpu: str  # catalog key; one host per key, ordinals counted per key
     tp: int
     pp: int
@@ -69,7 +71,7 @@ class EnginePlacement:
 
 def engine_placements(dep: Deployment, engines: Sequence[EngineUse]) -> list[EnginePlacement]:
     """Each engine model's GPU type and the GPUs its pool's instances need."""
-    return [EnginePlacement(model=e.model, gpu=dep.gpus[e.phase].key,
+    return [EnginePlacement(model=e.model, phase=e.phase, gpu=dep.gpus[e.phase].key,
                             tp=dep.spec.pool(e.phase).tp, pp=dep.spec.pool(e.phase).pp,
                             instances=dep.spec.pool(e.phase).instances) for e in engines]
 
@@ -91,14 +93,24 @@ def transfer_buffer_size(num_bytes: int) -> str:
 
 def ucx_env(spec: DeploymentSpec) -> list[tuple[str, str]]:
     """The UCX variables of a cross-host KV transfer: transports, NVIDIA's documented setting
-    for GPU buffers, and the NICs when the spec pins them."""
+    for GPU buffers, and the NICs when the spec pins them. One MPI world forwards one
+    environment to every rank, so the pools' ``net_devices`` must agree (else
+    :class:`RepoError`)."""
     kv = spec.kv_transfer
     env = [
         (envvars.UCX_TLS, ",".join(kv.transports)),
         (envvars.UCX_MEMTYPE_CACHE, "n"),  # NVIDIA's documented setting for GPU buffers
     ]
-    if kv.net_devices:
-        env.append((envvars.UCX_NET_DEVICES, ",".join(kv.net_devices)))
+    prefill, decode = (spec.net_devices(p) for p in Phase)
+    if prefill != decode:
+        raise RepoError(
+            f"prefill.net_devices {list(prefill)} and decode.net_devices {list(decode)} differ, "
+            "but a trtllm-0.21 repository is one MPI world whose ranks all get one "
+            "UCX_NET_DEVICES",
+            hint="set kv_transfer.net_devices once (names both hosts have), or use target "
+            "trtllm-1.2, whose pools launch per host")
+    if prefill:
+        env.append((envvars.UCX_NET_DEVICES, ",".join(prefill)))
     return env
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pdtrt import envvars
+from pdtrt.enums import Phase
 from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.repo.plan import plan_repo
 from pdtrt.spec.load import load_deployment, parse_spec
@@ -142,8 +143,10 @@ def test_parse_spec_only_placement():
     from pdtrt.targets.trtllm_launch import EnginePlacement, plan_launch
     spec, _ = parse_spec(SEED.read_text())
     launch = plan_launch(spec, [
-        EnginePlacement(model="prefill", gpu="h100-sxm", tp=2, pp=1, instances=1),
-        EnginePlacement(model="decode", gpu="l40s", tp=1, pp=1, instances=3)],
+        EnginePlacement(model="prefill", phase=Phase.PREFILL,
+                        gpu="h100-sxm", tp=2, pp=1, instances=1),
+        EnginePlacement(model="decode", phase=Phase.DECODE,
+                        gpu="l40s", tp=1, pp=1, instances=3)],
         image="img", mounts=["/e"])
     assert [h.ranks for h in launch.hosts] == [(0, 1, 2), (3, 4, 5)]
     assert launch.rank_plan("decode").gpu_device_ids_param == "0;1;2"
@@ -164,3 +167,12 @@ def test_one_host_runs_every_rank_locally(tmp_path):
         assert "--host" not in ctx and ctx[:4] == ["-n", "1", "-x", "TRTLLM_USE_UCX_KVCACHE"]
         assert ctx[ctx.index("tritonserver") - 1] == "TRTLLM_UCX_INTERFACE="
     assert "--worker" not in (repo / "launch.sh").read_text()
+
+
+def test_one_mpi_world_refuses_pools_that_name_different_nics():
+    from pdtrt.errors import RepoError
+    from pdtrt.targets.trtllm_launch import ucx_env
+    text = (EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml").read_text()
+    spec, _ = parse_spec(text.replace("  gpu: l40s\n", "  gpu: l40s\n  net_devices: [eth1]\n"))
+    with pytest.raises(RepoError, match="one MPI world whose ranks all get one UCX_NET_DEVICES"):
+        ucx_env(spec)

@@ -271,3 +271,18 @@ def test_rdma_without_the_devices_is_warned_or_refused(tmp_path):
     assert ("but this host has no /dev/infiniband, and no tcp to fall back on: the KV could "
             "not cross hosts") in done.stderr
     assert not (tmp_path / "rc" / "record" / "docker").exists()
+
+
+def test_each_host_gets_its_pools_net_devices(tmp_path):
+    spec = _edited(tmp_path, "nics.yaml", "  net_devices: []  ",
+                   "  net_devices: [mlx5_0:1]")
+    spec.write_text(spec.read_text().replace(
+        "  gpu: l40s\n", "  gpu: l40s\n  net_devices: [mlx5_2:1]\n"))
+    dep = load_deployment(spec)
+    front = plan_repo(dep, mode=RepoMode.BOTH, engines_root=tmp_path).launch
+    pools = plan_repo(dep, mode=RepoMode.POOLS, engines_root=tmp_path).launch
+    assert dict(front.env)["UCX_NET_DEVICES"] == "mlx5_0:1"  # the H100 host: the default
+    assert dict(pools.env)["UCX_NET_DEVICES"] == "mlx5_2:1"  # the L40S host: decode's own
+    assert dict(pools.env_reasons)["UCX_NET_DEVICES"].startswith(
+        "decode.net_devices; PDTRT_UCX_NET_DEVICES_L40S replaces it")
+    assert dict(front.env_reasons)["UCX_NET_DEVICES"].startswith("kv_transfer.net_devices")

@@ -58,8 +58,10 @@ def test_ranks_with_tensor_parallelism():
     from pdtrt.spec.load import parse_spec
     spec, _ = parse_spec((EXAMPLES / "llama3-8b-h100-l40s-trtllm-0.21.yaml").read_text())
     launch = plan_launch(spec, [
-        EnginePlacement(model="prefill", gpu="h100-sxm", tp=2, pp=1, instances=2),
-        EnginePlacement(model="decode", gpu="h100-sxm", tp=1, pp=2, instances=1)],
+        EnginePlacement(model="prefill", phase=Phase.PREFILL,
+                        gpu="h100-sxm", tp=2, pp=1, instances=2),
+        EnginePlacement(model="decode", phase=Phase.DECODE,
+                        gpu="h100-sxm", tp=1, pp=2, instances=1)],
         image="img", mounts=["/b", "/a", "/b"])
     assert launch.world_size == 1 + 4 + 2
     assert launch.rank_plan("prefill").participant_ids_param == "1,2;3,4"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import EXAMPLES
 from pydantic import ValidationError
 
@@ -17,6 +18,7 @@ from pdtrt.blueprint.spec import DeploymentSpec
 from pdtrt.enums import KVDType, Phase, Target, WeightQuant
 from pdtrt.errors import SpecError
 from pdtrt.spec.load import load_deployment, load_spec, parse_spec
+from tests.buildspecs import write_spec
 from tests.conftest import TESTS
 
 BAD = sorted((TESTS / "fixtures" / "bad_specs").glob("*.yaml"))
@@ -127,3 +129,15 @@ def test_json_schema_names_every_section():
         "version", "name", "target", "model", "prefill", "decode", "kv_transfer", "router",
         "serving", "slo", "workload"}
     assert schema["additionalProperties"] is False
+
+
+def test_pools_on_one_host_must_agree_on_their_net_devices(tmp_path):
+    data = yaml.safe_load((EXAMPLES / "reference-cpu.yaml").read_text())
+    data["decode"]["net_devices"] = ["eth1"]  # both pools are on `cpu`: one host
+    with pytest.raises(SpecError) as err:
+        load_deployment(write_spec(tmp_path, data))
+    assert [i.path for i in err.value.issues] == ["decode.net_devices"]
+    assert "served from one host" in err.value.issues[0].message
+    data["prefill"]["net_devices"] = ["eth1"]
+    spec = load_deployment(write_spec(tmp_path, data)).spec
+    assert spec.net_devices(Phase.PREFILL) == spec.net_devices(Phase.DECODE) == ("eth1",)

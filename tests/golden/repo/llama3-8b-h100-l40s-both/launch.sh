@@ -66,7 +66,7 @@ set -a
 # shellcheck source=/dev/null
 source "$REPO/pdtrt.env"
 set +a
-# this host's NICs for UCX, when they differ from the spec's kv_transfer.net_devices
+# this host's NICs for UCX, when they differ from the spec's (<pool>.net_devices)
 if [[ -n "${PDTRT_UCX_NET_DEVICES_H100_SXM:-}" ]]; then export UCX_NET_DEVICES="${PDTRT_UCX_NET_DEVICES_H100_SXM}"; fi
 if [[ -n "${TRTLLM_UCX_INTERFACE:-}" ]]; then
   nic="$TRTLLM_UCX_INTERFACE"
