@@ -368,6 +368,12 @@ class ServingSection(_Section):
                                      description="Prometheus metrics port; omit for a free port.")
     streaming: bool = Field(default=True, description="Serve token streams (decoupled models).")
     metrics: bool = Field(default=True, description="Publish pdtrt's metrics.")
+    share_gpus: bool = Field(
+        default=False, description="Put every engine instance of a host on the same GPUs "
+        "(ordinals from 0) instead of GPUs of its own: for a one-GPU host (scripts/"
+        "gpu_smoke.sh) or development, never for measurements. Each pool then sets "
+        "engine.kv_cache_free_gpu_mem_fraction so the engines leave each other room "
+        "(trtllm-1.2).")
 
 
 class SLOSection(_Section):

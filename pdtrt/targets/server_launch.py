@@ -30,15 +30,16 @@ same file): a firewall between the hosts must allow the ephemeral range
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from pdtrt import envvars
 from pdtrt.blueprint.deployment import Deployment
 from pdtrt.blueprint.launch import HostPlan, LaunchPlan, RankPlan, host_command
 from pdtrt.blueprint.spec import RDMA_TRANSPORTS, DeploymentSpec
+from pdtrt.blueprint.triton_models import param_number
 from pdtrt.enums import Phase
-from pdtrt.errors import RepoError
+from pdtrt.errors import RepoError, SpecIssue
 from pdtrt.targets.trtllm_launch import (
     RDMA_DOCKER_FLAGS,
     TRITON_DEFAULT_PORTS,
@@ -51,7 +52,8 @@ from pdtrt.targets.trtllm_launch import (
     rank_command,
 )
 
-__all__ = ["plan_server_launch", "rdma_check", "server_script_values", "server_ucx_env"]
+__all__ = ["SHARED_FRACTION_SUM", "plan_server_launch", "rdma_check", "server_script_values",
+           "server_ucx_env", "sharing_issues"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,18 +62,20 @@ class _Devices:
     num_gpus: int
 
 
-def _devices(engines: list[EnginePlacement]) -> _Devices:
-    """Each instance's GPU ordinals, in model order (the container's ordinals)."""
-    ranks, next_device = [], 0
+def _devices(engines: list[EnginePlacement], *, share: bool = False) -> _Devices:
+    """Each instance's GPU ordinals, in model order (the container's ordinals); ``share``:
+    every instance on the same ones, from 0 (``serving.share_gpus``)."""
+    ranks, next_device, most = [], 0, 0
     for eng in engines:
         per_instance = eng.tp * eng.pp
+        most = max(most, per_instance)
         gids = []
         for _ in range(eng.instances):
             gids.append(tuple(range(next_device, next_device + per_instance)))
-            next_device += per_instance
+            next_device += 0 if share else per_instance
         ranks.append(RankPlan(model=eng.model, participant_ids=tuple(() for _ in gids),
                               gpu_device_ids=tuple(gids)))
-    return _Devices(ranks=tuple(ranks), num_gpus=next_device)
+    return _Devices(ranks=tuple(ranks), num_gpus=most if share else next_device)
 
 
 # UCX transports Open MPI's UCX layer needs within a host: the LLM API's MPI workers read the
@@ -150,6 +154,56 @@ def gpu_check(dep: Deployment, plan: LaunchPlan) -> str:
         "  fi"])
 
 
+# What the engines sharing one GPU may give their KV caches in all: each takes its fraction of
+# the memory free when it loads, so a sum below 1 leaves every later one room.
+SHARED_FRACTION_SUM = 0.9
+
+
+def sharing_issues(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    """``serving.share_gpus`` needs both pools on one GPU type (one host) and fractions of
+    their own that leave each other room: TensorRT-LLM sizes each KV cache from the memory
+    free when that engine loads, and Triton loads models in any order."""
+    if not spec.serving.share_gpus:
+        return
+    if spec.prefill.gpu != spec.decode.gpu:
+        yield SpecIssue(path="serving.share_gpus",
+                        message=f"the pools are on {spec.prefill.gpu} and {spec.decode.gpu}, "
+                        "two hosts: only engines of one host can share its GPUs")
+    fractions = {}
+    for phase in Phase:
+        engine = spec.pool(phase).engine
+        if "kv_cache_free_gpu_mem_fraction" not in engine.model_fields_set:
+            yield SpecIssue(path=f"{phase}.engine.kv_cache_free_gpu_mem_fraction",
+                            message="serving.share_gpus: set this pool's fraction (e.g. 0.3) "
+                            "so the engines sharing a GPU leave each other room")
+        fractions[phase] = engine.kv_cache_free_gpu_mem_fraction
+    total = sum(fractions.values())
+    if total > SHARED_FRACTION_SUM:
+        yield SpecIssue(path="decode.engine.kv_cache_free_gpu_mem_fraction",
+                        message="serving.share_gpus: prefill's "
+                        f"{param_number(fractions[Phase.PREFILL])} + decode's "
+                        f"{param_number(fractions[Phase.DECODE])} = "
+                        f"{param_number(total)} of the free memory; at most "
+                        f"{SHARED_FRACTION_SUM} leaves the engine that loads last room")
+
+
+def _check_shared(spec: DeploymentSpec, engines: list[EnginePlacement]) -> None:
+    """Sharing GPUs, the aggregated baseline takes the prefill's fraction a second time
+    (its options use the prefill pool's engine settings): refuse a sum without room."""
+    if not spec.serving.share_gpus or "aggregated" not in {e.model for e in engines}:
+        return
+    fractions = {e.model: spec.pool(e.phase).engine.kv_cache_free_gpu_mem_fraction
+                 * e.instances for e in engines}
+    total = sum(fractions.values())
+    if total > SHARED_FRACTION_SUM:
+        shown = " + ".join(f"{m} {v:g}" for m, v in fractions.items())
+        raise RepoError(
+            f"serving.share_gpus: the engines of this repository would give their KV caches "
+            f"{shown} = {total:g} of the free GPU memory, more than {SHARED_FRACTION_SUM}",
+            hint="serve --mode disaggregated and --mode aggregated one after the other (as "
+            "scripts/gpu_smoke.sh does), or lower the pools' kv_cache_free_gpu_mem_fraction")
+
+
 def plan_server_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, image: str,
                        mounts: list[str]) -> LaunchPlan:
     """The one server of a repository holding ``engines`` (all of one GPU type).
@@ -166,7 +220,8 @@ def plan_server_launch(spec: DeploymentSpec, engines: list[EnginePlacement], *, 
             "this repository with --mode disaggregated or both")
     cross = crosses_hosts(spec)
     nic = kv_interface(spec, cross_host=cross)  # refuses a guessed cross-host address
-    devices = _devices(engines)
+    devices = _devices(engines, share=spec.serving.share_gpus)
+    _check_shared(spec, engines)
     gpu = gpus[0] if gpus else ""
     host = HostPlan(gpu=gpu, host_var="",
                     interface_var=envvars.PDTRT_UCX_INTERFACE_PREFIX + host_suffix(gpu),

@@ -109,6 +109,10 @@ class Trtllm021Target(ContainerTarget):
                                 message=f"{self.target}'s C++ backend always samples with the "
                                 f"C++ decoder (TRTLLMSampler), not {Sampler.TORCH}; remove "
                                 "the setting or use target trtllm-1.2")
+        if spec.serving.share_gpus:
+            yield SpecIssue(path="serving.share_gpus",
+                            message=f"{self.target}'s MPI world gives every engine rank GPUs of "
+                            "its own; sharing them needs target trtllm-1.2")
 
     # --- build -----------------------------------------------------------------------------
     def plan_phase(self, ctx: BuildContext, phase: Phase, settings: EngineSettings) -> PhaseBuild:

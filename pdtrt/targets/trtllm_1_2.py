@@ -73,7 +73,7 @@ from pdtrt.targets.llm_options import (
     with_options,
 )
 from pdtrt.targets.schema import Tool
-from pdtrt.targets.server_launch import plan_server_launch, server_script_values
+from pdtrt.targets.server_launch import plan_server_launch, server_script_values, sharing_issues
 from pdtrt.targets.toolchain import Toolchain, check_toolchain
 from pdtrt.targets.trtllm_build import check_gpus, check_model_dir, hf_model_ref, model_dir
 from pdtrt.targets.trtllm_launch import engine_placements, launch_mounts
@@ -137,6 +137,7 @@ class Trtllm12Target(ContainerTarget):
                 yield SpecIssue(path="model.weights",
                                 message=f"{self.target} builds {phase} weights none or fp8 "
                                 f"(ModelOpt FP8), not {weights}")
+        yield from sharing_issues(spec)
 
     # --- build -----------------------------------------------------------------------------
     def build_source(self, ctx: BuildContext) -> BuildSource:

@@ -286,3 +286,41 @@ def test_each_host_gets_its_pools_net_devices(tmp_path):
     assert dict(pools.env_reasons)["UCX_NET_DEVICES"].startswith(
         "decode.net_devices; PDTRT_UCX_NET_DEVICES_L40S replaces it")
     assert dict(front.env_reasons)["UCX_NET_DEVICES"].startswith("kv_transfer.net_devices")
+
+
+def _shared_spec(tmp_path: Path, prefill: float | None = 0.3, decode: float | None = 0.3
+                 ) -> Path:
+    """The example on one host: both pools on the H100, sharing its GPU."""
+    spec = _edited(tmp_path, "shared.yaml", "  endpoint: l40s-host:8001 ", "  # no endpoint ")
+    text = spec.read_text().replace("  gpu: l40s\n", "  gpu: h100-sxm\n")
+    text = text.replace("serving:\n", "serving:\n  share_gpus: true\n")
+    for pool, fraction in (("prefill", prefill), ("decode", decode)):
+        if fraction is not None:  # first key under the pool's engine:
+            i = text.index(f"\n{pool}:")
+            j = text.index("  engine:\n", i) + len("  engine:\n")
+            text = text[:j] + f"    kv_cache_free_gpu_mem_fraction: {fraction}\n" + text[j:]
+    spec.write_text(text)
+    return spec
+
+
+def test_shared_gpus_put_every_instance_on_gpu_0(tmp_path):
+    dep = load_deployment(_shared_spec(tmp_path))
+    launch = plan_repo(dep, mode=RepoMode.DISAGGREGATED, engines_root=tmp_path).launch
+    [host] = launch.hosts
+    assert host.num_gpus == 1  # docker run --gpus device=0; nvidia-smi must list one
+    assert launch.rank_plan("prefill").gpu_device_ids_param == "0"
+    assert launch.rank_plan("decode").gpu_device_ids_param == "0;0"  # both instances
+    with pytest.raises(RepoError) as err:  # the baseline takes prefill's 0.3 again: no room
+        plan_repo(dep, mode=RepoMode.BOTH, engines_root=tmp_path)
+    assert "prefill 0.3 + decode 0.6 + aggregated 0.3 = 1.2" in err.value.message
+    assert "--mode disaggregated and --mode aggregated one after the other" in err.value.hint
+
+
+def test_shared_gpus_need_fractions_that_leave_room(tmp_path):
+    from pdtrt.errors import SpecError
+    with pytest.raises(SpecError) as err:
+        load_deployment(_shared_spec(tmp_path, prefill=None, decode=0.7))
+    paths = [i.path for i in err.value.issues]
+    assert paths == ["prefill.engine.kv_cache_free_gpu_mem_fraction",
+                     "decode.engine.kv_cache_free_gpu_mem_fraction"]
+    assert "at most 0.9" in err.value.issues[1].message
