@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("UCX_TLS", "sm,tcp")
 os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
 
-from pdtrt.runtime.router.phase_client import GrpcPhaseClient  # noqa: E402
+from pdtrt.client.streams import GrpcStreamClient  # noqa: E402
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -51,7 +51,7 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
 
 
-class _TextGrpc(GrpcPhaseClient):
+class _TextGrpc(GrpcStreamClient):
     """The gRPC client, with BYTES tensors serialized as Triton wants them (the ensemble)."""
 
     @staticmethod
@@ -86,7 +86,7 @@ class Paths:
         from pdtrt.front.deployment import engine_inputs
         from pdtrt.front.protocol import Sampling
 
-        self.grpc, self.front_url, self.n, self.prompt = GrpcPhaseClient(grpc_url), front_url, n, \
+        self.grpc, self.front_url, self.n, self.prompt = GrpcStreamClient(grpc_url), front_url, n, \
             prompt
         self.text_grpc = _TextGrpc(grpc_url)
         sampling = Sampling(max_tokens=n, temperature=0.0, top_p=1.0, top_k=0, seed=None,

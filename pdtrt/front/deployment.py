@@ -3,7 +3,7 @@
 The front tokenizes itself and calls the repository's ``router`` (disaggregated; ``aggregated``
 when the repository has no router) with the engine-model I/O -- token ids in, one streamed
 response per token out -- over ``grpc.aio`` (:class:`~pdtrt.runtime.router.phase_client.
-GrpcPhaseClient`, the client the router itself uses for remote pools). Not ``ensemble``: Triton
+GrpcStreamClient`, the client the router itself uses for remote pools). Not ``ensemble``: Triton
 2.51 does not pass a cancellation on to an ensemble's steps (docs/serve.md), so a request that
 an HTTP client abandons could not be stopped there.
 
@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from pdtrt.client.streams import GrpcStreamClient, StreamResponse
 from pdtrt.engine_io import ERROR_OUTPUT, ModelName
 from pdtrt.errors import ApiError, ServerError
 from pdtrt.front.protocol import Sampling
-from pdtrt.runtime.router.phase_client import GrpcPhaseClient, PhaseResponse
 
 __all__ = ["DRAIN_S", "STOP_EVERY_S", "Deployment", "EngineClient", "Step"]
 
@@ -149,7 +149,7 @@ class EngineClient:
 
     def __init__(self, grpc_url: str, model: str) -> None:
         self.model = model
-        self.phase = GrpcPhaseClient(grpc_url)
+        self.phase = GrpcStreamClient(grpc_url)
         self.error_output = "" if model == ModelName.ROUTER else ERROR_OUTPUT
         self._drains: set[asyncio.Task] = set()
 
@@ -162,7 +162,7 @@ class EngineClient:
         outputs = ["output_ids"] + (["output_log_probs"] if logprobs else [])
         stream = self.phase.stream(self.model, inputs, request_id=request_id, parameters={},
                                    outputs=outputs, error_output=self.error_output)
-        got: asyncio.Queue[PhaseResponse | None] = asyncio.Queue()
+        got: asyncio.Queue[StreamResponse | None] = asyncio.Queue()
         pump = asyncio.ensure_future(_pump(stream, got))
         ended = False
         try:
@@ -211,20 +211,20 @@ class EngineClient:
             await asyncio.gather(*self._drains, return_exceptions=True)
 
 
-async def _pump(stream: AsyncIterator[PhaseResponse],
-                got: asyncio.Queue[PhaseResponse | None]) -> None:
+async def _pump(stream: AsyncIterator[StreamResponse],
+                got: asyncio.Queue[StreamResponse | None]) -> None:
     """Read ``stream`` to its end into ``got``; None last."""
     try:
         async for response in stream:
             got.put_nowait(response)
     except Exception as exc:  # a bug below: the request fails, the front goes on
         log.exception("reading a stream of the deployment failed")
-        got.put_nowait(PhaseResponse(error=f"front failure: {type(exc).__name__}: {exc}"))
+        got.put_nowait(StreamResponse(error=f"front failure: {type(exc).__name__}: {exc}"))
     finally:
         got.put_nowait(None)
 
 
-def _step(response: PhaseResponse, logprobs: bool) -> Step:
+def _step(response: StreamResponse, logprobs: bool) -> Step:
     ids = response.outputs["output_ids"].reshape(-1).tolist()
     lps = response.outputs.get("output_log_probs") if logprobs else None
     return Step(token_ids=[int(t) for t in ids],
