@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from pdtrt.engine_io import ModelIO, ModelName, Role, StepMap
+from pdtrt.engine_io import ModelIO, ModelName, Role
+from pdtrt.ensemble import StepMap
 from pdtrt.enums import Phase, Target, TritonBackend
 from pdtrt.repo.launch import LaunchPlan
 from pdtrt.repo.limits import PhaseLimits

@@ -23,7 +23,7 @@ from typing import Any
 from pdtrt.builder.manifest import EngineLayout
 from pdtrt.builder.settings import SWITCHES, EngineSettings
 from pdtrt.builder.steps import BuildPlan, BuildStep
-from pdtrt.engine_io import GPT_MODEL_PATH, TRTLLM_0_21_ENGINE_IO
+from pdtrt.ensemble import GPT_MODEL_PATH, TRTLLM_0_21_ENGINE_IO
 from pdtrt.enums import KVDType, Phase, Sampler, Target, TritonBackend
 from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES
 from pdtrt.errors import BuildError, SpecIssue

@@ -55,7 +55,7 @@ def test_an_engine_failure_fails_the_batch_and_the_waiting_requests_still_run(ti
     import queue
 
     from pdtrt.engine_io import RequestType
-    from pdtrt.llmapi.reference.engine import ReferenceEngine, Sampling
+    from pdtrt.llmapi.reference.engine import ReferenceEngine, SequenceSampling
     from pdtrt.llmapi.reference.scheduler import Scheduler, SeqRequest
 
     sched = Scheduler(ReferenceEngine(tiny_model, tokens_per_block=16), max_batch_size=1,
@@ -63,7 +63,8 @@ def test_an_engine_failure_fails_the_batch_and_the_waiting_requests_still_run(ti
     outs = {rid: queue.Queue() for rid in ("fault-1", "ok-1")}
     for rid, out in outs.items():  # both queued before the loop starts: one batch of one
         sched.submit(SeqRequest(request_id=rid, prompt=[5, 6, 7], max_new_tokens=4, end_id=None,
-                                sampling=Sampling(), mode=RequestType.CONTEXT_AND_GENERATION,
+                                sampling=SequenceSampling(),
+                                mode=RequestType.CONTEXT_AND_GENERATION,
                                 emit=out.put))
     sched.start()
     try:

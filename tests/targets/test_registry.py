@@ -9,14 +9,8 @@ import pytest
 
 from pdtrt.builder.manifest import EngineLayout
 from pdtrt.builder.plan import plan_build
-from pdtrt.engine_io import (
-    CORE_ENGINE_IO,
-    ModelName,
-    Param,
-    Role,
-    engine_input_name,
-    engine_io,
-)
+from pdtrt.engine_io import CORE_ENGINE_IO, ModelName, Param, Role
+from pdtrt.ensemble import engine_input_name, engine_io
 from pdtrt.enums import Phase, Target
 from pdtrt.errors import UnsupportedTargetError
 from pdtrt.repo.launch import LaunchPlan
