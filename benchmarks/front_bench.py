@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("UCX_TLS", "sm,tcp")
 os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
 
-from pdtrt.runtime.router.phase_client import GrpcPhaseClient  # noqa: E402
+from pdtrt.client.streams import GrpcStreamClient  # noqa: E402
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -51,7 +51,7 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime + stime
 
 
-class _TextGrpc(GrpcPhaseClient):
+class _TextGrpc(GrpcStreamClient):
     """The gRPC client, with BYTES tensors serialized as Triton wants them (the ensemble)."""
 
     @staticmethod
@@ -83,16 +83,15 @@ async def _timed(responses) -> list[float]:
 
 class Paths:
     def __init__(self, grpc_url: str, front_url: str, tokenizer: Any, prompt: str, n: int):
-        from pdtrt.front.deployment import engine_inputs
-        from pdtrt.front.protocol import Sampling
+        from pdtrt.engine_io import RequestSampling
+        from pdtrt.front.engine_client import engine_inputs
+        from pdtrt.front.protocol import OpenAIRequest
 
-        self.grpc, self.front_url, self.n, self.prompt = GrpcPhaseClient(grpc_url), front_url, n, \
+        self.grpc, self.front_url, self.n, self.prompt = GrpcStreamClient(grpc_url), front_url, n, \
             prompt
         self.text_grpc = _TextGrpc(grpc_url)
-        sampling = Sampling(max_tokens=n, temperature=0.0, top_p=1.0, top_k=0, seed=None,
-                            presence_penalty=None, frequency_penalty=None,
-                            repetition_penalty=None, min_tokens=None, stop=(), ignore_eos=True,
-                            logprobs=False, stream=True, include_usage=False)
+        sampling = OpenAIRequest(max_tokens=n, sampling=RequestSampling(temperature=0.0, top_p=1.0),
+                                 stop=(), ignore_eos=True, stream=True, include_usage=False)
         self.router_inputs = engine_inputs(tokenizer.encode(prompt), sampling, max_tokens=n,
                                            end_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
         self.ensemble_inputs = {
@@ -198,7 +197,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    from pdtrt.front.deployment import Deployment
+    from pdtrt.front.deployment import ServedDeployment
     from pdtrt.front.text import FrontTokenizer
     from pdtrt.serve.launcher import prepare, server_config
     from pdtrt.serve.triton_server import TritonServer
@@ -216,7 +215,7 @@ def main() -> int:
         while lines[-1] not in ("}\n", ""):
             lines.append(front.stdout.readline())
         front_url = json.loads("".join(lines))["openai"]
-        tokenizer = FrontTokenizer.load(Deployment.from_repository(prepared.repository)
+        tokenizer = FrontTokenizer.load(ServedDeployment.from_repository(prepared.repository)
                                         .tokenizer_dir)
         load = os.getloadavg()
         results = asyncio.run(main_async(args, endpoints.grpc_url, front_url, front.pid,

@@ -35,7 +35,7 @@ def thread_kind(frames: list[str]) -> str:
     text = ";".join(frames)
     if "run_forever" in text:
         return "event loop"
-    if "phase_client.py" in text and "read (" in text:
+    if "bls_client.py" in text and "read (" in text:
         return "BLS reader threads"
     return frames[0][:40]
 

@@ -1,65 +1,55 @@
-"""The I/O contracts of the models in a pdtrt repository, as small typed tables.
+"""The engine model's I/O contract, and the request that crosses it, as small typed tables.
 
-One table per model kind: NVIDIA's ensemble (text in, text out), the preprocessing and
-postprocessing models, the engine model (``tensorrt_llm`` of TensorRT-LLM 0.21 and pdtrt's
-reference engine model, which implements the *core* subset), and pdtrt's router (the core
-contract minus ``context_phase_params``, so the ensemble wiring is the same whichever model sits
-in the middle). Plus the wiring itself (the ensemble's ``input_map``/``output_map`` per step),
-the request parameter that selects the phase, and the ``pdtrt_role`` / parameter names the
-Python models read from their ``config.pbtxt``.
-
-The names, dtypes and dims of NVIDIA's tables come from TensorRT-LLM's
-``triton_backend/all_models/inflight_batcher_llm/{ensemble,preprocessing,postprocessing,
-tensorrt_llm}/config.pbtxt``. Two core inputs have other names in TensorRT-LLM 0.21's model
-(:data:`TRTLLM_0_21_INPUT_NAMES`: ``min_tokens``/``seed``); pdtrt's core keeps
-``min_length``/``random_seed`` and :func:`engine_step_map` maps them. NVIDIA's ensemble now
-names them ``min_tokens``/``seed`` too, so pdtrt's ensemble, router and engine models accept
-either name of each (:data:`INPUT_ALIASES`; one request giving both is refused).
+The *core* contract every engine model implements (:data:`CORE_ENGINE_IO`: TensorRT-LLM's
+``tensorrt_llm`` model's names, dtypes and dims, from ``triton_backend/all_models/
+inflight_batcher_llm/tensorrt_llm/config.pbtxt``), pdtrt's own engine model
+(:data:`REFERENCE_ENGINE_IO`) and its router (:data:`ROUTER_IO`: the core contract minus
+``context_phase_params``, so the ensemble wiring is the same whichever model sits in the
+middle); the request parameter that selects the phase; the ``pdtrt_role`` / parameter names
+the Python models read from their ``config.pbtxt``; and :class:`RequestSampling`, the sampling
+settings of one request as they cross that process boundary: built from an OpenAI body by the
+front, sent as the core inputs (:meth:`RequestSampling.inputs`), read back by the engine model
+and the router (:func:`pdtrt.runtime.request_parsing.parse_engine_request`) and turned into
+the LLM API's ``SamplingParams`` in one place (``runtime.engine.model``). NVIDIA's ensemble now
+names two core inputs ``min_tokens``/``seed``, so pdtrt's ensemble, router and engine models
+accept either name of each (:data:`INPUT_ALIASES`; one request giving both is refused). The
+models around the engine model and the wiring per target are :mod:`pdtrt.ensemble`'s.
 Dims exclude the batch dimension (every model has ``max_batch_size > 0``). This module is data:
 it renders nothing and reads no files.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
-from pdtrt.enums import Phase, Target
+from pdtrt.enums import Phase
 
 __all__ = [
-    "AGGREGATED_ENSEMBLE_NAME",
     "CORE_ENGINE_IO",
     "ERROR_OUTPUT",
     "KV_EVENTS_OUTPUT",
     "KV_EVENT_BUFFER",
     "KV_TRANSFER_DEADLINE_MARGIN_S",
-    "ENSEMBLE_IO",
     "ENSEMBLE_NAME",
-    "ENGINE_STEP_MAP",
+    "AGGREGATED_ENSEMBLE_NAME",
     "INPUT_ALIASES",
     "PHASE_ROLES",
-    "POSTPROCESSING_IO",
-    "POSTPROCESSING_STEP_MAP",
-    "PREPROCESSING_IO",
-    "PREPROCESSING_STEP_MAP",
     "READINESS_PATH",
     "REQUEST_TYPE_PARAMETER",
     "REFERENCE_ENGINE_IO",
     "ROUTER_IO",
-    "TRTLLM_0_21_ENGINE_IO",
-    "TRTLLM_0_21_INPUT_NAMES",
     "ModelIO",
     "ModelName",
     "Param",
+    "RequestSampling",
     "RequestType",
     "Role",
-    "StepMap",
     "TensorSpec",
     "TritonDType",
-    "engine_input_name",
-    "engine_io",
-    "engine_step_map",
-    "ensemble_io",
+    "scalar_spec",
+    "tensor_spec",
 ]
 
 
@@ -138,15 +128,15 @@ def _find(tensors: tuple[TensorSpec, ...], name: str, kind: str) -> TensorSpec:
     raise KeyError(f"no {kind} named {name!r}")
 
 
-def _t(name: str, dtype: TritonDType, *dims: int, opt: bool = False, ragged: bool = False,
+def tensor_spec(name: str, dtype: TritonDType, *dims: int, opt: bool = False, ragged: bool = False,
        scalar: bool = False) -> TensorSpec:
     return TensorSpec(name=name, dtype=dtype, dims=dims, optional=opt, ragged=ragged,
                       reshape_scalar=scalar)
 
 
-def _s(name: str, dtype: TritonDType, *, opt: bool = True) -> TensorSpec:
+def scalar_spec(name: str, dtype: TritonDType, *, opt: bool = True) -> TensorSpec:
     """An engine-model scalar: ``dims: [1]`` reshaped to ``[]`` (the batch dim stays)."""
-    return _t(name, dtype, 1, opt=opt, scalar=True)
+    return tensor_spec(name, dtype, 1, opt=opt, scalar=True)
 
 
 B, U8, I32, I64, U64 = (TritonDType.BOOL, TritonDType.UINT8, TritonDType.INT32,
@@ -305,102 +295,48 @@ phase has a healthy endpoint, and unloaded while one has none. Kubernetes probes
 loaded."""
 
 
-# --- NVIDIA's ensemble (text in, text out): the subset pdtrt serves ---------------------------
 # The log-probabilities of the generated tokens: every engine model, the router and the
 # ensemble return them to a request that sets return_log_probs (NVIDIA's names and shapes).
 _LOG_PROB_OUTPUTS = (
-    _t("cum_log_probs", F32, -1),
-    _t("output_log_probs", F32, -1, -1),
-)
-
-ENSEMBLE_IO = ModelIO(
-    inputs=(
-        _t("text_input", STR, 1),
-        _t("max_tokens", I32, 1),
-        _t("bad_words", STR, -1, opt=True),
-        _t("stop_words", STR, -1, opt=True),
-        _t("exclude_input_in_output", B, 1, opt=True),
-        _t("end_id", I32, 1, opt=True),
-        _t("pad_id", I32, 1, opt=True),
-        _t("top_k", I32, 1, opt=True),
-        _t("top_p", F32, 1, opt=True),
-        _t("temperature", F32, 1, opt=True),
-        _t("length_penalty", F32, 1, opt=True),
-        _t("repetition_penalty", F32, 1, opt=True),
-        _t("min_length", I32, 1, opt=True),
-        _t("presence_penalty", F32, 1, opt=True),
-        _t("frequency_penalty", F32, 1, opt=True),
-        _t("random_seed", U64, 1, opt=True),
-        _t("min_tokens", I32, 1, opt=True),  # NVIDIA's current names (INPUT_ALIASES)
-        _t("seed", U64, 1, opt=True),
-        _t("return_log_probs", B, 1, opt=True),
-        _t("beam_width", I32, 1, opt=True),
-        _t("stream", B, 1, opt=True),
-    ),
-    outputs=(_t("text_output", STR, -1), *_LOG_PROB_OUTPUTS),
-)
-
-# --- preprocessing / postprocessing (NVIDIA's names; a subset) --------------------------------
-PREPROCESSING_IO = ModelIO(
-    inputs=(
-        _t("QUERY", STR, 1),
-        _t("REQUEST_OUTPUT_LEN", I32, 1),
-        _t("BAD_WORDS_DICT", STR, -1, opt=True),
-        _t("STOP_WORDS_DICT", STR, -1, opt=True),
-        _t("END_ID", I32, 1, opt=True),
-        _t("PAD_ID", I32, 1, opt=True),
-    ),
-    outputs=(
-        _t("INPUT_ID", I32, -1),
-        _t("REQUEST_INPUT_LEN", I32, 1),
-        _t("BAD_WORDS_IDS", I32, 2, -1),
-        _t("STOP_WORDS_IDS", I32, 2, -1),
-        _t("REQUEST_OUTPUT_LEN", I32, -1),
-        _t("OUT_END_ID", I32, 1),
-        _t("OUT_PAD_ID", I32, 1),
-    ),
-)
-
-POSTPROCESSING_IO = ModelIO(
-    inputs=(_t("TOKENS_BATCH", I32, -1, -1), _t("SEQUENCE_LENGTH", I32, -1)),
-    outputs=(_t("OUTPUT", STR, -1),),
+    tensor_spec("cum_log_probs", F32, -1),
+    tensor_spec("output_log_probs", F32, -1, -1),
 )
 
 # --- the engine model ---------------------------------------------------------------------------
 _CORE_INPUTS = (
-    _t("input_ids", I32, -1, ragged=True),
-    _s("input_lengths", I32, opt=False),
-    _s("request_output_len", I32, opt=False),
-    _s("end_id", I32),
-    _s("pad_id", I32),
-    _t("stop_words_list", I32, 2, -1, opt=True, ragged=True),
-    _t("bad_words_list", I32, 2, -1, opt=True, ragged=True),
-    _s("beam_width", I32),
-    _s("temperature", F32),
-    _s("runtime_top_k", I32),
-    _s("runtime_top_p", F32),
-    _s("len_penalty", F32),
-    _s("repetition_penalty", F32),
-    _s("min_length", I32),
-    _s("presence_penalty", F32),
-    _s("frequency_penalty", F32),
-    _s("random_seed", U64),
-    _s("return_log_probs", B),
-    _s("exclude_input_in_output", B),
-    _s("stop", B),
-    _s("streaming", B),
-    _t("context_phase_params", U8, -1, opt=True, ragged=True),
+    tensor_spec("input_ids", I32, -1, ragged=True),
+    scalar_spec("input_lengths", I32, opt=False),
+    scalar_spec("request_output_len", I32, opt=False),
+    scalar_spec("end_id", I32),
+    scalar_spec("pad_id", I32),
+    tensor_spec("stop_words_list", I32, 2, -1, opt=True, ragged=True),
+    tensor_spec("bad_words_list", I32, 2, -1, opt=True, ragged=True),
+    scalar_spec("beam_width", I32),
+    scalar_spec("temperature", F32),
+    scalar_spec("runtime_top_k", I32),
+    scalar_spec("runtime_top_p", F32),
+    scalar_spec("len_penalty", F32),
+    scalar_spec("repetition_penalty", F32),
+    scalar_spec("min_length", I32),
+    scalar_spec("presence_penalty", F32),
+    scalar_spec("frequency_penalty", F32),
+    scalar_spec("random_seed", U64),
+    scalar_spec("return_log_probs", B),
+    scalar_spec("exclude_input_in_output", B),
+    scalar_spec("stop", B),
+    scalar_spec("streaming", B),
+    tensor_spec("context_phase_params", U8, -1, opt=True, ragged=True),
 )
 _TIMING_OUTPUTS = (
-    _t("arrival_time_ns", I64, 1),
-    _t("first_scheduled_time_ns", I64, 1),
-    _t("first_token_time_ns", I64, 1),
-    _t("last_token_time_ns", I64, 1),
+    tensor_spec("arrival_time_ns", I64, 1),
+    tensor_spec("first_scheduled_time_ns", I64, 1),
+    tensor_spec("first_token_time_ns", I64, 1),
+    tensor_spec("last_token_time_ns", I64, 1),
 )
 _CORE_OUTPUTS = (
-    _t("output_ids", I32, -1, -1),
-    _t("sequence_length", I32, -1),
-    _t("context_phase_params", U8, -1),
+    tensor_spec("output_ids", I32, -1, -1),
+    tensor_spec("sequence_length", I32, -1),
+    tensor_spec("context_phase_params", U8, -1),
     *_TIMING_OUTPUTS,
     *_LOG_PROB_OUTPUTS,
 )
@@ -417,7 +353,7 @@ pdtrt's ensemble, router and engine models declare both; a request gives either,
 (:mod:`pdtrt.runtime.request_parsing` refuses that), and the router hands its phases the core
 name only."""
 
-_ALIAS_INPUTS = (_s("min_tokens", I32), _s("seed", U64))
+_ALIAS_INPUTS = (scalar_spec("min_tokens", I32), scalar_spec("seed", U64))
 
 ERROR_OUTPUT = "pdtrt_error"
 """pdtrt's engine models also have this output: the error message of a request that fails
@@ -435,8 +371,9 @@ KV_EVENT_BUFFER = 4096
 LlmArgs defaults to 0: none) when block reuse is on; the engine model drains every 50 ms."""
 
 REFERENCE_ENGINE_IO = ModelIO(
-    inputs=_CORE_INPUTS + _ALIAS_INPUTS + (_s("kv_events_cursor", STR),),
-    outputs=_CORE_OUTPUTS + (_t(ERROR_OUTPUT, STR, 1), _t(KV_EVENTS_OUTPUT, STR, 1)))
+    inputs=_CORE_INPUTS + _ALIAS_INPUTS + (scalar_spec("kv_events_cursor", STR),),
+    outputs=_CORE_OUTPUTS + (tensor_spec(ERROR_OUTPUT, STR, 1),
+                             tensor_spec(KV_EVENTS_OUTPUT, STR, 1)))
 """pdtrt's LLM-API engine model: the core contract plus :data:`ERROR_OUTPUT` and the KV-events
 request (``kv_events_cursor`` in, :data:`KV_EVENTS_OUTPUT` out), and the
 :data:`INPUT_ALIASES`."""
@@ -446,159 +383,50 @@ ROUTER_IO = ModelIO(inputs=CORE_ENGINE_IO.inputs + _ALIAS_INPUTS,
 """pdtrt's router: the engine model's core I/O minus the phase hand-off it performs itself,
 plus the :data:`INPUT_ALIASES`."""
 
-_V021_EXTRA_INPUTS = (
-    _t("encoder_input_features", F16, -1, -1, opt=True, ragged=True),
-    _s("encoder_output_lengths", I32),
-    _s("num_return_sequences", I32),
-    _t("draft_input_ids", I32, -1, opt=True, ragged=True),
-    _t("decoder_input_ids", I32, -1, opt=True, ragged=True),
-    _s("decoder_input_lengths", I32),
-    _t("draft_logits", F32, -1, -1, opt=True, ragged=True),
-    _s("draft_acceptance_threshold", F32),
-    _t("embedding_bias", F32, -1, opt=True, ragged=True),
-    _s("runtime_top_p_min", F32),
-    _s("runtime_top_p_decay", F32),
-    _s("runtime_top_p_reset_ids", I32),
-    _s("early_stopping", B),
-    _s("beam_search_diversity_rate", F32),
-    _s("return_context_logits", B),
-    _s("return_generation_logits", B),
-    _s("return_perf_metrics", B),
-    _t("prompt_embedding_table", F16, -1, -1, opt=True, ragged=True),
-    _t("prompt_table_extra_ids", U64, -1, opt=True, ragged=True),
-    _s("prompt_vocab_size", I32),
-    _s("lora_task_id", U64),
-    _t("lora_weights", F16, -1, -1, opt=True, ragged=True),
-    _t("lora_config", I32, -1, 3, opt=True, ragged=True),
-    _t("retention_token_range_starts", I32, -1, opt=True, ragged=True),
-    _t("retention_token_range_ends", I32, -1, opt=True, ragged=True),
-    _t("retention_token_range_priorities", I32, -1, opt=True, ragged=True),
-    _t("retention_token_range_durations_ms", I32, -1, opt=True, ragged=True),
-    _t("retention_decode_priority", I32, 1, opt=True, ragged=True),
-    _t("retention_decode_duration_ms", I32, 1, opt=True, ragged=True),
-    _t("guided_decoding_guide_type", STR, 1, opt=True, ragged=True),
-    _t("guided_decoding_guide", STR, 1, opt=True, ragged=True),
-    _t("lookahead_window_size", I32, 1, opt=True, ragged=True),
-    _t("lookahead_ngram_size", I32, 1, opt=True, ragged=True),
-    _t("lookahead_verification_set_size", I32, 1, opt=True, ragged=True),
-)
-_V021_EXTRA_OUTPUTS = (
-    _t("context_logits", F32, -1, -1),
-    _t("generation_logits", F32, -1, -1, -1),
-    _t("batch_index", I32, 1),
-    _t("sequence_index", I32, 1),
-    _t("kv_cache_alloc_new_blocks", I32, 1),
-    _t("kv_cache_reused_blocks", I32, 1),
-    _t("kv_cache_alloc_total_blocks", I32, 1),
-    _t("acceptance_rate", F32, 1),
-    _t("total_accepted_draft_tokens", I32, 1),
-    _t("total_draft_tokens", I32, 1),
-)
 
-GPT_MODEL_PATH = "gpt_model_path"
-"""The engine-directory parameter of NVIDIA's ``tensorrt_llm`` (C++ backend) model config."""
-
-TRTLLM_0_21_INPUT_NAMES = {"min_length": "min_tokens", "random_seed": "seed"}
-"""Core inputs named differently by TensorRT-LLM 0.21's ``tensorrt_llm`` model: renamed on the
-backend's main line on 2025-05-13 (triton-inference-server/tensorrtllm_backend c2e65b8,
-``inflight_batcher_llm/src/utils.h:93,97`` and ``all_models/.../tensorrt_llm/config.pbtxt``),
-before TensorRT-LLM 0.20/0.21 branched. A config declaring the old names still loads, and the
-backend never reads them: the values would be silently ignored."""
-
-TRTLLM_0_21_ENGINE_IO = ModelIO(inputs=tuple(replace(t, name=TRTLLM_0_21_INPUT_NAMES.get(
-                                    t.name, t.name)) for t in _CORE_INPUTS) + _V021_EXTRA_INPUTS,
-                                outputs=_CORE_OUTPUTS + _V021_EXTRA_OUTPUTS)
-"""``tensorrt_llm`` of TensorRT-LLM 0.21 (logits as FP32, prompt tables and LoRA as FP16:
-NVIDIA's usual fill values for ``${logits_datatype}`` and friends)."""
-
-# trtllm-1.2 runs pdtrt's own (LLM-API) engine model: the reference engine model's I/O
-_ENGINE_IO = {Target.REFERENCE: REFERENCE_ENGINE_IO,
-              Target.TRTLLM_0_21: TRTLLM_0_21_ENGINE_IO,
-              Target.TRTLLM_1_2: REFERENCE_ENGINE_IO}
-
-
-_ENGINE_INPUT_NAMES: dict[Target, dict[str, str]] = {Target.REFERENCE: {},
-                                                    Target.TRTLLM_0_21: TRTLLM_0_21_INPUT_NAMES,
-                                                    Target.TRTLLM_1_2: {}}
-
-
-def engine_input_name(target: Target, name: str) -> str:
-    """What the engine model of ``target`` calls the core input ``name``."""
-    return _ENGINE_INPUT_NAMES[target].get(name, name)
-
-
-def engine_input_renames(target: Target) -> dict[str, str]:
-    """The core inputs ``target``'s engine model names differently: core name -> its name."""
-    return dict(_ENGINE_INPUT_NAMES[target])
-
-
-def engine_io(target: Target) -> ModelIO:
-    """The engine model's I/O on ``target``; always a superset of :data:`CORE_ENGINE_IO`."""
-    return _ENGINE_IO[target]
-
-
-# --- ensemble wiring: (model tensor, ensemble tensor) pairs per step -------------------------
+# --- the request that crosses the boundary ------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
-class StepMap:
-    """One ensemble step's ``input_map``/``output_map``: (model's name, ensemble tensor)."""
+class RequestSampling:
+    """What a request asks of the sampler; TensorRT-LLM's semantics: top_k 0 and top_p 0 (the
+    defaults) mean greedy. Penalties, ``min_tokens``, the word lists and log-probs act on
+    greedy and sampled requests alike. The OpenAI front builds it from a body
+    (``pdtrt.front.protocol``), :meth:`inputs` sends it, the engine models read it back."""
 
-    inputs: tuple[tuple[str, str], ...]
-    outputs: tuple[tuple[str, str], ...]
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 0.0
+    seed: int | None = None  # random_seed (or seed); None: not given (the runtime's default, 0)
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    min_tokens: int = 0  # min_length (or min_tokens): the end id is banned before that many
+    stop_words: tuple[tuple[int, ...], ...] = ()
+    bad_words: tuple[tuple[int, ...], ...] = ()
+    return_log_probs: bool = False
 
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0 or self.top_k == 1 or (self.top_k == 0 and self.top_p == 0)
 
-PREPROCESSING_STEP_MAP = StepMap(
-    inputs=(("QUERY", "text_input"), ("REQUEST_OUTPUT_LEN", "max_tokens"),
-            ("BAD_WORDS_DICT", "bad_words"), ("STOP_WORDS_DICT", "stop_words"),
-            ("END_ID", "end_id"), ("PAD_ID", "pad_id")),
-    outputs=(("INPUT_ID", "_INPUT_ID"), ("REQUEST_INPUT_LEN", "_REQUEST_INPUT_LEN"),
-             ("BAD_WORDS_IDS", "_BAD_WORDS_IDS"), ("STOP_WORDS_IDS", "_STOP_WORDS_IDS"),
-             ("REQUEST_OUTPUT_LEN", "_REQUEST_OUTPUT_LEN"),
-             ("OUT_END_ID", "_PREPROCESSOR_END_ID"), ("OUT_PAD_ID", "_PREPROCESSOR_PAD_ID")),
-)
+    def inputs(self) -> dict[str, Any]:
+        """The scalar core inputs (``[1, 1]`` arrays of their config dtypes) of the values that
+        differ from the defaults -- temperature, top_k and top_p always; the word lists are
+        the caller's (they need the tokenizer's ids laid out as TensorRT-LLM's ``[1, 2, n]``)."""
+        import numpy as np
 
-ENGINE_STEP_MAP = StepMap(
-    inputs=(("input_ids", "_INPUT_ID"), ("input_lengths", "_REQUEST_INPUT_LEN"),
-            ("request_output_len", "_REQUEST_OUTPUT_LEN"), ("end_id", "_PREPROCESSOR_END_ID"),
-            ("pad_id", "_PREPROCESSOR_PAD_ID"), ("stop_words_list", "_STOP_WORDS_IDS"),
-            ("bad_words_list", "_BAD_WORDS_IDS"), ("beam_width", "beam_width"),
-            ("temperature", "temperature"), ("runtime_top_k", "top_k"),
-            ("runtime_top_p", "top_p"), ("len_penalty", "length_penalty"),
-            ("repetition_penalty", "repetition_penalty"), ("min_length", "min_length"),
-            ("presence_penalty", "presence_penalty"), ("frequency_penalty", "frequency_penalty"),
-            ("random_seed", "random_seed"), ("return_log_probs", "return_log_probs"),
-            ("exclude_input_in_output", "exclude_input_in_output"), ("streaming", "stream"),
-            ("min_tokens", "min_tokens"), ("seed", "seed")),
-    outputs=(("output_ids", "_TOKENS_BATCH"), ("sequence_length", "_SEQUENCE_LENGTH"),
-             ("cum_log_probs", "cum_log_probs"), ("output_log_probs", "output_log_probs")),
-)
-"""The middle step: the router (disaggregated) or the aggregated engine model."""
-
-
-def _has_aliases(target: Target) -> bool:
-    """Whether ``target``'s engine model takes both names of each aliased input: pdtrt's own
-    do; NVIDIA's ``tensorrt_llm`` of 0.21 has only the new ones, which the core names map to."""
-    return not _ENGINE_INPUT_NAMES[target]
+        default = RequestSampling()
+        values = {name: getattr(self, field) for field, name in _SAMPLING_INPUTS.items()
+                  if field in _ALWAYS_SENT or getattr(self, field) != getattr(default, field)}
+        return {name: np.array([[value]], dtype=_CORE_SCALARS[name].dtype.numpy_name)
+                for name, value in values.items() if value is not None}
 
 
-def engine_step_map(target: Target) -> StepMap:
-    """:data:`ENGINE_STEP_MAP` with the model-side names of ``target``'s engine model (the
-    aggregated ensemble's middle step). On TensorRT-LLM 0.21 the ensemble's ``min_length`` /
-    ``random_seed`` feed the model's ``min_tokens`` / ``seed``, so the ensemble's own
-    ``min_tokens`` / ``seed`` have nowhere to go and are left out (:func:`ensemble_io`)."""
-    inputs = ENGINE_STEP_MAP.inputs if _has_aliases(target) else tuple(
-        (name, tensor) for name, tensor in ENGINE_STEP_MAP.inputs if name not in INPUT_ALIASES)
-    return StepMap(inputs=tuple((engine_input_name(target, name), tensor)
-                                for name, tensor in inputs),
-                   outputs=ENGINE_STEP_MAP.outputs)
-
-
-def ensemble_io(middle: StepMap) -> ModelIO:
-    """:data:`ENSEMBLE_IO` less the optional inputs that the ``middle`` step does not take
-    (the aggregated ensemble on TensorRT-LLM 0.21: no ``min_tokens`` / ``seed``)."""
-    fed = {tensor for _, tensor in middle.inputs}
-    return ENSEMBLE_IO.without(*(name for name in INPUT_ALIASES if name not in fed))
-
-POSTPROCESSING_STEP_MAP = StepMap(
-    inputs=(("TOKENS_BATCH", "_TOKENS_BATCH"), ("SEQUENCE_LENGTH", "_SEQUENCE_LENGTH")),
-    outputs=(("OUTPUT", "text_output"),),
-)
+# RequestSampling's fields -> the core input that carries each
+_SAMPLING_INPUTS = {"temperature": "temperature", "top_k": "runtime_top_k",
+                    "top_p": "runtime_top_p", "seed": "random_seed",
+                    "repetition_penalty": "repetition_penalty",
+                    "presence_penalty": "presence_penalty",
+                    "frequency_penalty": "frequency_penalty", "min_tokens": "min_length",
+                    "return_log_probs": "return_log_probs"}
+_ALWAYS_SENT = ("temperature", "top_k", "top_p")
+_CORE_SCALARS = {t.name: t for t in _CORE_INPUTS}

@@ -5,20 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from pdtrt.engine_io import (
-    CORE_ENGINE_IO,
+from pdtrt.engine_io import CORE_ENGINE_IO, INPUT_ALIASES, PHASE_ROLES, ROUTER_IO, Role, TritonDType
+from pdtrt.ensemble import (
     ENGINE_STEP_MAP,
     ENSEMBLE_IO,
-    INPUT_ALIASES,
-    PHASE_ROLES,
     POSTPROCESSING_IO,
     POSTPROCESSING_STEP_MAP,
     PREPROCESSING_IO,
     PREPROCESSING_STEP_MAP,
-    ROUTER_IO,
     TRTLLM_0_21_ENGINE_IO,
-    Role,
-    TritonDType,
     engine_input_name,
     engine_io,
     engine_step_map,

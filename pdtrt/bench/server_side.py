@@ -12,7 +12,7 @@ does (linear within a bucket, so as exact as the buckets are fine).
 A family is recognised by its prefix, not by a list of names, so the bench needs no import of
 the router and a family added there shows up here. Label sets other than ``le`` (several
 router instances, several models) are summed. The router sends its counters every 0.1 s
-(``METRICS_FLUSH_S`` in ``pdtrt/runtime/router/model.py``); the probe waits
+(``METRICS_FLUSH_S`` in ``pdtrt/runtime/router/metrics.py``); the probe waits
 :data:`SETTLE_S` before each scrape so the warm-up's observations land before the first one
 and the run's last ones before the second.
 """

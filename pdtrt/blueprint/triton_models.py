@@ -17,7 +17,8 @@ from pathlib import Path
 
 from pdtrt.blueprint.launch import LaunchPlan
 from pdtrt.blueprint.limits import PhaseLimits
-from pdtrt.engine_io import ModelIO, ModelName, Role, StepMap
+from pdtrt.engine_io import ModelIO, ModelName, Role
+from pdtrt.ensemble import StepMap
 from pdtrt.enums import Phase, Target, TritonBackend
 
 __all__ = ["SHIM_MODULES", "EngineUse", "EnsemblePlan", "ModelPlan", "RepoMode", "RepoPlan",

@@ -10,7 +10,7 @@ model does not declare is a :class:`~pdtrt.errors.RequestError`, not a silent dr
 
 from __future__ import annotations
 
-from pdtrt.client.types import GenerateRequest, ModelSignature, TensorSpec
+from pdtrt.client.types import GenerateRequest, InputTensor, ModelSignature
 from pdtrt.errors import RequestError
 
 __all__ = ["OUTPUT_NAME", "REQUIRED_INPUTS", "build_inputs"]
@@ -30,7 +30,7 @@ def _missing_io(signature: ModelSignature) -> list[str]:
     return missing
 
 
-def build_inputs(request: GenerateRequest, signature: ModelSignature) -> list[TensorSpec]:
+def build_inputs(request: GenerateRequest, signature: ModelSignature) -> list[InputTensor]:
     """The tensors to send for ``request`` to the model described by ``signature``.
 
     Raises :class:`RequestError` when the model lacks the ensemble I/O or an input the
@@ -68,6 +68,6 @@ def build_inputs(request: GenerateRequest, signature: ModelSignature) -> list[Te
                            "streaming off", hint="use --stream")
     # Batched models (max_batch_size > 0) take a leading batch dimension of 1.
     shape = (1, 1) if signature.max_batch_size > 0 else (1,)
-    return [TensorSpec(name=name, datatype=signature.inputs.get(name, _DEFAULT_DTYPES[name]),
+    return [InputTensor(name=name, datatype=signature.inputs.get(name, _DEFAULT_DTYPES[name]),
                        shape=shape, values=(value,))
             for name, value in wanted.items()]

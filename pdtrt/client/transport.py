@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pdtrt.client.inputs import OUTPUT_NAME
-from pdtrt.client.types import ModelSignature, TensorSpec
+from pdtrt.client.types import InputTensor, ModelSignature
 from pdtrt.errors import ModelNotFoundError, ServerUnavailableError
 
 __all__ = ["GrpcTransport", "StreamEvent", "Transport", "TransportFactory"]
@@ -45,7 +45,7 @@ class Transport(Protocol):
     def start_stream(self, on_event: Callable[[StreamEvent], None]) -> None:
         """Open the stream; ``on_event`` runs on the transport's reader thread."""
 
-    def send(self, model: str, tensors: Sequence[TensorSpec], request_id: str) -> None:
+    def send(self, model: str, tensors: Sequence[InputTensor], request_id: str) -> None:
         """Send one request on the open stream."""
 
     def close(self, *, cancel: bool) -> None:
@@ -150,7 +150,7 @@ class GrpcTransport:
         _in_daemon_thread(lambda: self._grpc().start_stream(callback=callback))
         self._streaming = True
 
-    def send(self, model: str, tensors: Sequence[TensorSpec], request_id: str) -> None:
+    def send(self, model: str, tensors: Sequence[InputTensor], request_id: str) -> None:
         import numpy as np
         import tritonclient.grpc as grpcclient
         from tritonclient.utils import triton_to_np_dtype

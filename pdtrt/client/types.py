@@ -15,7 +15,7 @@ from enum import StrEnum
 from pdtrt.errors import ModelNotFoundError, RequestError, ServerUnavailableError
 
 __all__ = ["Chunk", "ErrorKind", "GenerateRequest", "GenerateResult", "ModelSignature",
-           "TensorSpec"]
+           "InputTensor"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +116,7 @@ class GenerateResult:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TensorSpec:
+class InputTensor:
     """One input tensor to send: Triton dtype name (``BYTES``, ``INT32``...), shape, values."""
 
     name: str

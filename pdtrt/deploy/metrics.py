@@ -36,7 +36,7 @@ from pdtrt.enums import Target
 
 __all__ = ["FRONT", "HISTOGRAMS", "PROMETHEUS", "ROUTER", "exported", "family_of"]
 
-# pdtrt's router model (pdtrt.runtime.router.model)
+# pdtrt's router model (pdtrt.runtime.router.metrics)
 ROUTER_REQUESTS = "pdtrt_router_requests_total"
 ROUTER_ERRORS = "pdtrt_router_errors_total"
 ROUTER_CANCELLED = "pdtrt_router_cancelled_total"

@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP front: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``.
 
-An aiohttp application over one :class:`~pdtrt.front.deployment.EngineClient`. Each request is
+An aiohttp application over one :class:`~pdtrt.front.engine_client.EngineClient`. Each request is
 validated (:mod:`pdtrt.front.protocol`), tokenized (:mod:`pdtrt.front.text`), generated
 (:mod:`pdtrt.front.generation`) and answered as one JSON body or as server-sent events
 (``data: {chunk}`` ... ``data: [DONE]``), in OpenAI's shapes: ``chat.completion`` /
@@ -29,12 +29,13 @@ from aiohttp import web
 
 from pdtrt.errors import ApiError
 from pdtrt.front import generation
-from pdtrt.front.deployment import Deployment, EngineClient, engine_inputs
+from pdtrt.front.deployment import ServedDeployment
+from pdtrt.front.engine_client import EngineClient, engine_inputs
 from pdtrt.front.metrics import CONTENT_TYPE, FrontMetrics, RequestTimer
 from pdtrt.front.protocol import (
     ChatBody,
     CompletionBody,
-    Sampling,
+    OpenAIRequest,
     chat_sampling,
     completion_sampling,
     parse_body,
@@ -51,7 +52,7 @@ _STREAM_STATUS = web.RequestKey("pdtrt_status", int)
 
 @dataclass(frozen=True, kw_only=True)
 class FrontConfig:
-    deployment: Deployment
+    deployment: ServedDeployment
     tokenizer: FrontTokenizer
     engine: EngineClient
     api_key: str | None = None
@@ -64,7 +65,7 @@ class _Prepared:
     kind: str  # "chat" | "completion"
     request_id: str
     prompt: list[int]
-    sampling: Sampling
+    sampling: OpenAIRequest
     max_tokens: int
 
 

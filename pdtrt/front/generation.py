@@ -1,6 +1,6 @@
 """One OpenAI request's generation: engine steps -> text deltas, finish reason, usage.
 
-:func:`run` drives :meth:`~pdtrt.front.deployment.EngineClient.generate` and yields
+:func:`run` drives :meth:`~pdtrt.front.engine_client.EngineClient.generate` and yields
 :class:`Delta` s -- the text safe to send (detokenized, stop strings held back and cut), the
 step's tokens and log-probs -- and records the outcome in a :class:`Outcome`:
 ``finish_reason`` is ``"stop"`` for a stop string or the end id (the engine ended before
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pdtrt.errors import ApiError
-from pdtrt.front.deployment import EngineClient, Step
+from pdtrt.front.engine_client import EngineClient, StreamedTokens
 from pdtrt.front.text import Detokenizer, FrontTokenizer, StopStrings
 
 __all__ = ["Delta", "Outcome", "run"]
@@ -45,7 +45,8 @@ class Outcome:
                 "total_tokens": self.num_prompt + self.num_completion}
 
 
-async def _steps_within(steps: AsyncIterator[Step], stall_s: float) -> AsyncIterator[Step]:
+async def _steps_within(steps: AsyncIterator[StreamedTokens],
+                        stall_s: float) -> AsyncIterator[StreamedTokens]:
     while True:
         try:
             step = await asyncio.wait_for(anext(steps), stall_s)

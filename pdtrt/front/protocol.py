@@ -6,7 +6,7 @@ type or a field the API does not have is an :class:`~pdtrt.errors.ApiError` (400
 field, as OpenAI answers ``Unrecognized request argument``. Fields of the API that the engines
 cannot honour (``n`` > 1, ``top_logprobs`` > 0, tools, a JSON ``response_format``, ``logit_bias``,
 ``echo``, ``suffix``) are refused with the reason rather than ignored -- a client must not get a
-different answer than it asked for. What remains becomes a frozen :class:`Sampling` in
+different answer than it asked for. What remains becomes a frozen :class:`OpenAIRequest` in
 TensorRT-LLM's terms (the router's inputs): OpenAI's defaults are ``temperature`` 1 and
 ``top_p`` 1 (sampling), TensorRT-LLM's are greedy, so both are always sent; ``temperature`` 0 is
 greedy in both.
@@ -23,9 +23,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pdtrt.engine_io import RequestSampling
 from pdtrt.errors import ApiError
 
-__all__ = ["ChatBody", "ChatMessage", "CompletionBody", "Sampling", "parse_body"]
+__all__ = ["ChatBody", "ChatMessage", "CompletionBody", "OpenAIRequest", "parse_body"]
 
 MAX_STOP_STRINGS = 4  # OpenAI's limit on ``stop``
 
@@ -107,24 +108,22 @@ class ChatBody(_Common):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Sampling:
-    """One request's generation settings in TensorRT-LLM's terms (``max_tokens`` None: as many
-    as the context window leaves)."""
+class OpenAIRequest:
+    """What one OpenAI body asks: the engine's sampling (:class:`~pdtrt.engine_io.
+    RequestSampling`, the one type that crosses to the engines; built here and nowhere else on
+    this side) and what the front does itself: the output budget (``max_tokens`` None: as
+    many as the context window leaves), stop strings, ``ignore_eos``, streaming, usage."""
 
     max_tokens: int | None
-    temperature: float
-    top_p: float
-    top_k: int
-    seed: int | None
-    presence_penalty: float | None
-    frequency_penalty: float | None
-    repetition_penalty: float | None
-    min_tokens: int | None
+    sampling: RequestSampling
     stop: tuple[str, ...]
     ignore_eos: bool
-    logprobs: bool
     stream: bool
     include_usage: bool
+
+    @property
+    def logprobs(self) -> bool:
+        return self.sampling.return_log_probs
 
 
 def _refuse(field: str, why: str) -> ApiError:
@@ -157,8 +156,8 @@ def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
     return tuple(w for w in words if w)
 
 
-def sampling_of(body: _Common, *, max_tokens: int | None, logprobs: bool) -> Sampling:
-    """The :class:`Sampling` of a validated body; raises :class:`ApiError` for API features
+def sampling_of(body: _Common, *, max_tokens: int | None, logprobs: bool) -> OpenAIRequest:
+    """The :class:`OpenAIRequest` of a validated body; raises :class:`ApiError` for API features
     the engines cannot honour."""
     if (body.n or 1) != 1:
         raise _refuse("n", f"is {body.n}; pdtrt's engines return one choice per request (n=1)")
@@ -166,17 +165,23 @@ def sampling_of(body: _Common, *, max_tokens: int | None, logprobs: bool) -> Sam
         raise _refuse("logit_bias", "is not supported by pdtrt's engines")
     if body.stream_options is not None and not body.stream:
         raise _refuse("stream_options", "is only allowed when 'stream' is true")
-    return Sampling(
-        max_tokens=max_tokens, temperature=1.0 if body.temperature is None else body.temperature,
-        top_p=1.0 if body.top_p is None else body.top_p, top_k=body.top_k or 0, seed=body.seed,
-        presence_penalty=body.presence_penalty, frequency_penalty=body.frequency_penalty,
-        repetition_penalty=body.repetition_penalty, min_tokens=body.min_tokens,
-        stop=_stops(body.stop), ignore_eos=body.ignore_eos, logprobs=logprobs,
-        stream=body.stream,
+    return OpenAIRequest(
+        max_tokens=max_tokens, sampling=RequestSampling(
+            temperature=1.0 if body.temperature is None else body.temperature,
+            top_p=1.0 if body.top_p is None else body.top_p, top_k=body.top_k or 0,
+            seed=body.seed, presence_penalty=body.presence_penalty or 0.0,
+            frequency_penalty=body.frequency_penalty or 0.0,
+            repetition_penalty=_or(body.repetition_penalty, 1.0),
+            min_tokens=body.min_tokens or 0, return_log_probs=logprobs),
+        stop=_stops(body.stop), ignore_eos=body.ignore_eos, stream=body.stream,
         include_usage=body.stream_options is not None and body.stream_options.include_usage)
 
 
-def completion_sampling(body: CompletionBody) -> Sampling:
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def completion_sampling(body: CompletionBody) -> OpenAIRequest:
     if body.echo:
         raise _refuse("echo", "is not supported (the engines return the new tokens only)")
     if body.suffix:
@@ -189,7 +194,7 @@ def completion_sampling(body: CompletionBody) -> Sampling:
     return sampling_of(body, max_tokens=body.max_tokens, logprobs=body.logprobs is not None)
 
 
-def chat_sampling(body: ChatBody) -> Sampling:
+def chat_sampling(body: ChatBody) -> OpenAIRequest:
     if body.tools or body.tool_choice not in (None, "none"):
         raise _refuse("tools", "are not supported (no tool-call parser)")
     if body.response_format and body.response_format.get("type") not in (None, "text"):

@@ -18,7 +18,8 @@ from aiohttp import web
 
 from pdtrt.errors import ServerError
 from pdtrt.front.app import FrontConfig, make_app
-from pdtrt.front.deployment import Deployment, EngineClient
+from pdtrt.front.deployment import ServedDeployment
+from pdtrt.front.engine_client import EngineClient
 from pdtrt.front.options import FrontOptions
 from pdtrt.front.text import FrontTokenizer
 
@@ -40,7 +41,7 @@ class FrontServer:
         return f"http://{self.options.host}:{self.port}/v1"
 
     def _config(self) -> FrontConfig:
-        deployment = Deployment.from_repository(self.options.repository)
+        deployment = ServedDeployment.from_repository(self.options.repository)
         tokenizer = FrontTokenizer.load(deployment.tokenizer_dir,
                                         chat_template=self.options.chat_template)
         return FrontConfig(deployment=deployment, tokenizer=tokenizer,

@@ -37,17 +37,13 @@ from pdtrt.blueprint.triton_models import (
     python_model,
 )
 from pdtrt.endpoints import EndpointSpec, format_endpoints
-from pdtrt.engine_io import (
+from pdtrt.engine_io import KV_TRANSFER_DEADLINE_MARGIN_S, ROUTER_IO, ModelName, Param, Role
+from pdtrt.ensemble import (
     ENGINE_STEP_MAP,
-    KV_TRANSFER_DEADLINE_MARGIN_S,
     POSTPROCESSING_IO,
     POSTPROCESSING_STEP_MAP,
     PREPROCESSING_IO,
     PREPROCESSING_STEP_MAP,
-    ROUTER_IO,
-    ModelName,
-    Param,
-    Role,
     StepMap,
     engine_input_renames,
     engine_step_map,

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from pdtrt.blueprint.limits import manifest_if_present
 from pdtrt.blueprint.manifest import EngineManifest, compatibility_problems
-from pdtrt.engine_io import GPT_MODEL_PATH, PHASE_ROLES, Param, Role
+from pdtrt.engine_io import PHASE_ROLES, Param, Role
+from pdtrt.ensemble import GPT_MODEL_PATH
 from pdtrt.enums import Phase, Target, TritonBackend
 from pdtrt.errors import ConfigParseError, PdtrtError
 from pdtrt.repo.pbtxt import ModelConfig, parse_config

@@ -3,11 +3,15 @@
 Three rooms, one per kind of Triton model pdtrt generates, over shared seam and protocol
 modules:
 
-- :mod:`.router` -- the router BLS model (:mod:`.router.model`): its parameters
+- :mod:`.router` -- the router BLS model (:mod:`.router.model`), one module per role: the
+  path choice (:mod:`.router.paths`), the disaggregated path (:mod:`.router.disaggregated`),
+  the aggregated and local paths (:mod:`.router.aggregated`), one phase call
+  (:mod:`.router.calls`), the KV indexes (:mod:`.router.kv_upkeep`), the background start-up
+  (:mod:`.router.startup`) and its metrics (:mod:`.router.metrics`); its parameters
   (:mod:`.router.config`), endpoint pools (:mod:`.router.pool`), health probes and the liveness
-  deadline (:mod:`.router.health`), how it reaches a phase (:mod:`.router.phase_client`, BLS or
-  gRPC), the client's reply (:mod:`.router.reply`) and the requests a reload loses
-  (:mod:`.router.reload_losses`);
+  deadline (:mod:`.router.health`), how it reaches a phase (:mod:`.router.bls_client` in this
+  server, :mod:`pdtrt.client.streams` over gRPC), the client's reply (:mod:`.router.reply`)
+  and the requests a reload loses (:mod:`.router.reload_losses`);
 - :mod:`.engine` -- the engine model of trtllm-1.2 and of the reference target
   (:mod:`.engine.model`), over TensorRT-LLM's LLM API on a GPU or pdtrt's CPU reference of it
   (:mod:`pdtrt.llmapi`), with its parameters as LLM-API options (:mod:`.engine.config`), one

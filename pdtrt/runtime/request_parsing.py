@@ -32,21 +32,22 @@ import numpy as np
 
 from pdtrt.engine_dir import KVLayout
 from pdtrt.engine_io import (
-    ENGINE_STEP_MAP,
     INPUT_ALIASES,
     REQUEST_TYPE_PARAMETER,
     ROUTER_IO,
+    RequestSampling,
     RequestType,
     Role,
 )
+from pdtrt.ensemble import ENGINE_STEP_MAP
 from pdtrt.errors import InvalidRequestError
 from pdtrt.runtime.phase_params import ContextPhaseParams
 from pdtrt.runtime.triton_io import Incoming
 
 __all__ = ["DISAGGREGATED_MAX_BEAM_WIDTH", "KV_EVENTS_CURSOR", "EngineLimits", "EngineRequest",
-           "KvEventsRequest", "RequestSampling",
-           "RouterRequest", "StopRequest", "canonical_inputs", "check_sampling", "one_prompt",
-           "parse_engine_request", "parse_router_request", "word_list"]
+           "KvEventsRequest", "RouterRequest", "StopRequest", "canonical_inputs",
+           "check_sampling", "one_prompt", "parse_engine_request", "parse_router_request",
+           "word_list"]
 
 # Router inputs that arrive reshaped to [batch] and go to a phase in the config shape [batch, 1].
 _ROUTER_SCALARS = frozenset(t.name for t in ROUTER_IO.inputs if t.reshape_scalar)
@@ -212,29 +213,6 @@ def parse_router_request(request: Incoming) -> RouterRequest | StopRequest:
 
 
 # -- the engine model ----------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class RequestSampling:
-    """What a request asks of the sampler; TensorRT-LLM's semantics: top_k 0 and top_p 0 (the
-    defaults) mean greedy. Penalties, ``min_tokens``, the word lists and log-probs act on
-    greedy and sampled requests alike."""
-
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 0.0
-    seed: int | None = None  # random_seed (or seed); None: not given (the runtime's default, 0)
-    repetition_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    min_tokens: int = 0  # min_length (or min_tokens): the end id is banned before that many
-    stop_words: tuple[tuple[int, ...], ...] = ()
-    bad_words: tuple[tuple[int, ...], ...] = ()
-    return_log_probs: bool = False
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0 or self.top_k == 1 or (self.top_k == 0 and self.top_p == 0)
-
-
 @dataclass(frozen=True, kw_only=True)
 class EngineLimits:
     """What an engine model instance accepts."""

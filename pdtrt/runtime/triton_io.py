@@ -12,7 +12,8 @@ says why).
 
 What crosses the seam is plain data: a request comes in once as an :class:`Incoming` (id,
 parameters, copies of its input arrays), responses go out as ``{name: array}`` mappings, a BLS
-call's responses come back as mappings, metrics are declared by :class:`MetricSpec`. Models get
+call's responses come back as mappings, metrics are declared by
+:class:`~pdtrt.runtime.metrics.MetricSpec`. Models get
 the seam injected (the generated ``model.py`` shims build a :class:`BackendTriton` from the
 stub's ``pb_utils``); unit tests pass a fake with the same methods (:class:`Triton`). This module
 is not a model and holds no request state; parsing what a request *means* is
@@ -23,22 +24,23 @@ from __future__ import annotations
 
 import gc
 import json
-import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from types import ModuleType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from pdtrt.errors import InvalidRequestError, PhaseError
 
-__all__ = ["BackendTriton", "Incoming", "MetricKind", "MetricSpec", "Metrics", "Triton",
-           "log_prob_outputs", "model_params", "token_outputs"]
+if TYPE_CHECKING:  # the stubs that keep no metrics never load them
+    from pdtrt.runtime.metrics import MetricSpec
+
+__all__ = ["BackendTriton", "Incoming", "Triton", "log_prob_outputs", "model_params",
+           "token_outputs"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,25 +72,6 @@ class Incoming:
             return default
         first = value.reshape(-1)[0]
         return first.item() if isinstance(first, np.generic) else first  # bytes of a STRING
-
-
-class MetricKind(StrEnum):
-    """Kinds of metrics: Triton custom metrics (``pb_utils.MetricFamily.COUNTER`` /
-    ``GAUGE``), and ``HISTOGRAM``, which :class:`Metrics` exports as Prometheus's histogram
-    series made of counters (``<name>_bucket{le}``, ``<name>_sum``, ``<name>_count``; see
-    there why not Triton's own histogram kind)."""
-
-    COUNTER = "COUNTER"
-    GAUGE = "GAUGE"
-    HISTOGRAM = "HISTOGRAM"
-
-
-@dataclass(frozen=True)
-class MetricSpec:
-    name: str  # Prometheus name on Triton's metrics port
-    description: str
-    kind: MetricKind
-    buckets: tuple[float, ...] = ()  # a histogram's bucket upper bounds
 
 
 class Triton(Protocol):
@@ -412,135 +395,6 @@ def _json_object(text: str | None) -> dict[str, Any]:
     except (ValueError, TypeError):
         return {}
     return value if isinstance(value, dict) else {}
-
-
-class Metrics:
-    """Prometheus metrics of one model on Triton's metrics endpoint, keyed by short names.
-
-    Every metric carries ``labels``; a key listed in ``by`` is one family with one metric per
-    label set given there (e.g. one per endpoint), picked by the keyword labels of
-    :meth:`add` / :meth:`set`. A backend without custom metrics makes every call a no-op.
-
-    Each update is a round trip to the server through the stub. With ``flush_s`` > 0, counter
-    increments are summed here and sent by a thread of their own every ``flush_s`` seconds
-    (and by :meth:`flush`), so the endpoint lags by up to ``flush_s``; gauges are always set
-    at once.
-
-    A ``HISTOGRAM`` spec becomes Prometheus's histogram series as counters: ``<name>_bucket``
-    with one ``le`` label per bucket bound and ``+Inf`` (cumulative), ``<name>_sum`` and
-    ``<name>_count``; :meth:`observe` adds to them like any counter, so observations are
-    batched too (at most buckets + 2 round trips per flush, whatever the request rate), and
-    ``histogram_quantile`` reads them as it reads a native histogram. Not Triton 2.51's own
-    ``MetricFamily.HISTOGRAM``: with it, the router's BLS calls stalled after a few hundred
-    requests in tests/serve/test_e2e.py (stub threads waiting in ``exec``; not root-caused).
-    """
-
-    def __init__(self, triton: Triton, specs: Mapping[str, MetricSpec],
-                 labels: Mapping[str, str],
-                 by: Mapping[str, Sequence[Mapping[str, str]]] | None = None, *,
-                 flush_s: float = 0.0) -> None:
-        self._triton = triton
-        by = by or {}
-        self._histograms = {key: _Histogram.make(triton, spec, labels)
-                            for key, spec in specs.items() if spec.kind is MetricKind.HISTOGRAM}
-        self._metrics = {key: metric for key, spec in specs.items()
-                         if key not in by and key not in self._histograms
-                         if (metric := triton.metric(spec, labels)) is not None}
-        self._labelled: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
-        self._gauges: dict[int, float] = {}  # id(metric) -> the value last set
-        self._set_lock = threading.Lock()
-        self._flush_s = flush_s
-        self._pending: dict[Any, float] = {}  # metric -> increments not sent yet
-        self._pending_lock = threading.Lock()  # not _set_lock: that one is held across a set
-        self._flusher: threading.Thread | None = None
-        for key, sets in by.items():
-            made = triton.metric_family(specs[key], [{**labels, **extra} for extra in sets]) or []
-            for extra, metric in zip(sets, made, strict=False):
-                self._labelled[key, _label_key(extra)] = metric
-
-    def _find(self, key: str, labels: Mapping[str, str]) -> Any | None:
-        if labels:
-            return self._labelled.get((key, _label_key(labels)))
-        return self._metrics.get(key)
-
-    def add(self, key: str, value: float = 1.0, **labels: str) -> None:
-        if (metric := self._find(key, labels)) is not None:
-            self._add(metric, value)
-
-    def _add(self, metric: Any, value: float) -> None:
-        if self._flush_s <= 0:
-            self._triton.increment(metric, value)
-            return
-        with self._pending_lock:
-            self._pending[metric] = self._pending.get(metric, 0.0) + value
-            self._start_flusher()
-
-    def _start_flusher(self) -> None:
-        if self._flusher is None:  # under _pending_lock
-            self._flusher = threading.Thread(target=self._flush_every, daemon=True,
-                                             name="pdtrt-metrics")
-            self._flusher.start()
-
-    def observe(self, key: str, value: float) -> None:
-        """One observation of a histogram: its buckets from the first bound >= ``value`` on,
-        its sum and its count."""
-        hist = self._histograms.get(key)
-        if hist is None:
-            return
-        for bound, metric in hist.buckets:
-            if value <= bound:
-                self._add(metric, 1.0)
-        for metric, amount in ((hist.sum, value), (hist.count, 1.0)):
-            if metric is not None:
-                self._add(metric, amount)
-
-    def flush(self) -> None:
-        """Send the summed increments now."""
-        with self._pending_lock:
-            pending, self._pending = self._pending, {}
-        for metric, value in pending.items():
-            self._triton.increment(metric, value)
-
-    def _flush_every(self) -> None:
-        while True:
-            time.sleep(self._flush_s)
-            self.flush()
-
-    def set(self, key: str, value: float, **labels: str) -> None:
-        """Set a gauge; a value it already has costs nothing (each set is a round trip to
-        the server, and the engine models refresh their gauges on every request)."""
-        if (metric := self._find(key, labels)) is None:
-            return
-        with self._set_lock:
-            if self._gauges.get(id(metric)) != value:
-                self._triton.set_gauge(metric, value)
-                self._gauges[id(metric)] = value
-
-
-@dataclass(frozen=True)
-class _Histogram:
-    """The counters of one histogram: ``(bound, bucket)`` pairs (``+Inf`` last), sum, count."""
-
-    buckets: tuple[tuple[float, Any], ...]
-    sum: Any
-    count: Any
-
-    @classmethod
-    def make(cls, triton: Triton, spec: MetricSpec, labels: Mapping[str, str]) -> _Histogram:
-        bounds = (*spec.buckets, math.inf)
-        made = triton.metric_family(
-            MetricSpec(f"{spec.name}_bucket", f"{spec.description} (cumulative buckets)",
-                       MetricKind.COUNTER),
-            [{**labels, "le": "+Inf" if b == math.inf else f"{b:g}"} for b in bounds]) or []
-        return cls(buckets=tuple(zip(bounds, made, strict=False)),
-                   sum=triton.metric(MetricSpec(f"{spec.name}_sum", f"{spec.description} "
-                                                "(sum)", MetricKind.COUNTER), labels),
-                   count=triton.metric(MetricSpec(f"{spec.name}_count", f"{spec.description}"
-                                                  " (count)", MetricKind.COUNTER), labels))
-
-
-def _label_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(labels.items()))
 
 
 def model_params(args: dict[str, Any]) -> dict[str, str]:

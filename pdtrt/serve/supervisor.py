@@ -10,7 +10,7 @@ request to that model fails. Once a second the supervisor:
 2. probes every endpoint the deployment's paths need -- the router's pools, read from its
    ``config.pbtxt`` (:class:`~pdtrt.runtime.router.config.RouterConfig`): local models on this
    server and other servers' models, with the router's own probe (a stop request for an unused
-   id, :func:`~pdtrt.runtime.router.phase_client.probe`); a repository without a router (``--mode
+   id, :func:`~pdtrt.client.streams.probe`); a repository without a router (``--mode
    pools``, ``aggregated``) needs each of its engine roles;
 3. publishes readiness: the ``health`` model is loaded while a full path exists (every pool
    of a path has an endpoint that answers, the router and tokenizer models are alive, and the
@@ -47,13 +47,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pdtrt.client.streams import GrpcStreamClient, probe
 from pdtrt.endpoints import EndpointSpec
 from pdtrt.engine_io import PHASE_ROLES, ModelName, Param, Role
 from pdtrt.enums import TritonBackend
 from pdtrt.errors import PdtrtError, ServerError
 from pdtrt.repo.pbtxt import ModelConfig, parse_config
 from pdtrt.runtime.router.config import DEFAULT_PROBE_TIMEOUT_S, RouterConfig
-from pdtrt.runtime.router.phase_client import GrpcPhaseClient, probe
 from pdtrt.runtime.router.reload_losses import in_flight, record_lost, reset_lost
 from pdtrt.serve.model_control import (
     HttpModelControl,
@@ -169,7 +169,7 @@ class Supervisor:
             reset_lost(repository / router)
         self._suspects: set[str] = set()  # models with a missing stub in the last round
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._clients: dict[str, GrpcPhaseClient] = {}
+        self._clients: dict[str, GrpcStreamClient] = {}
         self.last: Health | None = None
 
     @classmethod
@@ -268,7 +268,7 @@ class Supervisor:
 
     async def _grpc_probe(self, endpoint: EndpointSpec) -> str | None:
         url = endpoint.url or self.grpc_url
-        client = self._clients.setdefault(url, GrpcPhaseClient(url))
+        client = self._clients.setdefault(url, GrpcStreamClient(url))
         # a router has no in-band error output (only the phases do): not asked of it
         router = endpoint.is_local and endpoint.model in self.topology.routers
         return await probe(client, endpoint.model, timeout_s=self.topology.probe_timeout_s,

@@ -28,7 +28,7 @@ from pdtrt.blueprint.settings import SWITCHES, EngineSettings
 from pdtrt.blueprint.spec import DeploymentSpec
 from pdtrt.blueprint.steps import BuildPlan, BuildStep
 from pdtrt.blueprint.triton_models import EngineUse, ModelPlan, TemplateFile, param_number
-from pdtrt.engine_io import GPT_MODEL_PATH, TRTLLM_0_21_ENGINE_IO
+from pdtrt.ensemble import GPT_MODEL_PATH, TRTLLM_0_21_ENGINE_IO
 from pdtrt.enums import KVDType, Phase, Sampler, Target, TritonBackend
 from pdtrt.envvars import PDTRT_TRTLLM_EXAMPLES
 from pdtrt.errors import BuildError, SpecIssue

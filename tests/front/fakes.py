@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from pdtrt.front.deployment import Deployment, Step
+from pdtrt.front.deployment import ServedDeployment
+from pdtrt.front.engine_client import StreamedTokens
 from pdtrt.front.text import FrontTokenizer
 
 EOS = 0
@@ -35,10 +36,10 @@ def byte_tokenizer() -> FrontTokenizer:
     return FrontTokenizer(ByteTokenizer())
 
 
-def deployment(max_seq_len: int = 64) -> Deployment:
+def deployment(max_seq_len: int = 64) -> ServedDeployment:
     from pathlib import Path
 
-    return Deployment(name="dep", model_id="org/model", engine_model="router",
+    return ServedDeployment(name="dep", model_id="org/model", engine_model="router",
                       tokenizer_dir=Path("/nonexistent"), max_seq_len=max_seq_len,
                       max_input_len=max_seq_len - 8)
 
@@ -70,7 +71,7 @@ class FakeEngine:
 
                     raise ApiError(self.error, status=500, type="server_error")
                 await asyncio.sleep(self.step_s)
-                yield Step([token], [-0.5] if logprobs else None)
+                yield StreamedTokens([token], [-0.5] if logprobs else None)
             done = True
             self.finished.append(request_id)
         finally:

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from pdtrt.errors import ApiError
-from pdtrt.front.deployment import engine_inputs
+from pdtrt.front.engine_client import engine_inputs
 from pdtrt.front.protocol import (
     ChatBody,
     CompletionBody,
@@ -59,7 +59,8 @@ def test_what_the_engines_cannot_honour_is_refused_not_ignored(extra, field):
 
 def test_openai_defaults_become_sampling_not_tensorrt_llms_greedy():
     s = _chat()
-    assert (s.temperature, s.top_p, s.top_k, s.max_tokens, s.stop) == (1.0, 1.0, 0, None, ())
+    assert (s.sampling.temperature, s.sampling.top_p, s.sampling.top_k, s.max_tokens,
+            s.stop) == (1.0, 1.0, 0, None, ())
     inputs = engine_inputs([5, 6], s, max_tokens=9, end_id=2, pad_id=0)
     assert inputs["temperature"].item() == 1.0 and inputs["runtime_top_p"].item() == 1.0
     assert inputs["end_id"].item() == 2 and inputs["request_output_len"].item() == 9

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pdtrt.llmapi.reference.engine import Sampling, draw_seed, process, sample  # noqa: E402
+from pdtrt.llmapi.reference.engine import SequenceSampling, draw_seed, process, sample  # noqa: E402
 
 
 def _logits() -> torch.Tensor:
@@ -18,7 +18,7 @@ def _logits() -> torch.Tensor:
 
 def test_repetition_presence_and_frequency_act_on_tokens_of_prompt_and_output():
     tokens = [3, 1, 3, 5]  # 3 twice, 1 and 5 once; 0, 2, 4 never
-    got = process(_logits(), Sampling(repetition_penalty=2.0, presence_penalty=0.5,
+    got = process(_logits(), SequenceSampling(repetition_penalty=2.0, presence_penalty=0.5,
                                       frequency_penalty=0.25), tokens, 2, None)
     # penaltyKernels.cu: a seen token's positive logit divided, a negative one multiplied;
     # then presence once and frequency per occurrence
@@ -27,21 +27,22 @@ def test_repetition_presence_and_frequency_act_on_tokens_of_prompt_and_output():
 
 
 def test_temperature_comes_before_the_penalties_when_sampling_only():
-    sampled = process(_logits(), Sampling(greedy=False, temperature=0.5, presence_penalty=1.0),
-                      [0], 0, None)
-    greedy = process(_logits(), Sampling(temperature=0.5, presence_penalty=1.0), [0], 0, None)
+    sampled = process(_logits(), SequenceSampling(greedy=False, temperature=0.5,
+                                                  presence_penalty=1.0), [0], 0, None)
+    greedy = process(_logits(), SequenceSampling(temperature=0.5, presence_penalty=1.0), [0], 0,
+                     None)
     assert sampled[0] == pytest.approx(2.0 / 0.5 - 1.0) and greedy[0] == pytest.approx(1.0)
 
 
 def test_min_tokens_bans_the_end_id_until_that_many_were_generated():
-    rules = Sampling(min_tokens=2)
+    rules = SequenceSampling(min_tokens=2)
     assert process(_logits(), rules, [], 1, end_id=3)[3] == float("-inf")
     assert process(_logits(), rules, [], 2, end_id=3)[3] == 3.0
     assert sample(process(_logits(), rules, [], 0, end_id=3), rules)[0] == 0  # not the max
 
 
 def test_a_bad_word_bans_its_last_token_where_the_output_ends_with_the_rest():
-    rules = Sampling(bad_words=((4,), (1, 3), (2, 5, 0)))
+    rules = SequenceSampling(bad_words=((4,), (1, 3), (2, 5, 0)))
     banned = process(_logits(), rules, [2, 2, 1], 0, None)
     assert banned[4] == banned[3] == float("-inf") and banned[0] == 2.0  # (2, 5) not matched
     assert process(_logits(), rules, [2, 5], 0, None)[0] == float("-inf")
@@ -49,7 +50,7 @@ def test_a_bad_word_bans_its_last_token_where_the_output_ends_with_the_rest():
 
 
 def test_a_draw_depends_on_the_seed_and_the_position_only():
-    rules = Sampling(greedy=False, temperature=1.0, seed=7)
+    rules = SequenceSampling(greedy=False, temperature=1.0, seed=7)
     scores = torch.randn(512, generator=torch.Generator().manual_seed(0))
 
     def draw(seed: int, position: int) -> int:
@@ -61,7 +62,7 @@ def test_a_draw_depends_on_the_seed_and_the_position_only():
 
 
 def test_the_log_probability_is_of_the_processed_scores():
-    rules = Sampling(repetition_penalty=2.0, logprobs=True)
+    rules = SequenceSampling(repetition_penalty=2.0, logprobs=True)
     scores = process(_logits(), rules, [3], 0, None)
     token, logprob = sample(scores, rules)
     assert token == 0 and logprob == pytest.approx(float(torch.log_softmax(scores, -1)[0]))

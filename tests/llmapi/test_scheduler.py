@@ -26,13 +26,13 @@ def scheduler(tiny_model):
 
 
 def _submit(sched, prompt, n, *, mode=RequestType.CONTEXT_AND_GENERATION, **kw):
-    from pdtrt.llmapi.reference.engine import Sampling
+    from pdtrt.llmapi.reference.engine import SequenceSampling
     from pdtrt.llmapi.reference.scheduler import SeqRequest
 
     out: queue.Queue = queue.Queue()
     sched.submit(SeqRequest(request_id=str(id(out)), prompt=prompt, max_new_tokens=n,
                             end_id=kw.pop("end_id", None), sampling=kw.pop("sampling",
-                            Sampling()), mode=mode, emit=out.put, **kw))
+                            SequenceSampling()), mode=mode, emit=out.put, **kw))
     return out
 
 
@@ -71,12 +71,12 @@ def test_end_id_stops_without_emitting_it(scheduler, tiny_model):
 
 
 def test_seeded_sampling_is_reproducible(scheduler):
-    from pdtrt.llmapi.reference.engine import Sampling
+    from pdtrt.llmapi.reference.engine import SequenceSampling
 
-    params = Sampling(greedy=False, temperature=0.9, top_k=50, top_p=0.9, seed=7)
+    params = SequenceSampling(greedy=False, temperature=0.9, top_k=50, top_p=0.9, seed=7)
     a = _collect(_submit(scheduler, PROMPTS[1], 16, sampling=params))[0]
     b = _collect(_submit(scheduler, PROMPTS[1], 16, sampling=params))[0]
-    c = _collect(_submit(scheduler, PROMPTS[1], 16, sampling=Sampling(
+    c = _collect(_submit(scheduler, PROMPTS[1], 16, sampling=SequenceSampling(
         greedy=False, temperature=0.9, top_k=50, top_p=0.9, seed=8)))[0]
     assert a == b and len(a) == 16 and a != c
 

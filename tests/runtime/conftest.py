@@ -36,10 +36,10 @@ def router(monkeypatch):
     """``router(phases, clock=..., **params)``: a router model on the fake seam
     (``test_router_model.new_router``), finalized after the test. Its counters are sent at
     once (not every ``METRICS_FLUSH_S``), so a test reads them as soon as its requests end."""
-    from pdtrt.runtime.router import model as router_model
+    from pdtrt.runtime.router import metrics as router_metrics
     from tests.runtime.test_router_model import new_router
 
-    monkeypatch.setattr(router_model, "METRICS_FLUSH_S", 0.0)
+    monkeypatch.setattr(router_metrics, "METRICS_FLUSH_S", 0.0)
 
     made = []
 

@@ -23,7 +23,8 @@ import numpy as np
 
 from pdtrt.engine_io import REQUEST_TYPE_PARAMETER, RequestType
 from pdtrt.errors import PhaseError
-from pdtrt.runtime.triton_io import Incoming, MetricSpec
+from pdtrt.runtime.metrics import MetricSpec
+from pdtrt.runtime.triton_io import Incoming
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ def test_an_engine_failure_fails_the_batch_and_the_waiting_requests_still_run(ti
     import queue
 
     from pdtrt.engine_io import RequestType
-    from pdtrt.llmapi.reference.engine import ReferenceEngine, Sampling
+    from pdtrt.llmapi.reference.engine import ReferenceEngine, SequenceSampling
     from pdtrt.llmapi.reference.scheduler import Scheduler, SeqRequest
 
     sched = Scheduler(ReferenceEngine(tiny_model, tokens_per_block=16), max_batch_size=1,
@@ -63,7 +63,8 @@ def test_an_engine_failure_fails_the_batch_and_the_waiting_requests_still_run(ti
     outs = {rid: queue.Queue() for rid in ("fault-1", "ok-1")}
     for rid, out in outs.items():  # both queued before the loop starts: one batch of one
         sched.submit(SeqRequest(request_id=rid, prompt=[5, 6, 7], max_new_tokens=4, end_id=None,
-                                sampling=Sampling(), mode=RequestType.CONTEXT_AND_GENERATION,
+                                sampling=SequenceSampling(),
+                                mode=RequestType.CONTEXT_AND_GENERATION,
                                 emit=out.put))
     sched.start()
     try:
@@ -82,9 +83,9 @@ def test_an_engine_failure_fails_the_batch_and_the_waiting_requests_still_run(ti
 def test_grpc_phase_request_carries_inputs_parameters_and_the_empty_final_flag():
     from tritonclient.grpc import service_pb2  # noqa: F401  (the protobuf types used)
 
-    from pdtrt.runtime.router.phase_client import GrpcPhaseClient, PhaseResponse
+    from pdtrt.client.streams import GrpcStreamClient, StreamResponse
 
-    req = GrpcPhaseClient.request(
+    req = GrpcStreamClient.request(
         "decode", {"input_ids": np.array([[1, 2, 3]], dtype=np.int32),
                    "streaming": np.array([[True]])},
         request_id="c1~ab", parameters={"request_type": "generation_only"},
@@ -96,7 +97,7 @@ def test_grpc_phase_request_carries_inputs_parameters_and_the_empty_final_flag()
     assert req.parameters["request_type"].string_param == "generation_only"
     assert req.parameters["triton_enable_empty_final_response"].bool_param
     assert [o.name for o in req.outputs] == ["output_ids", "pdtrt_error"]
-    err = PhaseResponse.of({"pdtrt_error": np.array([[b"engine failure: x"]], dtype=object)},
+    err = StreamResponse.of({"pdtrt_error": np.array([[b"engine failure: x"]], dtype=object)},
                            "pdtrt_error")
     assert err.error == "engine failure: x" and err.outputs == {}
-    assert PhaseResponse.of({"output_ids": np.zeros(1)}, "pdtrt_error").error is None
+    assert StreamResponse.of({"output_ids": np.zeros(1)}, "pdtrt_error").error is None

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+from pdtrt.client.streams import PROBE_ID_PREFIX
 from pdtrt.engine_io import Param
-from pdtrt.runtime.router.phase_client import PROBE_ID_PREFIX
 from tests.runtime.fake_clock import FakeClock
 from tests.runtime.fake_triton import Fail, wait_until
 from tests.runtime.test_router_model import (

@@ -298,7 +298,7 @@ def test_a_stop_request_stops_the_request_with_its_id(router):
 def test_a_health_probe_is_answered_by_the_event_loop_and_counts_as_no_request(router):
     """The supervisor's probe: a stop for an id nobody uses, answered at once from the router's
     event loop -- so a wedged loop leaves it unanswered."""
-    from pdtrt.runtime.router.phase_client import PROBE_ID_PREFIX
+    from pdtrt.client.streams import PROBE_ID_PREFIX
 
     model, triton = router(engines())
     probe = stop_request(PROBE_ID_PREFIX + "abc")

@@ -88,8 +88,8 @@ def test_buckets_are_cumulative_with_an_inf_bucket(router):
 
 
 def test_histograms_are_declared_with_their_buckets():
+    from pdtrt.runtime.metrics import MetricKind
     from pdtrt.runtime.router.timeline import HISTOGRAMS, LATENCY_BUCKETS_S
-    from pdtrt.runtime.triton_io import MetricKind
 
     assert all(spec.kind is MetricKind.HISTOGRAM and spec.buckets for spec in
                HISTOGRAMS.values())

@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 from pdtrt.errors import PhaseError
+from pdtrt.runtime import metrics as metrics_mod
 from pdtrt.runtime import triton_io
-from pdtrt.runtime.triton_io import BackendTriton, MetricKind, MetricSpec
+from pdtrt.runtime.metrics import MetricKind, MetricSpec
+from pdtrt.runtime.triton_io import BackendTriton
 from tests.conftest import ROOT
 from tests.runtime.fake_clock import FakeClock
 
@@ -237,7 +239,7 @@ def test_a_gauge_set_to_the_value_it_has_costs_no_round_trip():
             super().set_gauge(metric, value)
 
     triton = Counting()
-    metrics = triton_io.Metrics(triton, {"g": MetricSpec("g", "a gauge", MetricKind.GAUGE)},
+    metrics = metrics_mod.Metrics(triton, {"g": MetricSpec("g", "a gauge", MetricKind.GAUGE)},
                                 {"model": "m"})
     for value in (1, 1, 2, 2, 1):
         metrics.set("g", value)
@@ -263,7 +265,7 @@ def test_deferred_counters_are_summed_into_one_round_trip_per_metric_and_flush()
     triton = Counting()
     specs = {"a": MetricSpec("a", "a counter", MetricKind.COUNTER),
              "b": MetricSpec("b", "another", MetricKind.COUNTER)}
-    metrics = triton_io.Metrics(triton, specs, {"model": "m"}, flush_s=3600)
+    metrics = metrics_mod.Metrics(triton, specs, {"model": "m"}, flush_s=3600)
     for _ in range(50):
         metrics.add("a")
     metrics.add("b", 0.5)
@@ -272,7 +274,7 @@ def test_deferred_counters_are_summed_into_one_round_trip_per_metric_and_flush()
     assert sorted(triton.increments) == [("a", 50.0), ("b", 0.5)]
     assert triton.metrics["a"] == 50 and triton.metrics["b"] == 0.5
 
-    quick = triton_io.Metrics(triton, specs, {"model": "m"}, flush_s=0.01)
+    quick = metrics_mod.Metrics(triton, specs, {"model": "m"}, flush_s=0.01)
     triton.incremented.clear()
     quick.add("a", 2)
     assert triton.incremented.wait(5)  # the flusher's turn

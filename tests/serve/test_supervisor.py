@@ -179,7 +179,7 @@ def test_live_stubs_are_counted_per_model_from_proc(tmp_path):
 
 
 def test_a_probe_that_never_answers_is_a_problem_not_a_hang(tmp_path):
-    from pdtrt.runtime.router.phase_client import probe
+    from pdtrt.client.streams import probe
 
     class Silent:
         where = "nowhere"

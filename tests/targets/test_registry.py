@@ -14,14 +14,8 @@ from pdtrt.blueprint.manifest import EngineLayout
 from pdtrt.blueprint.spec import DeploymentSpec
 from pdtrt.blueprint.triton_models import EngineUse, RepoMode, TemplateFile
 from pdtrt.builder.plan import plan_build
-from pdtrt.engine_io import (
-    CORE_ENGINE_IO,
-    ModelName,
-    Param,
-    Role,
-    engine_input_name,
-    engine_io,
-)
+from pdtrt.engine_io import CORE_ENGINE_IO, ModelName, Param, Role
+from pdtrt.ensemble import engine_input_name, engine_io
 from pdtrt.enums import Phase, Target
 from pdtrt.errors import UnsupportedTargetError
 from pdtrt.repo.plan import plan_repo

@@ -24,14 +24,14 @@ import torch
 from pdtrt.engine_dir import KVLayout
 from pdtrt.enums import KVDType
 
-__all__ = ["KV", "ReferenceEngine", "Sampling", "draw_seed", "load_reference_engine", "pack_kv",
-           "process", "sample", "unpack_kv"]
+__all__ = ["KV", "ReferenceEngine", "SequenceSampling", "draw_seed", "load_reference_engine",
+           "pack_kv", "process", "sample", "unpack_kv"]
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer (k, v): [1, H_kv, S, D]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Sampling:
+class SequenceSampling:
     """How one sequence picks its next token: the arg-max (``greedy``), or a draw after
     ``temperature``, top-k (0: off) and top-p (0 or 1: off) from a generator seeded with
     ``seed`` and the token's position (:func:`draw_seed`), or under TorchSampler from the LLM's
@@ -65,8 +65,8 @@ class Sampling:
         return self.penalised or bool(self.bad_words)
 
 
-def process(logits: torch.Tensor, params: Sampling, tokens: Sequence[int], num_generated: int,
-            end_id: int | None) -> torch.Tensor:
+def process(logits: torch.Tensor, params: SequenceSampling, tokens: Sequence[int],
+            num_generated: int, end_id: int | None) -> torch.Tensor:
     """The scores a token is picked from, as TensorRT-LLM's sampling layers make them
     (``batchApplyPenalty``, cpp/tensorrt_llm/kernels/penaltyKernels.cu at 249d93d551e8ec11d6d6
     2aabfc9ca8df41ead84c, then the bad-words ban): temperature (sampling only: greedy is the
@@ -107,7 +107,7 @@ def draw_seed(seed: int, position: int) -> int:
     return (seed * 1_000_003 + position) % (1 << 63)
 
 
-def sample(scores: torch.Tensor, params: Sampling, generator: torch.Generator | None = None
+def sample(scores: torch.Tensor, params: SequenceSampling, generator: torch.Generator | None = None
            ) -> tuple[int, float]:
     """One token id from the processed ``scores`` ``[vocab]`` (:func:`process`), and its
     log-probability under them (NaN unless ``params.logprobs``)."""
@@ -119,7 +119,7 @@ def sample(scores: torch.Tensor, params: Sampling, generator: torch.Generator | 
     return token, logprob
 
 
-def _draw(scores: torch.Tensor, params: Sampling, generator: torch.Generator | None) -> int:
+def _draw(scores: torch.Tensor, params: SequenceSampling, generator: torch.Generator | None) -> int:
     if params.top_k > 0:
         kth = torch.topk(scores, min(params.top_k, scores.numel())).values[-1]
         scores = scores.masked_fill(scores < kth, float("-inf"))

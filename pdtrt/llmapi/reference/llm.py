@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from pdtrt.engine_io import RequestType
-from pdtrt.llmapi.reference.engine import ReferenceEngine, Sampling, load_reference_engine
+from pdtrt.llmapi.reference.engine import ReferenceEngine, SequenceSampling, load_reference_engine
 from pdtrt.llmapi.reference.options import ReferenceLlmArgs
 from pdtrt.llmapi.reference.outputs import Logprob, RequestOutput, Step
 from pdtrt.llmapi.reference.params import DisaggregatedParams, SamplingParams, unsupported
@@ -376,7 +376,7 @@ def _prompt(inputs: Any) -> list[int]:
     return [int(t) for t in ids]
 
 
-def _sampling(params: SamplingParams, *, torch_sampler: bool, prompt_len: int) -> Sampling:
+def _sampling(params: SamplingParams, *, torch_sampler: bool, prompt_len: int) -> SequenceSampling:
     """The engine's view of ``params`` under the LLM's sampler (None: the runtime's default;
     min_tokens None or < 1 bans nothing -- see docs/verification.md for the runtime's default
     of 1).
@@ -392,10 +392,10 @@ def _sampling(params: SamplingParams, *, torch_sampler: bool, prompt_len: int) -
     temperature = 1.0 if params.temperature is None else params.temperature
     top_k, top_p, logprobs = params.top_k or 0, params.top_p or 0.0, bool(params.logprobs)
     if torch_sampler:
-        return Sampling(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
+        return SequenceSampling(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
                         min_tokens=max((params.min_tokens or 0) - prompt_len, 0),
                         logprobs=logprobs)
-    return Sampling(
+    return SequenceSampling(
         greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
         seed=params.seed or 0,
         repetition_penalty=1.0 if params.repetition_penalty is None

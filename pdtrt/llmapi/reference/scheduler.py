@@ -25,7 +25,14 @@ from typing import Protocol
 
 import torch
 
-from pdtrt.llmapi.reference.engine import KV, ReferenceEngine, Sampling, draw_seed, process, sample
+from pdtrt.llmapi.reference.engine import (
+    KV,
+    ReferenceEngine,
+    SequenceSampling,
+    draw_seed,
+    process,
+    sample,
+)
 from pdtrt.llmapi.reference.prefix_cache import PrefixCache
 from pdtrt.llmapi.reference.schedule import (
     Delivery,
@@ -63,7 +70,7 @@ class SeqRequest(Seq):
     """A submitted sequence: the policy's :class:`~.schedule.Seq` plus what the loop needs to
     run it and answer its client."""
 
-    sampling: Sampling
+    sampling: SequenceSampling
     emit: Callable[[Emission], None]
     is_cancelled: Callable[[], bool] = lambda: False
     imported_kv: KV | None = None  # generation-only

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pdtrt.runtime.triton_io import MetricKind, Metrics, MetricSpec
+from pdtrt.runtime.metrics import MetricKind, Metrics, MetricSpec
 
 __all__ = ["METRICS", "StatsPublisher"]
 

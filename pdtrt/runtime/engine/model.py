@@ -53,6 +53,7 @@ from pdtrt.runtime.engine.metrics import METRICS, StatsPublisher
 from pdtrt.runtime.engine.responder import Responder
 from pdtrt.runtime.engine.sampler import check_sampler
 from pdtrt.runtime.faults import FaultInjection
+from pdtrt.runtime.metrics import Metrics
 from pdtrt.runtime.request_parsing import (
     EngineRequest,
     KvEventsRequest,
@@ -60,7 +61,7 @@ from pdtrt.runtime.request_parsing import (
     parse_engine_request,
 )
 from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
-from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, model_params
+from pdtrt.runtime.triton_io import Incoming, Triton, model_params
 
 __all__ = ["TritonPythonModel"]
 

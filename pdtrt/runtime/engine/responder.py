@@ -23,9 +23,10 @@ import numpy as np
 
 from pdtrt.engine_io import ERROR_OUTPUT, RequestType
 from pdtrt.runtime.engine.inflight import StopHandle
+from pdtrt.runtime.metrics import Metrics
 from pdtrt.runtime.phase_params import ContextPhaseParams
 from pdtrt.runtime.request_parsing import EngineRequest
-from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, log_prob_outputs, token_outputs
+from pdtrt.runtime.triton_io import Incoming, Triton, log_prob_outputs, token_outputs
 
 __all__ = ["DECODE_FOLLOWS", "Responder", "ResponderOwner"]
 

@@ -30,10 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from pdtrt.engine_io import Role
+from pdtrt.engine_io import RequestSampling, Role
 from pdtrt.enums import Phase, Sampler
 from pdtrt.errors import InvalidRequestError
-from pdtrt.runtime.request_parsing import RequestSampling
 
 __all__ = ["check_sampler", "configured_sampler", "ignored_inputs"]
 

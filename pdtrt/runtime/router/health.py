@@ -10,7 +10,7 @@ answering on a connection that stays open. So the router never waits on a phase 
   probe): keep waiting -- a long prefill or a full batch is not a failure. Not alive: the
   stream ends at once with one error response ("... stopped answering: <why>"), so the router
   can fail over or end the client's stream with a request error within seconds.
-- :class:`Prober` probes an endpoint (:func:`pdtrt.runtime.router.phase_client.probe`: a stop
+- :class:`Prober` probes an endpoint (:func:`pdtrt.client.streams.probe`: a stop
   request for an unused id, answered at once by a live engine model; a dead Python-backend stub
   makes Triton answer "Stub process ... is not healthy" after about a second), at most one probe per
   endpoint at a time, and reuses a result younger than ``fresh_s``, so a hundred silent streams
@@ -23,7 +23,7 @@ answering on a connection that stays open. So the router never waits on a phase 
   so the router also probes an ejected endpoint on demand, when its pool has no healthy one
   left.
 - An error that says the callee's stub is dead
-  (:data:`~pdtrt.runtime.router.phase_client.STUB_GONE`, Triton's own words) ejects its endpoint at
+  (:data:`~pdtrt.runtime.router.bls_client.STUB_GONE`, Triton's own words) ejects its endpoint at
   once, without a probe.
 """
 
@@ -35,13 +35,8 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-from pdtrt.runtime.router.phase_client import (
-    STUB_GONE,
-    PhaseClient,
-    PhaseResponse,
-    ResponseStream,
-    probe,
-)
+from pdtrt.client.streams import StreamClient, StreamResponse, probe
+from pdtrt.runtime.router.bls_client import STUB_GONE, ResponseStream
 from pdtrt.runtime.router.pool import Endpoint, eject, readmit
 
 __all__ = ["Prober", "health_loop", "probe_due", "watched"]
@@ -58,7 +53,7 @@ class Prober:
     Runs on one event loop (the router's); not thread-safe.
     """
 
-    def __init__(self, client_of: Callable[[Endpoint], PhaseClient], *, timeout_s: float,
+    def __init__(self, client_of: Callable[[Endpoint], StreamClient], *, timeout_s: float,
                  fresh_s: float, error_output: str = "",
                  on_change: Callable[[Endpoint, bool], None] = lambda _e, _h: None,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -105,9 +100,9 @@ class Prober:
         return problem
 
 
-async def watched(stream: AsyncIterator[PhaseResponse], *, liveness_s: float,
+async def watched(stream: AsyncIterator[StreamResponse], *, liveness_s: float,
                   alive: Callable[[], Awaitable[str | None]], what: str,
-                  first_within_s: float = 0.0) -> AsyncIterator[PhaseResponse]:
+                  first_within_s: float = 0.0) -> AsyncIterator[StreamResponse]:
     """The responses of ``stream``; after ``liveness_s`` without one, ``alive()`` decides: None
     (alive) keeps waiting, anything else ends the stream with one error response naming
     ``what`` and the reason. ``liveness_s`` <= 0 watches nothing. With ``first_within_s`` > 0
@@ -116,9 +111,9 @@ async def watched(stream: AsyncIterator[PhaseResponse], *, liveness_s: float,
     this one ends or is closed.
 
     The deadline is a timed read of a
-    :class:`~pdtrt.runtime.router.phase_client.ResponseStream` (any other stream is read into
+    :class:`~pdtrt.runtime.router.bls_client.ResponseStream` (any other stream is read into
     one by a task of its own), which survives a timed-out wait and keeps one timer for the whole
-    stream (:meth:`~pdtrt.runtime.router.phase_client.ResponseStream.read`), so there is no task
+    stream (:meth:`~pdtrt.runtime.router.bls_client.ResponseStream.read`), so there is no task
     and no timer per response.
     """
     responses = stream if isinstance(stream, ResponseStream) else ResponseStream.pumped(stream)
@@ -133,12 +128,12 @@ async def watched(stream: AsyncIterator[PhaseResponse], *, liveness_s: float,
                 response = await responses.read(wait_s)
             except TimeoutError:
                 if first_by is not None and clock() >= first_by:
-                    yield PhaseResponse(error=f"{what} sent nothing within "
+                    yield StreamResponse(error=f"{what} sent nothing within "
                                         f"{first_within_s:g} s of the call")
                     return
                 problem = await alive()
                 if problem is not None:
-                    yield PhaseResponse(error=f"{what} stopped answering: {problem}")
+                    yield StreamResponse(error=f"{what} stopped answering: {problem}")
                     return
                 continue
             if response is None:

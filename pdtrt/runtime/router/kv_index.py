@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pdtrt.client.streams import StreamClient, probe_inputs
 from pdtrt.engine_io import KV_EVENTS_OUTPUT
 from pdtrt.runtime.request_parsing import KV_EVENTS_CURSOR
-from pdtrt.runtime.router.phase_client import PhaseClient, probe_inputs
 
 __all__ = ["NO_EVENTS", "KvIndex", "kv_events_inputs", "poll"]
 
@@ -131,7 +131,7 @@ def kv_events_inputs(cursor: str) -> dict[str, np.ndarray]:
     return inputs
 
 
-async def poll(client: PhaseClient, model: str, index: KvIndex, *,
+async def poll(client: StreamClient, model: str, index: KvIndex, *,
                error_output: str = "") -> str | None:
     """Ask ``model`` for its blocks since ``index``'s cursor and apply the answer: None when
     it did, else what went wrong (the index is left as it was)."""

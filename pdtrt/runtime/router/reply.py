@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from pdtrt.errors import PhaseError
+from pdtrt.runtime.metrics import Metrics
 from pdtrt.runtime.request_parsing import RouterRequest
 from pdtrt.runtime.router.timeline import Timeline
-from pdtrt.runtime.triton_io import Incoming, Metrics, Triton, log_prob_outputs, token_outputs
+from pdtrt.runtime.triton_io import Incoming, Triton, log_prob_outputs, token_outputs
 
 __all__ = ["Reply"]
 

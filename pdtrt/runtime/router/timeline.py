@@ -4,7 +4,7 @@ The router marks, on its own clock, when a request came, when its first phase ca
 when the prefill call went out and answered, when the decode call went out and sent its first
 and last response, when the client got its first and last token. At the end of a request that
 succeeded, :func:`observe` turns the marks into one observation per histogram --
-Prometheus histogram series made of Triton counters (:class:`~pdtrt.runtime.triton_io.Metrics`:
+Prometheus histogram series made of Triton counters (:class:`~pdtrt.runtime.metrics.Metrics`:
 ``_bucket{le}``, ``_sum``, ``_count``; why not Triton's own histogram kind is said there), on
 Triton's metrics port, where Prometheus's ``histogram_quantile`` gives p50/p90/p99 over any
 window:
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdtrt.runtime.triton_io import MetricKind, Metrics, MetricSpec
+from pdtrt.runtime.metrics import MetricKind, Metrics, MetricSpec
 
 __all__ = ["HISTOGRAMS", "LATENCY_BUCKETS_S", "TOKEN_BUCKETS", "Timeline", "observe"]
 

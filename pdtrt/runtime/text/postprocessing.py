@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from pdtrt.engine_io import POSTPROCESSING_IO, Param
+from pdtrt.engine_io import Param
+from pdtrt.ensemble import POSTPROCESSING_IO
 from pdtrt.runtime.text.preprocessing import load_tokenizer
 from pdtrt.runtime.triton_io import Triton, model_params
 

@@ -1,6 +1,6 @@
 """Preprocessing for Triton: text -> token ids with the deployment's local HF tokenizer.
 
-NVIDIA's preprocessing I/O (:data:`pdtrt.engine_io.PREPROCESSING_IO`): ``QUERY`` and
+NVIDIA's preprocessing I/O (:data:`pdtrt.ensemble.PREPROCESSING_IO`): ``QUERY`` and
 ``REQUEST_OUTPUT_LEN`` in; ``INPUT_ID``, ``REQUEST_INPUT_LEN``, the bad/stop word lists,
 ``REQUEST_OUTPUT_LEN``, ``OUT_END_ID`` / ``OUT_PAD_ID`` (the tokenizer's, unless the request
 gives them) out. One prompt per request, like every pdtrt model
@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from pdtrt.engine_io import PREPROCESSING_IO, PREPROCESSING_STEP_MAP, Param
+from pdtrt.engine_io import Param
+from pdtrt.ensemble import PREPROCESSING_IO, PREPROCESSING_STEP_MAP
 from pdtrt.errors import InvalidRequestError
 from pdtrt.runtime.request_parsing import one_prompt
 from pdtrt.runtime.triton_io import Incoming, Triton, model_params

@@ -46,7 +46,8 @@ def _engine_model(engine_dir: Path, manifest: EngineManifest, model_name: str) -
     that reads the 0.21 input names (imported here: torch only once the parameters passed)."""
     import os
 
-    from pdtrt.engine_io import TRTLLM_0_21_INPUT_NAMES, Role
+    from pdtrt.engine_io import Role
+    from pdtrt.ensemble import TRTLLM_0_21_INPUT_NAMES
     from pdtrt.llmapi import load_llm_api
     from pdtrt.runtime.engine.config import LLMEngineConfig, max_beam_width
     from pdtrt.runtime.engine.model import TritonPythonModel

@@ -1,27 +1,17 @@
-"""How the router reaches a phase model: in this server (BLS) or in another one (gRPC).
+"""How the router reaches a phase model of its own server: a BLS stream.
 
-Both clients take the same thing -- model name, input arrays, request id, request parameters,
-output names -- and yield the same :class:`PhaseResponse` stream, so the router's logic does not
-depend on where a pool runs (docs/serve.md, "Pools in other Triton servers").
-
-- :class:`BlsPhaseClient`: a decoupled BLS request through the model's Triton seam
-  (:meth:`~pdtrt.runtime.triton_io.Triton.bls_exec`). Triton 2.51's BLS response iterator is
-  synchronous and has no timeout: each stream is read by a (pooled) thread of its own
-  (:meth:`~pdtrt.runtime.triton_io.Triton.bls_next`), one response each time the caller asks
-  for the next, into a :class:`ResponseStream` the event loop reads, so one router instance
-  keeps many requests in flight -- and a caller that stops listening (a liveness deadline, see
-  :mod:`pdtrt.runtime.router.health`) is never stuck with it: when the callee's stub has died,
-  ``next()`` never returns (measured: not even after the model is reloaded), and only that one
-  thread waits on.
-- :class:`GrpcPhaseClient`: a ``ModelStreamInfer`` stream to another Triton server over
-  ``grpc.aio`` with tritonclient's protobuf types (``tritonclient.grpc.service_pb2``). It asks
-  for the empty final response (``triton_enable_empty_final_response``, what tritonclient's
-  ``enable_empty_final_response`` sets) so a stream that ends without data still ends, and
-  half-closes the stream after the final response; a caller that stops listening cancels it.
-
-:func:`probe` asks an endpoint the cheapest question there is -- TensorRT-LLM's stop request
-for an id nobody uses, which every engine model answers at once with an empty final response
-without touching its engine -- and says whether it answered in time.
+:class:`BlsPhaseClient` sends a decoupled BLS request through the model's Triton seam
+(:meth:`~pdtrt.runtime.triton_io.Triton.bls_exec`) and yields the same
+:class:`~pdtrt.client.streams.StreamResponse` stream as the gRPC client of pools in other
+servers (:class:`~pdtrt.client.streams.GrpcStreamClient`, shared with the front and the
+supervisor), so the router's logic does not depend on where a pool runs. Triton 2.51's BLS
+response iterator is synchronous and has no timeout: each stream is read by a (pooled) thread
+of its own (:meth:`~pdtrt.runtime.triton_io.Triton.bls_next`), one response each time the
+caller asks for the next, into a :class:`ResponseStream` the event loop reads, so one router
+instance keeps many requests in flight -- and a caller that stops listening (a liveness
+deadline, see :mod:`pdtrt.runtime.router.health`) is never stuck with it: when the callee's
+stub has died, ``next()`` never returns (measured: not even after the model is reloaded), and
+only that one thread waits on.
 """
 
 from __future__ import annotations
@@ -30,55 +20,25 @@ import asyncio
 import logging
 import math
 import queue
-import secrets
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from pdtrt.client.streams import StreamResponse
 from pdtrt.errors import PhaseError
 from pdtrt.runtime.triton_io import Triton
 
-__all__ = ["PROBE_ID_PREFIX", "STUB_GONE", "BlsPhaseClient", "GrpcPhaseClient", "PhaseClient",
-           "PhaseResponse", "ResponseStream", "probe", "probe_inputs"]
+__all__ = ["STUB_GONE", "BlsPhaseClient", "ResponseStream"]
 
 log = logging.getLogger(__name__)
 
-PROBE_ID_PREFIX = "pdtrt-probe-"
 # Triton 2.51's answer to a request for a model whose Python-backend stub has died:
 # "Stub process '<instance>' is not healthy." (pinned by tests/serve/test_self_healing.py).
 STUB_GONE = "is not healthy"
-
-
-@dataclass(frozen=True)
-class PhaseResponse:
-    outputs: dict[str, np.ndarray] = field(default_factory=dict)
-    error: str | None = None
-
-    @classmethod
-    def of(cls, outputs: dict[str, np.ndarray], error_output: str) -> PhaseResponse:
-        """A data response, or an error when it carries the in-band ``error_output``."""
-        if error_output and error_output in outputs:
-            raw = outputs[error_output].reshape(-1)[0]
-            return cls(error=raw.decode("utf-8", "replace") if isinstance(raw, bytes)
-                       else str(raw))
-        return cls(outputs)
-
-
-class PhaseClient(Protocol):
-    where: str  # for error messages: "this server" or the gRPC address
-
-    def stream(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-               parameters: Mapping[str, str], outputs: list[str], error_output: str = "",
-               fail_fast: bool = True) -> AsyncIterator[PhaseResponse]:
-        """Responses of one decoupled request; ``error_output`` names the output that carries
-        an in-band error message (pdtrt's engine models), "" for none. ``fail_fast``: a
-        request for a model known to be down fails at once (probes pass False)."""
-        ...
 
 
 def _read_to_end(triton: Triton, responses: Any) -> None:
@@ -113,7 +73,7 @@ class ResponseStream:
     def __init__(self, on_close: Callable[[], Awaitable[None]] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._items: deque[PhaseResponse | BaseException | None] = deque()
+        self._items: deque[StreamResponse | BaseException | None] = deque()
         self._lock = threading.Lock()
         self._waiter: asyncio.Future[None] | None = None
         self._on_close = on_close
@@ -128,7 +88,7 @@ class ResponseStream:
         self._timer_at = 0.0  # when the timer fires (loop time)
         self._wait_due = 0.0  # when the current timed wait times out (loop time)
 
-    def put(self, item: PhaseResponse | BaseException | None) -> None:
+    def put(self, item: StreamResponse | BaseException | None) -> None:
         """Queue ``item`` (from any thread)."""
         with self._lock:
             self._items.append(item)
@@ -146,13 +106,13 @@ class ResponseStream:
     def __aiter__(self) -> ResponseStream:
         return self
 
-    async def __anext__(self) -> PhaseResponse:
+    async def __anext__(self) -> StreamResponse:
         item = await self.read()
         if item is None:
             raise StopAsyncIteration
         return item
 
-    async def read(self, timeout_s: float | None = None) -> PhaseResponse | None:
+    async def read(self, timeout_s: float | None = None) -> StreamResponse | None:
         """The next response, None at the end. Raises :class:`TimeoutError` when none has
         come within ``timeout_s``: like a cancelled wait, that takes nothing, and the next read
         goes on where it left off.
@@ -219,7 +179,7 @@ class ResponseStream:
             await on_close()
 
     @classmethod
-    def pumped(cls, source: AsyncIterator[PhaseResponse]) -> ResponseStream:
+    def pumped(cls, source: AsyncIterator[StreamResponse]) -> ResponseStream:
         """``source`` (any async iterator, e.g. a gRPC stream) read by a task of its own into
         a new stream; closing the stream cancels the task, which closes ``source``."""
         async def pump() -> None:
@@ -326,12 +286,12 @@ class BlsPhaseClient:
                         responses = None  # read to its end
                         break
                     self._down.pop(model, None)  # it answers
-                    stream.put(PhaseResponse.of(got, error_output))
+                    stream.put(StreamResponse.of(got, error_output))
                 self._down.pop(model, None)
             except PhaseError as exc:  # an error response ends the stream
                 if STUB_GONE in exc.message:
                     self._down[model] = exc.message
-                stream.put(PhaseResponse(error=exc.message))
+                stream.put(StreamResponse(error=exc.message))
             except Exception as exc:  # a bug or a broken stub: the caller raises it
                 stream.put(exc)
             stream.put(None)
@@ -342,106 +302,3 @@ class BlsPhaseClient:
         return stream
 
 
-class GrpcPhaseClient:
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.where = f"the Triton server at {url}"
-        self._stub: Any = None
-
-    def _service(self) -> Any:
-        if self._stub is None:  # created on the router's event loop, on first use
-            import grpc
-            from tritonclient.grpc import service_pb2_grpc
-
-            channel = grpc.aio.insecure_channel(self.url, options=[
-                ("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)])
-            self._stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        return self._stub
-
-    @staticmethod
-    def request(model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-                parameters: Mapping[str, str], outputs: list[str]) -> Any:
-        from tritonclient.grpc import service_pb2
-        from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
-
-        req = service_pb2.ModelInferRequest(model_name=model, id=request_id)
-        for name, value in inputs.items():
-            value = np.ascontiguousarray(value)
-            req.inputs.add(name=name, datatype=np_to_triton_dtype(value.dtype),
-                           shape=list(value.shape))
-            # BYTES: each element length-prefixed, as Triton reads a string tensor
-            raw = serialize_byte_tensor(value).item() if value.dtype == np.object_ \
-                else value.tobytes()
-            req.raw_input_contents.append(raw)
-        for name in outputs:
-            req.outputs.add(name=name)
-        for key, text in parameters.items():
-            req.parameters[key].string_param = text
-        req.parameters["triton_enable_empty_final_response"].bool_param = True
-        return req
-
-    async def stream(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-                     parameters: Mapping[str, str], outputs: list[str], error_output: str = "",
-                     fail_fast: bool = True) -> AsyncIterator[PhaseResponse]:
-        import grpc
-        from tritonclient.grpc import InferResult
-
-        request = self.request(model, inputs, request_id=request_id, parameters=parameters,
-                               outputs=outputs + ([error_output] if error_output else []))
-        final = asyncio.Event()
-
-        async def requests() -> AsyncIterator[Any]:
-            yield request
-            await final.wait()  # then half-close: the server ends the stream
-
-        call = self._service().ModelStreamInfer(requests())
-        try:
-            async for response in call:
-                if response.error_message:
-                    final.set()
-                    yield PhaseResponse(error=response.error_message)
-                    continue
-                infer = response.infer_response
-                result = InferResult(infer)
-                got = {o.name: result.as_numpy(o.name) for o in infer.outputs}
-                if infer.parameters["triton_final_response"].bool_param:
-                    final.set()
-                if got:
-                    yield PhaseResponse.of(got, error_output)
-        except grpc.aio.AioRpcError as exc:
-            yield PhaseResponse(error=f"{self.where}: {exc.code().name}: {exc.details()}")
-        finally:
-            final.set()
-            if not call.done():  # the caller stopped listening: end the call too
-                call.cancel()
-
-
-def probe_inputs() -> dict[str, np.ndarray]:
-    """The inputs of a health probe: a stop request (``stop`` = true) in the engine model's
-    config shapes, for a one-token prompt."""
-    one = np.array([[1]], dtype=np.int32)
-    return {"input_ids": one, "input_lengths": one, "request_output_len": one,
-            "stop": np.array([[True]])}
-
-
-async def probe(client: PhaseClient, model: str, *, timeout_s: float,
-                error_output: str = "") -> str | None:
-    """Ask ``model`` through ``client`` to stop a request nobody sent: None when it answered
-    without an error within ``timeout_s``, else what went wrong (its error, or the silence)."""
-    async def ask() -> str | None:
-        stream = client.stream(model, probe_inputs(),
-                               request_id=PROBE_ID_PREFIX + secrets.token_hex(6),
-                               parameters={}, outputs=["output_ids"], error_output=error_output,
-                               fail_fast=False)
-        async with aclosing(stream) as responses:
-            async for r in responses:
-                if r.error is not None:
-                    return r.error
-        return None
-
-    try:
-        return await asyncio.wait_for(ask(), timeout_s)
-    except TimeoutError:
-        return f"no answer to a health probe within {timeout_s:g} s"
-    except Exception as exc:
-        return f"health probe failed: {type(exc).__name__}: {exc}"

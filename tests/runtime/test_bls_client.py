@@ -5,15 +5,10 @@ from __future__ import annotations
 import asyncio
 import threading
 
-import numpy as np
 import pytest
 
-from pdtrt.runtime.router.phase_client import (
-    BlsPhaseClient,
-    PhaseResponse,
-    ResponseStream,
-    _Workers,
-)
+from pdtrt.client.streams import StreamResponse
+from pdtrt.runtime.router.bls_client import BlsPhaseClient, ResponseStream, _Workers
 from tests.runtime.fake_triton import FakeTriton, tokens_out, wait_until
 
 
@@ -23,9 +18,9 @@ def test_a_timed_out_wait_loses_no_response_and_the_stream_goes_on():
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.01):
                 await anext(stream)
-        threading.Thread(target=stream.put, args=(PhaseResponse(error="one"),)).start()
+        threading.Thread(target=stream.put, args=(StreamResponse(error="one"),)).start()
         first = await anext(stream)
-        stream.put(PhaseResponse(error="two"))
+        stream.put(StreamResponse(error="two"))
         stream.put(None)
         return first.error, [r.error async for r in stream], await anext(stream, "ended")
 
@@ -38,15 +33,15 @@ def test_a_timed_read_loses_no_response_that_comes_as_its_deadline_fires():
         stream = ResponseStream()
         with pytest.raises(TimeoutError):
             await stream.read(0.01)
-        stream.put(PhaseResponse(error="late"))
+        stream.put(StreamResponse(error="late"))
         after_timeout = (await stream.read(0.01)).error
 
         def expire_then_put():  # the deadline wins the race: the next read gets it
             stream._expire()
-            stream.put(PhaseResponse(error="raced"))
+            stream.put(StreamResponse(error="raced"))
 
         def put_then_expire():  # the response wins: the read returns it
-            stream.put(PhaseResponse(error="first"))
+            stream.put(StreamResponse(error="first"))
             stream._expire()
 
         got = []
@@ -68,14 +63,14 @@ def test_a_timed_read_waits_its_own_timeout_with_one_timer_per_stream():
     async def main():
         loop = asyncio.get_running_loop()
         stream = ResponseStream()
-        loop.call_later(0.05, stream.put, PhaseResponse(error="one"))
+        loop.call_later(0.05, stream.put, StreamResponse(error="one"))
         await stream.read(0.1)  # arms the timer for t + 0.1
         timer = stream._timer
         started = loop.time()
         with pytest.raises(TimeoutError):
             await stream.read(0.1)  # the timer re-arms for this wait's own deadline
         waited = loop.time() - started
-        loop.call_later(0.01, stream.put, PhaseResponse(error="two"))
+        loop.call_later(0.01, stream.put, StreamResponse(error="two"))
         await stream.read(10)  # arms the timer for t + 10
         started = loop.time()
         with pytest.raises(TimeoutError):
@@ -96,7 +91,7 @@ def test_a_timed_read_waits_its_own_timeout_with_one_timer_per_stream():
 def test_closing_a_stream_cancels_its_deadline_timer():
     async def main():
         stream = ResponseStream()
-        stream.put(PhaseResponse(error="one"))
+        stream.put(StreamResponse(error="one"))
         await stream.read(10)  # ready: no timer
         assert stream._timer is None
         waiting = asyncio.ensure_future(stream.read(10))
@@ -115,9 +110,9 @@ def test_closing_a_pumped_stream_closes_its_source():
 
     async def source():
         try:
-            yield PhaseResponse(error="first")
+            yield StreamResponse(error="first")
             await asyncio.sleep(60)
-            yield PhaseResponse(error="never")
+            yield StreamResponse(error="never")
         finally:
             closed.append(True)
 
@@ -132,7 +127,7 @@ def test_closing_a_pumped_stream_closes_its_source():
 
 def test_the_bls_reader_asks_for_a_response_only_when_the_caller_does():
     """No read-ahead: a reader thread calling next() while the router sent the previous
-    response to its client segfaulted the stub (phase_client.BlsPhaseClient)."""
+    response to its client segfaulted the stub (bls_client.BlsPhaseClient)."""
     class Counting(FakeTriton):
         nexts = 0
 
@@ -167,17 +162,3 @@ def test_workers_reuse_idle_threads_and_never_queue_behind_a_blocked_job():
         wait_until(lambda: len(workers._idle) == 1)  # its thread is back among the idle
     assert len(ran) == 3 and len(set(ran)) == 1  # one thread, reused; not the blocked one
     release.set()
-
-
-def test_a_grpc_phase_request_carries_string_inputs_as_triton_reads_them():
-    from tritonclient.utils import deserialize_bytes_tensor
-
-    from pdtrt.runtime.router.kv_index import kv_events_inputs
-    from pdtrt.runtime.router.phase_client import GrpcPhaseClient
-
-    inputs = kv_events_inputs("9f2c:41,77aa:3")
-    req = GrpcPhaseClient.request("prefill", inputs, request_id="x", parameters={},
-                                  outputs=["kv_events"])
-    raw = dict(zip((i.name for i in req.inputs), req.raw_input_contents, strict=True))
-    assert deserialize_bytes_tensor(raw["kv_events_cursor"]).tolist() == [b"9f2c:41,77aa:3"]
-    assert np.frombuffer(raw["input_ids"], dtype=np.int32).tolist() == [1]
