@@ -35,6 +35,7 @@ __all__ = [
     "ENSEMBLE_NAME",
     "AGGREGATED_ENSEMBLE_NAME",
     "INPUT_ALIASES",
+    "TOKEN_COUNT_TENSORS",
     "PHASE_ROLES",
     "READINESS_PATH",
     "REQUEST_TYPE_PARAMETER",
@@ -355,6 +356,16 @@ name only."""
 
 _ALIAS_INPUTS = (scalar_spec("min_tokens", I32), scalar_spec("seed", U64))
 
+TOKEN_COUNT_TENSORS = {"return_num_input_tokens": "num_input_tokens",
+                       "return_num_output_tokens": "num_output_tokens"}
+"""NVIDIA's token counts, asked for -> returned: the prompt's tokens and each response's, one
+INT32 ``[1]`` each, only to a request that asks (TensorRT-LLM ``triton_backend/all_models/
+inflight_batcher_llm/ensemble/config.pbtxt`` and ``tensorrt_llm/1/model.py``
+``convert_response``, at NVIDIA/TensorRT-LLM 2a9abd9536aa). pdtrt's engine models and router
+count them; TensorRT-LLM 0.21's C++ model is not known to, so its ensembles go without."""
+_COUNT_INPUTS = tuple(scalar_spec(name, B) for name in TOKEN_COUNT_TENSORS)
+_COUNT_OUTPUTS = tuple(tensor_spec(name, I32, 1) for name in TOKEN_COUNT_TENSORS.values())
+
 ERROR_OUTPUT = "pdtrt_error"
 """pdtrt's engine models also have this output: the error message of a request that fails
 after it has streamed tokens. Triton 2.51's BLS silently drops an error response a decoupled
@@ -371,17 +382,17 @@ KV_EVENT_BUFFER = 4096
 LlmArgs defaults to 0: none) when block reuse is on; the engine model drains every 50 ms."""
 
 REFERENCE_ENGINE_IO = ModelIO(
-    inputs=_CORE_INPUTS + _ALIAS_INPUTS + (scalar_spec("kv_events_cursor", STR),),
-    outputs=_CORE_OUTPUTS + (tensor_spec(ERROR_OUTPUT, STR, 1),
-                             tensor_spec(KV_EVENTS_OUTPUT, STR, 1)))
+    inputs=_CORE_INPUTS + _ALIAS_INPUTS + _COUNT_INPUTS + (scalar_spec("kv_events_cursor", STR),),
+    outputs=_CORE_OUTPUTS + _COUNT_OUTPUTS + (tensor_spec(ERROR_OUTPUT, STR, 1),
+                                              tensor_spec(KV_EVENTS_OUTPUT, STR, 1)))
 """pdtrt's LLM-API engine model: the core contract plus :data:`ERROR_OUTPUT` and the KV-events
-request (``kv_events_cursor`` in, :data:`KV_EVENTS_OUTPUT` out), and the
-:data:`INPUT_ALIASES`."""
+request (``kv_events_cursor`` in, :data:`KV_EVENTS_OUTPUT` out), the :data:`INPUT_ALIASES` and
+the :data:`TOKEN_COUNT_TENSORS`."""
 
-ROUTER_IO = ModelIO(inputs=CORE_ENGINE_IO.inputs + _ALIAS_INPUTS,
-                    outputs=CORE_ENGINE_IO.outputs).without("context_phase_params")
+ROUTER_IO = ModelIO(inputs=CORE_ENGINE_IO.inputs + _ALIAS_INPUTS + _COUNT_INPUTS,
+                    outputs=CORE_ENGINE_IO.outputs + _COUNT_OUTPUTS).without("context_phase_params")
 """pdtrt's router: the engine model's core I/O minus the phase hand-off it performs itself,
-plus the :data:`INPUT_ALIASES`."""
+plus the :data:`INPUT_ALIASES` and the :data:`TOKEN_COUNT_TENSORS`."""
 
 
 # --- the request that crosses the boundary ------------------------------------------------------

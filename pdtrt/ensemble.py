@@ -18,6 +18,7 @@ from pdtrt.engine_io import (
     CORE_ENGINE_IO,
     INPUT_ALIASES,
     REFERENCE_ENGINE_IO,
+    TOKEN_COUNT_TENSORS,
     ModelIO,
     TritonDType,
     scalar_spec,
@@ -60,10 +61,13 @@ ENSEMBLE_IO = ModelIO(
         _t("min_tokens", I32, 1, opt=True),  # NVIDIA's current names (INPUT_ALIASES)
         _t("seed", U64, 1, opt=True),
         _t("return_log_probs", B, 1, opt=True),
+        _t("return_num_input_tokens", B, 1, opt=True),  # TOKEN_COUNT_TENSORS
+        _t("return_num_output_tokens", B, 1, opt=True),
         _t("beam_width", I32, 1, opt=True),
         _t("stream", B, 1, opt=True),
     ),
-    outputs=(_t("text_output", STR, -1), *_LOG_PROB_OUTPUTS),
+    outputs=(_t("text_output", STR, -1), *_LOG_PROB_OUTPUTS, _t("num_input_tokens", I32, 1),
+             _t("num_output_tokens", I32, 1)),
 )
 
 # --- preprocessing / postprocessing (NVIDIA's names; a subset) --------------------------------
@@ -213,9 +217,11 @@ ENGINE_STEP_MAP = StepMap(
             ("presence_penalty", "presence_penalty"), ("frequency_penalty", "frequency_penalty"),
             ("random_seed", "random_seed"), ("return_log_probs", "return_log_probs"),
             ("exclude_input_in_output", "exclude_input_in_output"), ("streaming", "stream"),
-            ("min_tokens", "min_tokens"), ("seed", "seed")),
+            ("min_tokens", "min_tokens"), ("seed", "seed"),
+            *((name, name) for name in TOKEN_COUNT_TENSORS)),
     outputs=(("output_ids", "_TOKENS_BATCH"), ("sequence_length", "_SEQUENCE_LENGTH"),
-             ("cum_log_probs", "cum_log_probs"), ("output_log_probs", "output_log_probs")),
+             ("cum_log_probs", "cum_log_probs"), ("output_log_probs", "output_log_probs"),
+             *((name, name) for name in TOKEN_COUNT_TENSORS.values())),
 )
 """The middle step: the router (disaggregated) or the aggregated engine model."""
 
@@ -226,23 +232,35 @@ def _has_aliases(target: Target) -> bool:
     return not _ENGINE_INPUT_NAMES[target]
 
 
+_COUNT_OUTPUTS = set(TOKEN_COUNT_TENSORS.values())
+
+
 def engine_step_map(target: Target) -> StepMap:
     """:data:`ENGINE_STEP_MAP` with the model-side names of ``target``'s engine model (the
     aggregated ensemble's middle step). On TensorRT-LLM 0.21 the ensemble's ``min_length`` /
     ``random_seed`` feed the model's ``min_tokens`` / ``seed``, so the ensemble's own
-    ``min_tokens`` / ``seed`` have nowhere to go and are left out (:func:`ensemble_io`)."""
+    ``min_tokens`` / ``seed`` have nowhere to go and are left out (:func:`ensemble_io`), and so
+    are the token counts its model does not declare."""
+    io = engine_io(target)
     inputs = ENGINE_STEP_MAP.inputs if _has_aliases(target) else tuple(
         (name, tensor) for name, tensor in ENGINE_STEP_MAP.inputs if name not in INPUT_ALIASES)
+    inputs = tuple((name, tensor) for name, tensor in inputs
+                   if name not in TOKEN_COUNT_TENSORS or name in io.input_names)
+    outputs = tuple((name, tensor) for name, tensor in ENGINE_STEP_MAP.outputs
+                    if name not in _COUNT_OUTPUTS or name in io.output_names)
     return StepMap(inputs=tuple((engine_input_name(target, name), tensor)
-                                for name, tensor in inputs),
-                   outputs=ENGINE_STEP_MAP.outputs)
+                                for name, tensor in inputs), outputs=outputs)
 
 
 def ensemble_io(middle: StepMap) -> ModelIO:
     """:data:`ENSEMBLE_IO` less the optional inputs that the ``middle`` step does not take
-    (the aggregated ensemble on TensorRT-LLM 0.21: no ``min_tokens`` / ``seed``)."""
+    and the token counts it does not give (the aggregated ensemble on TensorRT-LLM 0.21: no
+    ``min_tokens`` / ``seed``, no counts)."""
     fed = {tensor for _, tensor in middle.inputs}
-    return ENSEMBLE_IO.without(*(name for name in INPUT_ALIASES if name not in fed))
+    given = {tensor for _, tensor in middle.outputs}
+    return ENSEMBLE_IO.without(
+        *(name for name in (*INPUT_ALIASES, *TOKEN_COUNT_TENSORS) if name not in fed),
+        *(name for name in _COUNT_OUTPUTS if name not in given))
 
 POSTPROCESSING_STEP_MAP = StepMap(
     inputs=(("TOKENS_BATCH", "_TOKENS_BATCH"), ("SEQUENCE_LENGTH", "_SEQUENCE_LENGTH")),

@@ -45,7 +45,8 @@ def sampling_inputs(**values) -> list:
              "frequency_penalty": ("FP32", np.float32), "min_length": ("INT32", np.int32),
              "return_log_probs": ("BOOL", bool), "random_seed": ("UINT64", np.uint64),
              "temperature": ("FP32", np.float32), "top_k": ("INT32", np.int32),
-             "min_tokens": ("INT32", np.int32), "seed": ("UINT64", np.uint64)}
+             "min_tokens": ("INT32", np.int32), "seed": ("UINT64", np.uint64),
+             "return_num_input_tokens": ("BOOL", bool), "return_num_output_tokens": ("BOOL", bool)}
     made = []
     for name, value in values.items():
         kind, dtype = kinds[name]
@@ -79,9 +80,9 @@ def generate(url: str, model: str, inputs: list, *, request_id: str = "r",
                 return out
             resp = result.get_response()
             if resp.outputs:
-                value = result.as_numpy(output)
-                out.texts.append(value.reshape(-1)[0].decode() if value.dtype == object
-                                 else value)
+                value = result.as_numpy(output)  # None: the response has no such output
+                out.texts.append(value.reshape(-1)[0].decode() if value is not None
+                                 and value.dtype == object else value)
                 out.times_s.append(time.perf_counter() - start)
             if resp.parameters["triton_final_response"].bool_param:
                 out.final_seen = True

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from pdtrt.engine_io import CORE_ENGINE_IO, INPUT_ALIASES, PHASE_ROLES, ROUTER_IO, Role, TritonDType
+from pdtrt.engine_io import (
+    CORE_ENGINE_IO,
+    INPUT_ALIASES,
+    PHASE_ROLES,
+    ROUTER_IO,
+    TOKEN_COUNT_TENSORS,
+    Role,
+    TritonDType,
+)
 from pdtrt.ensemble import (
     ENGINE_STEP_MAP,
     ENSEMBLE_IO,
@@ -49,16 +57,20 @@ NVIDIA_ENSEMBLE = {
 # pdtrt's ensemble takes both names (INPUT_ALIASES)
 NVIDIA_CURRENT_NAMES = {"min_tokens": ("TYPE_INT32", (1,), True),
                         "seed": ("TYPE_UINT64", (1,), True)}
+# later additions of NVIDIA's ensemble (ensemble/config.pbtxt at NVIDIA/TensorRT-LLM@2a9abd95)
+NVIDIA_TOKEN_COUNTS = {"return_num_input_tokens": ("TYPE_BOOL", (1,), True),
+                       "return_num_output_tokens": ("TYPE_BOOL", (1,), True)}
 
 
 def test_ensemble_matches_nvidia_contract():
     got = {t.name: (str(t.dtype), t.dims, t.optional) for t in ENSEMBLE_IO.inputs}
-    assert got == {**NVIDIA_ENSEMBLE, **NVIDIA_CURRENT_NAMES}
+    assert got == {**NVIDIA_ENSEMBLE, **NVIDIA_CURRENT_NAMES, **NVIDIA_TOKEN_COUNTS}
     assert {INPUT_ALIASES[n] for n in NVIDIA_CURRENT_NAMES} == {"min_length", "random_seed"}
     # a subset of NVIDIA's ensemble outputs, with its names, types and dims
     assert [(t.name, str(t.dtype), t.dims) for t in ENSEMBLE_IO.outputs] == [
         ("text_output", "TYPE_STRING", (-1,)), ("cum_log_probs", "TYPE_FP32", (-1,)),
-        ("output_log_probs", "TYPE_FP32", (-1, -1))]
+        ("output_log_probs", "TYPE_FP32", (-1, -1)), ("num_input_tokens", "TYPE_INT32", (1,)),
+        ("num_output_tokens", "TYPE_INT32", (1,))]
 
 
 @pytest.mark.parametrize("target", list(Target), ids=str)
@@ -86,7 +98,11 @@ def test_router_is_core_minus_phase_handoff():
     assert "context_phase_params" not in ROUTER_IO.input_names
     assert "context_phase_params" not in ROUTER_IO.output_names
     assert set(ROUTER_IO.input_names) == (
-        set(CORE_ENGINE_IO.input_names) - {"context_phase_params"} | set(INPUT_ALIASES))
+        set(CORE_ENGINE_IO.input_names) - {"context_phase_params"} | set(INPUT_ALIASES)
+        | set(TOKEN_COUNT_TENSORS))
+    assert set(ROUTER_IO.output_names) == (
+        set(CORE_ENGINE_IO.output_names) - {"context_phase_params"}
+        | set(TOKEN_COUNT_TENSORS.values()))
 
 
 def test_step_maps_name_existing_tensors():
@@ -106,11 +122,17 @@ def test_step_maps_name_existing_tensors():
 @pytest.mark.parametrize("target", list(Target), ids=str)
 def test_the_aggregated_step_feeds_the_engine_under_its_own_names(target):
     table, step = engine_io(target), engine_step_map(target)
-    # NVIDIA's 0.21 model has one name of each aliased input: the ensemble's core names feed it
-    dropped = set(INPUT_ALIASES) if target is Target.TRTLLM_0_21 else set()
+    # NVIDIA's 0.21 model has one name of each aliased input: the ensemble's core names feed it;
+    # and it declares no token counts: its ensemble offers none
+    dropped = (set(INPUT_ALIASES) | set(TOKEN_COUNT_TENSORS) if target is Target.TRTLLM_0_21
+               else set())
+    uncounted = set(TOKEN_COUNT_TENSORS.values()) if target is Target.TRTLLM_0_21 else set()
     assert [t for _, t in step.inputs] == [t for _, t in ENGINE_STEP_MAP.inputs
                                            if t not in dropped]
+    assert [t for _, t in step.outputs] == [t for _, t in ENGINE_STEP_MAP.outputs
+                                            if t not in uncounted]
     assert set(ensemble_io(step).input_names) == set(ENSEMBLE_IO.input_names) - dropped
+    assert set(ensemble_io(step).output_names) == set(ENSEMBLE_IO.output_names) - uncounted
     assert len({n for n, _ in step.inputs}) == len(step.inputs)  # no model input fed twice
     fed = {t.name: t.dtype for t in ENSEMBLE_IO.inputs}
     for model_name, tensor in step.inputs:

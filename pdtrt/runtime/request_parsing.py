@@ -35,6 +35,7 @@ from pdtrt.engine_io import (
     INPUT_ALIASES,
     REQUEST_TYPE_PARAMETER,
     ROUTER_IO,
+    TOKEN_COUNT_TENSORS,
     RequestSampling,
     RequestType,
     Role,
@@ -165,6 +166,25 @@ def check_sampling(request: Incoming, *, max_beam_width: int) -> None:
         raise _refuse("beam_width", beam, f"1..{max_beam_width} (the engine's max_beam_width)")
 
 
+@dataclass(frozen=True)
+class TokenCounts:
+    """Which of NVIDIA's token counts a request's responses carry (``return_num_input_tokens``
+    / ``return_num_output_tokens``)."""
+
+    prompt: bool = False
+    output: bool = False
+
+    def of(self, prompt_tokens: int, response_tokens: int) -> tuple[int | None, int | None]:
+        """(the prompt's, this response's), None where not asked."""
+        return (prompt_tokens if self.prompt else None,
+                response_tokens if self.output else None)
+
+
+def token_counts(request: Incoming) -> TokenCounts:
+    return TokenCounts(prompt=bool(request.scalar("return_num_input_tokens", False)),
+                       output=bool(request.scalar("return_num_output_tokens", False)))
+
+
 # -- the router ----------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class RouterRequest:
@@ -174,6 +194,7 @@ class RouterRequest:
     streaming: bool  # what the client asked; the phases are asked their own way
     exclude_input: bool
     return_log_probs: bool = False
+    counts: TokenCounts = TokenCounts()  # the router counts; its phases are not asked
     stop_words: tuple[tuple[int, ...], ...] = ()  # the router ends a prefill that completes one
     inputs: Mapping[str, np.ndarray]  # the client's inputs, in the phase models' config shapes
 
@@ -207,9 +228,10 @@ def parse_router_request(request: Incoming) -> RouterRequest | StopRequest:
         streaming=bool(request.scalar("streaming", False)),
         exclude_input=bool(request.scalar("exclude_input_in_output", False)),
         return_log_probs=bool(request.scalar("return_log_probs", False)),
+        counts=token_counts(request),
         stop_words=word_list(request, "stop_words_list"),
         inputs={name: value.reshape(-1, 1) if name in _ROUTER_SCALARS else value
-                for name, value in request.inputs.items()})
+                for name, value in request.inputs.items() if name not in TOKEN_COUNT_TENSORS})
 
 
 # -- the engine model ----------------------------------------------------------------------------
@@ -236,6 +258,7 @@ class EngineRequest:
     sampling: RequestSampling
     streaming: bool
     exclude_input: bool
+    counts: TokenCounts = TokenCounts()
     context_phase_params: ContextPhaseParams | None = None  # generation-only requests
 
 
@@ -307,6 +330,7 @@ def parse_engine_request(request: Incoming, limits: EngineLimits
             return_log_probs=bool(request.scalar("return_log_probs", False))),
         streaming=bool(request.scalar("streaming", False)),
         exclude_input=bool(request.scalar("exclude_input_in_output", False)),
+        counts=token_counts(request),
         context_phase_params=(_context_phase_params(request, limits, n)
                               if mode is RequestType.GENERATION_ONLY else None))
 

@@ -39,7 +39,8 @@ from pdtrt.errors import InvalidRequestError, PhaseError
 if TYPE_CHECKING:  # the stubs that keep no metrics never load them
     from pdtrt.runtime.metrics import MetricSpec
 
-__all__ = ["BackendTriton", "Incoming", "Triton", "log_prob_outputs", "model_params",
+__all__ = ["BackendTriton", "Incoming", "Triton", "count_outputs", "log_prob_outputs",
+           "model_params",
            "token_outputs"]
 
 
@@ -407,6 +408,18 @@ def token_outputs(tokens: Sequence[int]) -> dict[str, np.ndarray]:
     """``output_ids`` ``[1, 1, n]`` and ``sequence_length`` ``[1, 1]`` of one response."""
     return {"output_ids": np.array(tokens, dtype=np.int32).reshape(1, 1, -1),
             "sequence_length": np.array([[len(tokens)]], dtype=np.int32)}
+
+
+def count_outputs(prompt_tokens: int | None, response_tokens: int | None
+                  ) -> dict[str, np.ndarray]:
+    """NVIDIA's ``num_input_tokens`` / ``num_output_tokens`` ``[1, 1]`` of one response, each
+    only when asked (None: not asked; :data:`~pdtrt.engine_io.TOKEN_COUNT_TENSORS`)."""
+    out = {}
+    if prompt_tokens is not None:
+        out["num_input_tokens"] = np.array([[prompt_tokens]], dtype=np.int32)
+    if response_tokens is not None:
+        out["num_output_tokens"] = np.array([[response_tokens]], dtype=np.int32)
+    return out
 
 
 def log_prob_outputs(logprobs: Sequence[float], cumulative: float) -> dict[str, np.ndarray]:

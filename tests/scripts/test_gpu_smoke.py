@@ -1,9 +1,10 @@
-"""scripts/gpu_smoke.sh, the first thing to run on a GPU host, with everything a GPU host has
-faked: ``nvidia-smi`` lists one GPU, ``docker`` records its calls and, for ``docker run``,
-prints a preflight and waits to be stopped; ``curl`` says ready once it runs. No Hub (offline, a snapshot in
-the test's cache). What runs for real: the bootstrap, ``pdtrt doctor``, the spec written for
-the GPU, ``pdtrt build``, ``pdtrt repo generate``, ``launch.sh`` up to ``docker run``, the stop,
-and ``pdtrt infer`` -- which finds no server, so the script must fail there, naming it.
+"""scripts/gpu_smoke.sh, the first thing to run on a GPU host, with everything a GPU host
+has faked: ``nvidia-smi`` lists one GPU, ``docker`` records its calls and, for ``docker run``,
+prints a preflight and waits to be stopped; ``curl`` says ready once it runs. No Hub
+(offline, a snapshot in the test's cache). What runs for real: the bootstrap, ``pdtrt
+doctor``, the spec written for the GPU, ``pdtrt build``, ``pdtrt repo generate``,
+``launch.sh`` up to ``docker run``, the stop, and ``pdtrt infer`` -- which finds no server, so
+the script must fail there, naming it.
 """
 
 from __future__ import annotations

@@ -335,6 +335,28 @@ def test_nvidias_current_names_min_tokens_and_seed_give_what_the_older_ones_give
     assert ok.error is None and ok.final_seen
 
 
+def test_nvidias_token_counts_come_back_on_both_paths_when_asked(reference_server, oracle):
+    """return_num_input_tokens / return_num_output_tokens (issue 48): the prompt's tokens on
+    every response, each response's tokens summing to the generated ones; unasked, none."""
+    tok, expected = oracle
+    url, prompt = _url(reference_server), PROMPTS[1]
+    ids, _, _ = expected(prompt, 12)
+    asked = {"return_num_input_tokens": True, "return_num_output_tokens": True}
+    for model in ("ensemble", "ensemble_aggregated"):
+        counts = {}
+        for output in ("num_input_tokens", "num_output_tokens"):
+            got = generate(url, model, ensemble_inputs(prompt, 12) + sampling_inputs(**asked),
+                           output=output)
+            assert got.error is None and got.final_seen, got.error
+            counts[output] = [int(v.reshape(-1)[0]) for v in got.texts]
+        assert set(counts["num_input_tokens"]) == {len(tok.encode(prompt))}, model
+        assert sum(counts["num_output_tokens"]) == len(ids), model
+        assert len(counts["num_output_tokens"]) == len(ids)  # one token per streamed response
+        unasked = generate(url, model, ensemble_inputs(prompt, 4), output="num_input_tokens")
+        assert unasked.error is None and unasked.texts
+        assert all(v is None for v in unasked.texts), model
+
+
 # -- stop words at the edges of the phases (issue 41) -------------------------------------------
 def test_a_stop_word_the_prefills_first_token_completes_ends_both_paths_there(reference_server,
                                                                                oracle):

@@ -26,7 +26,13 @@ from pdtrt.runtime.engine.inflight import StopHandle
 from pdtrt.runtime.metrics import Metrics
 from pdtrt.runtime.phase_params import ContextPhaseParams
 from pdtrt.runtime.request_parsing import EngineRequest
-from pdtrt.runtime.triton_io import Incoming, Triton, log_prob_outputs, token_outputs
+from pdtrt.runtime.triton_io import (
+    Incoming,
+    Triton,
+    count_outputs,
+    log_prob_outputs,
+    token_outputs,
+)
 
 __all__ = ["DECODE_FOLLOWS", "Responder", "ResponderOwner"]
 
@@ -171,7 +177,8 @@ class Responder:
             if new or extra:
                 self.triton.send(self.incoming, {**token_outputs(new), **self._timing(),
                                                  **self._logprob_outputs(num_before),
-                                                 **extra}, final=final)
+                                                 **self._counts(len(new)), **extra},
+                                 final=final)
                 self.sent = True
             elif final:
                 self.triton.close(self.incoming)
@@ -179,7 +186,13 @@ class Responder:
             prompt = [] if self.request.exclude_input else list(self.request.prompt)
             self.triton.send(self.incoming, {**token_outputs(prompt + self.tokens),
                                              **self._timing(), **self._logprob_outputs(0),
+                                             **self._counts(len(prompt) + len(self.tokens)),
                                              **extra}, final=True)
+
+    def _counts(self, response_tokens: int) -> dict[str, np.ndarray]:
+        """NVIDIA's token counts, as its ``tensorrt_llm`` model sends them: the prompt's and
+        this response's tokens, each only when asked."""
+        return count_outputs(*self.request.counts.of(len(self.request.prompt), response_tokens))
 
     def _logprob_outputs(self, start: int) -> dict[str, np.ndarray]:
         """``output_log_probs`` of the tokens from ``start`` on ([1, 1, n]: one beam) and

@@ -165,6 +165,7 @@ class TritonPythonModel:
             request = parse_router_request(incoming)
             assert isinstance(request, RouterRequest)
             routed = request
+            reply.counts, reply.num_prompt = request.counts, len(request.prompt)
             await paths.serve(self.calls, request, reply)
             if reply.done and not reply.stopped:
                 observe(self.metrics, reply.timeline, end_s=self.clock(),

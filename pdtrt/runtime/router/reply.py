@@ -19,9 +19,15 @@ import numpy as np
 
 from pdtrt.errors import PhaseError
 from pdtrt.runtime.metrics import Metrics
-from pdtrt.runtime.request_parsing import RouterRequest
+from pdtrt.runtime.request_parsing import RouterRequest, TokenCounts
 from pdtrt.runtime.router.timeline import Timeline
-from pdtrt.runtime.triton_io import Incoming, Triton, log_prob_outputs, token_outputs
+from pdtrt.runtime.triton_io import (
+    Incoming,
+    Triton,
+    count_outputs,
+    log_prob_outputs,
+    token_outputs,
+)
 
 __all__ = ["Reply"]
 
@@ -45,6 +51,8 @@ class Reply:
         self.clock = clock
         self.tokens: list[int] = []  # the output so far, each position once
         self.logprobs: list[float] | None = None  # theirs, when the phases report them
+        self.counts = TokenCounts()  # the token counts the client asked for
+        self.num_prompt = 0  # its prompt's tokens
         self.num_streamed = 0  # of which already sent (streaming)
         self.done = False  # the final response went out
         self._cancelled = False
@@ -130,9 +138,10 @@ class Reply:
     def _outputs(self, tokens: Sequence[int], start: int) -> dict[str, np.ndarray]:
         """A response with ``tokens``, and the log-probabilities of the output's tokens from
         ``start`` on when the phases reported them (never of the prompt)."""
+        counts = count_outputs(*self.counts.of(self.num_prompt, len(tokens)))
         if self.logprobs is None:
-            return token_outputs(tokens)
-        return {**token_outputs(tokens),
+            return {**token_outputs(tokens), **counts}
+        return {**token_outputs(tokens), **counts,
                 **log_prob_outputs(self.logprobs[start:], sum(self.logprobs))}
 
     def close(self) -> None:
