@@ -42,9 +42,9 @@ from pdtrt.repo.write import check_writable, write_tree
 from pdtrt.spec.deployment import Deployment
 from pdtrt.version import __version__
 
-__all__ = ["MANIFEST_NAME", "DeployResult", "build_files", "generate_k8s"]
+__all__ = ["DEPLOY_MANIFEST_NAME", "DeployResult", "build_files", "generate_k8s"]
 
-MANIFEST_NAME = "pdtrt-deploy.json"
+DEPLOY_MANIFEST_NAME = "pdtrt-deploy.json"
 DEPLOY_MANIFEST_VERSION = 1
 
 
@@ -133,7 +133,7 @@ def generate_k8s(dep: Deployment, out: Path, *, options: DeployOptions | None = 
                                  "a pdtrt bug: report it with the spec")
     manifest = {"deploy_manifest_version": DEPLOY_MANIFEST_VERSION, "pdtrt_version": __version__,
                 "spec_sha256": spec_sha256(dep), **_summary(plan, report)}
-    files[MANIFEST_NAME] = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    files[DEPLOY_MANIFEST_NAME] = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     write_tree(out, files, force=force)
     return DeployResult(out=out, plan=plan, files=tuple(sorted(files)),
                         objects=tuple(ref_of(o) for o in objects), report=report)
