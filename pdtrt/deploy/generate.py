@@ -35,7 +35,7 @@ from pdtrt.deploy.monitoring import openai_podmonitor, podmonitor
 from pdtrt.deploy.plan import DeployOptions, DeployPlan, plan_deploy
 from pdtrt.deploy.problems import Obj, ref_of
 from pdtrt.deploy.render import GENERATED, dump_objects, dump_yaml
-from pdtrt.deploy.validate import ValidationReport, validate_objects
+from pdtrt.deploy.validate import K8sValidationReport, validate_objects
 from pdtrt.errors import DeployError, DeployInvalidError, RepoError
 from pdtrt.repo.render import spec_sha256
 from pdtrt.repo.write import check_writable, write_tree
@@ -54,14 +54,14 @@ class DeployResult:
     plan: DeployPlan
     files: tuple[str, ...]
     objects: tuple[str, ...]  # Kind/name, in apply order
-    report: ValidationReport
+    report: K8sValidationReport
 
     def to_dict(self) -> dict[str, object]:
         return {"out": str(self.out), **_summary(self.plan, self.report),
                 "files": list(self.files)}
 
 
-def _summary(plan: DeployPlan, report: ValidationReport) -> dict[str, Any]:
+def _summary(plan: DeployPlan, report: K8sValidationReport) -> dict[str, Any]:
     dep = plan.dep
     roles = {}
     for rp in plan.roles:
