@@ -15,6 +15,9 @@ work=$(mktemp -d /tmp/pdtrt-bench-loop-XXXX)
 faults() { dmesg 2>/dev/null | grep -cE "triton_python_b|tritonserver.*(segfault|general protection)"; }
 before=$(faults)
 "$pdtrt" serve "$spec" --workdir "$work/serve" --detach --json > "$work/serve-out.json" || exit 2
+stopped=0
+# a run cut short (a timeout's SIGTERM, an error) must not leave the detached server behind
+trap '[ "$stopped" = 1 ] || "$pdtrt" stop "$work/serve" > /dev/null 2>&1' EXIT
 url=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['endpoints']['grpc'])" \
       "$work/serve-out.json")
 bad=0
@@ -40,6 +43,7 @@ done
 after_runs=$(faults)
 deaths=$(grep -c "stub died" "$work/serve/supervisor.log" 2>/dev/null)
 "$pdtrt" stop "$work/serve" > /dev/null
+stopped=1
 sleep 3
 after_stop=$(faults)
 echo "runs not clean: $bad of $runs; stub deaths: ${deaths:-0}"

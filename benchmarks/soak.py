@@ -100,7 +100,11 @@ def start_server(spec: Path, workdir: Path, timeout_s: float) -> Server:
                              + "\n".join(err[-20:]))
         text += line
         if line.startswith("}"):
-            return Server(proc, json.loads(text))
+            info = json.loads(text)
+            if "endpoints" not in info:  # its --json error object: it failed to start
+                proc.wait(60)
+                raise SystemExit(f"pdtrt serve failed: {json.dumps(info)}")
+            return Server(proc, info)
 
 
 def stop_server(server: Server, timeout_s: float = 60) -> dict:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -56,13 +57,14 @@ SMOKE: dict[str, Smoke] = {
         ("--concurrency", "1", "--requests-per-user", "1", "--prompt-words", "8",
          "--output-tokens", "4", "--rounds", "1"), r'"front"', triton=True),
     "idle_cpu.py": Smoke(("--seconds", "0.5", "--settle", "0"), r'"total_cpu_s"', triton=True),
-    "kv_routing.py": Smoke(("--smoke",), r"kv_aware", triton=True),
+    "kv_routing.py": Smoke(("--smoke",), r"\| kv_aware \| .* \| True \|", triton=True),
     "relay_floor.py": Smoke(
         ("--concurrency", "1", "--output-tokens", "4", "--duration-s", "0.5", "--rounds", "1"),
         r"\| 0 \| relay_min \|", triton=True),
     "router_bench.py": Smoke(
         ("--concurrency", "1", "--rounds", "1", "--duration-s", "0.5", "--prompt-tokens", "8",
-         "--output-tokens", "4", "--bls-instances", "1"), r"naive_bls_1", triton=True),
+         "--output-tokens", "4", "--bls-instances", "1"), r"\| 1 \| naive_bls×1 \| \d+ \| 0 \|",
+        triton=True),
     "router_capacity.py": Smoke(
         ("--concurrency", "1", "--output-tokens", "4", "--prompt-tokens", "8", "--duration-s",
          "0.5"), r"tok/s", triton=True),
@@ -114,8 +116,21 @@ def run_smoke(name: str, tmp: Path) -> subprocess.CompletedProcess[str]:
     args = [a.replace("{tmp}", str(tmp)) for a in smoke.args]
     cmd = ["bash", str(BENCH / name)] if name.endswith(".sh") else [sys.executable,
                                                                      str(BENCH / name)]
-    return subprocess.run(cmd + args, cwd=ROOT, env=_env(tmp), capture_output=True, text=True,
-                          timeout=smoke.timeout_s, check=False)
+    # a session of its own: a run past its time is stopped as a whole (SIGTERM first, so a
+    # script's own cleanup -- bench_loop.sh's `pdtrt stop` -- still runs), never left behind
+    proc = subprocess.Popen(cmd + args, cwd=ROOT, env=_env(tmp), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=smoke.timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        pytest.fail(f"{name} ran past {smoke.timeout_s:g} s:\n{(out + err)[-4000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def _params(triton: bool):
