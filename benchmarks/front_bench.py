@@ -214,6 +214,8 @@ def main() -> int:
         lines = [front.stdout.readline()]
         while lines[-1] not in ("}\n", ""):
             lines.append(front.stdout.readline())
+        if lines[-1] == "":  # it died before serving: its error is on stderr (above)
+            raise SystemExit(f"pdtrt front exited with {front.wait()} before serving")
         front_url = json.loads("".join(lines))["openai"]
         tokenizer = FrontTokenizer.load(ServedDeployment.from_repository(prepared.repository)
                                         .tokenizer_dir)

@@ -6,7 +6,8 @@
 #                                                first time: genai-perf installs into /tmp)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="$ROOT/.venv/bin/python"
+PY="${PYTHON:-$ROOT/.venv/bin/python}"
+PDTRT="${PDTRT:-$ROOT/.venv/bin/pdtrt}"
 WORK="$(mktemp -d /tmp/pdtrt-genai-perf-XXXX)"
 # genai-perf and the libraries its perf_analyzer needs
 source "$ROOT/benchmarks/genai_perf_env.sh"
@@ -35,8 +36,13 @@ try:
 finally:
     server.stop()
 PYEOF
+SERVER=$!
 trap 'touch "$WORK/stop"; wait' EXIT
-while [ ! -f "$WORK/url" ]; do sleep 1; done
+while [ ! -f "$WORK/url" ]; do
+  # the server process died: fail now with its exit status (its error is printed above)
+  kill -0 "$SERVER" 2>/dev/null || { wait "$SERVER"; echo "fake_llm server exited ($?)" >&2; exit 1; }
+  sleep 1
+done
 URL="$(cat "$WORK/url")"
 cd "$WORK"
 for i in 1 2; do
@@ -49,7 +55,7 @@ for i in 1 2; do
 import json; d = json.load(open('artifacts/ensemble-triton-tensorrtllm-concurrency4/profile_export_genai_perf.json'))
 print('genai-perf', {k: round(d[k]['avg'], 2) for k in ('time_to_first_token', 'inter_token_latency', 'request_latency', 'output_token_throughput')})"
   rm -rf artifacts
-  "$ROOT/.venv/bin/pdtrt" bench --url "$URL" --concurrency 4 --requests 60 --warmup 4 --isl 16 \
+  "$PDTRT" bench --url "$URL" --concurrency 4 --requests 60 --warmup 4 --isl 16 \
     --osl 16 --no-plots --output-dir "$WORK/pdtrt$i" --json > "pdtrt$i.json"
   "$PY" -c "
 import json; s = json.load(open('pdtrt$i.json'))['runs'][0]['summary']

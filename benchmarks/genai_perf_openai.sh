@@ -9,12 +9,13 @@
 #                                                first time: genai-perf installs into /tmp)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="$ROOT/.venv/bin/python"
+PY="${PYTHON:-$ROOT/.venv/bin/python}"
+PDTRT="${PDTRT:-$ROOT/.venv/bin/pdtrt}"
 WORK="$(mktemp -d /tmp/pdtrt-genai-perf-openai-XXXX)"
 source "$ROOT/benchmarks/genai_perf_env.sh"
-"$ROOT/.venv/bin/pdtrt" serve "$ROOT/docs/examples/reference-cpu.yaml" --detach \
+"$PDTRT" serve "$ROOT/docs/examples/reference-cpu.yaml" --detach \
   --workdir "$WORK/serve" --engines-dir "$ROOT/engines" --json > "$WORK/serve.json"
-trap '"$ROOT/.venv/bin/pdtrt" stop "$WORK/serve" > /dev/null' EXIT
+trap '"$PDTRT" stop "$WORK/serve" > /dev/null' EXIT
 read -r OPENAI TOK < <("$PY" - "$WORK" <<'PYEOF'
 import json, sys
 from pathlib import Path

@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/kv_routing.py                      # ~15 min on 2 cores
     .venv/bin/python benchmarks/kv_routing.py --json benchmarks/results/kv_routing-DATE.json
     .venv/bin/python benchmarks/kv_routing.py --variants least_load,kv_aware --chats 4
+    .venv/bin/python benchmarks/kv_routing.py --smoke               # a check that it runs
 
 A multi-turn chat trace -- ``--chats`` conversations of ``--turns`` turns, each starting with
 the same ``--system``-token system prompt; a first turn adds ``--first`` user tokens, a later
@@ -67,6 +68,12 @@ os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
 
 VARIANTS = ("no_reuse", "round_robin", "least_load", "kv_aware", "kv_aware_conditional",
             "aggregated")
+
+# --smoke: the smallest run (the flags given on the command line still win); a system prompt
+# long enough that the limits it sets fit the example spec's workload (isl 128, osl 32)
+SMOKE = {"variants": "kv_aware", "chats": 1, "turns": 2, "users": 1, "system": 96, "first": 8,
+         "short": 4, "long": 8, "answer": 2, "think_s": 0.0, "local_below": 16, "prefills": 1,
+         "decodes": 1, "layers": 1, "hidden": 64, "vocab": 512, "tokens_per_block": 8}
 
 
 def endpoint_models(phase: str, n: int) -> list[str]:
@@ -424,14 +431,21 @@ def main() -> int:
     parser.add_argument("--timeout-s", type=float, default=120)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a check that it runs: one server (kv_aware, no no_reuse "
+                             "reference), one short chat on a one-layer model")
     args = parser.parse_args()
+    if args.smoke:
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args()
     names = [v for v in args.variants.split(",") if v]
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
     if "no_reuse" in names:
         names.remove("no_reuse")
-    names.insert(0, "no_reuse")  # the answers every other variant is checked against
+    if not args.smoke:
+        names.insert(0, "no_reuse")  # the answers every other variant is checked against
 
     chats = make_trace(args)
     base = Path(tempfile.mkdtemp(prefix="pdtrt-kv-routing-"))

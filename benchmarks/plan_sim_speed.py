@@ -2,6 +2,7 @@
 """Speed of pdtrt's planning stack: estimate calls, simulator events/s, plan search time.
 
     .venv/bin/python benchmarks/plan_sim_speed.py [--repeat 3] [--json out.json]
+    .venv/bin/python benchmarks/plan_sim_speed.py --smoke   # seconds: a check that it runs
 
 Prints a markdown table (recorded in benchmarks/planning.md). Wall-clock time of the
 library calls only (no CLI start-up, no plotting); the best of --repeat runs is reported,
@@ -51,13 +52,18 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--smoke", action="store_true",
+                    help="one run of the smallest of each (20 calls, 100 requests, one plan)")
     args = ap.parse_args()
+    if args.smoke:
+        args.repeat = 1
+    n, num_requests = (20, 100) if args.smoke else (200, 1000)
+    plans = ((2.0, 8),) if args.smoke else ((2.0, 8), (4.0, 16), (8.0, 32))
     f = load_factors()
     dep = load_deployment(SEED_SPEC)
     rows = []
 
     dis = serving_from_deployment(dep)
-    n = 200
     t, _ = best_of(args.repeat, lambda: [estimate(dis, Load(isl=3000, osl=500, rate_per_s=r), f)
                                          for r in (0.5, 1, 2, 4) for _ in range(n // 4)])
     rows.append(("estimate, open loop (disagg seed spec)", f"{n / t:,.0f} calls/s", t / n))
@@ -71,14 +77,14 @@ def main() -> int:
             cfg = SimConfig(serving=serving, factors_prefill=f, factors_decode=f,
                             workload=SimWorkload(rate_per_s=rate, isl=LengthDist.fixed(3000),
                                                  osl=LengthDist.fixed(500)),
-                            num_requests=1000, slo=SLO(ttft_ms=1000, itl_ms=30))
+                            num_requests=num_requests, slo=SLO(ttft_ms=1000, itl_ms=30))
             t, res = best_of(args.repeat, lambda cfg=cfg: simulate(cfg))
-            rows.append((f"simulate {label}, 1000 req at {rate:g} req/s",
-                         f"{res.num_events / t:,.0f} events/s, {1000 / t:,.0f} req/s",
+            rows.append((f"simulate {label}, {num_requests} req at {rate:g} req/s",
+                         f"{res.num_events / t:,.0f} events/s, {num_requests / t:,.0f} req/s",
                          t))
 
     model, cat = load_model_facts("meta-llama/Meta-Llama-3.1-8B"), load_catalog()
-    for rate, max_gpus in ((2.0, 8), (4.0, 16), (8.0, 32)):
+    for rate, max_gpus in plans:
         req = PlanRequest(model=model, gpus=(cat.get("h100-sxm"), cat.get("l40s")), isl=3000,
                           osl=500, rate_per_s=rate, slo=SLO(ttft_ms=1000, itl_ms=30),
                           factors=f, bounds=SearchBounds(max_gpus=max_gpus))

@@ -251,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-requests", type=int, default=600)
     ap.add_argument("--rates", type=lambda s: tuple(float(x) for x in s.split(",")),
                     default=RATES, help="comma-separated grid, req/s")
+    ap.add_argument("--plan-rates", type=lambda s: tuple(float(x) for x in s.split(",")),
+                    default=PLAN_RATES, help="rates of the pdtrt plan verdicts, req/s")
     ap.add_argument("--png", type=Path, default=PNG)
     ap.add_argument("--out", type=Path, default=RESULTS / "seed_crossover.md")
     ap.add_argument("--replot", action="store_true",
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     points = sweep(args.rates, args.num_requests)
     cross = crossover(points)
     plot(rows(points), cross, args.png)
-    text = markdown(points, cross, plan_verdicts())
+    text = markdown(points, cross, plan_verdicts(args.plan_rates))
     args.out.write_text(text, encoding="utf-8")
     args.out.with_suffix(".json").write_text(
         json.dumps({"crossover_req_per_s": cross, "points": rows(points)}, indent=1) + "\n",

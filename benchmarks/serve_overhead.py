@@ -1,6 +1,7 @@
 """Router overhead and KV-transfer bandwidth of the CPU reference deployment.
 
     .venv/bin/python benchmarks/serve_overhead.py [--requests 20] [--output-tokens 32]
+    .venv/bin/python benchmarks/serve_overhead.py --smoke   # seconds: smallest settings
 
 1. Starts the reference deployment (`docs/examples/reference-cpu.yaml`, both paths) in the
    embedded Triton and sends the same token-id requests, one at a time, (a) straight to the
@@ -22,6 +23,7 @@ import os
 import queue
 import statistics
 import time
+import traceback
 import urllib.request
 
 import numpy as np
@@ -70,6 +72,31 @@ def metric(url: str, name: str) -> float:
                if line.startswith(name + "{"))
 
 
+def _peer(target, conn) -> None:
+    """Run a peer's body; its error goes back through the pipe, so the parent fails at once
+    with the peer's own traceback instead of waiting for a message that never comes."""
+    try:
+        target(conn)
+    except BaseException:
+        conn.send(("peer-error", traceback.format_exc()))
+        raise
+
+
+def _recv(conn, proc, timeout_s: float = 120.0):
+    """The peer's next message; raises with the peer's error if it failed or died."""
+    deadline = time.monotonic() + timeout_s
+    while not conn.poll(0.1):
+        if not proc.is_alive() and not conn.poll(0):
+            raise RuntimeError(f"peer process exited with code {proc.exitcode} (see its "
+                               "output above)")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"peer process sent nothing in {timeout_s:g} s")
+    message = conn.recv()
+    if isinstance(message, tuple) and message[:1] == ("peer-error",):
+        raise RuntimeError(f"peer process failed:\n{message[1]}")
+    return message
+
+
 def _raw_peer(conn) -> None:
     import ucxx
 
@@ -93,9 +120,9 @@ def raw_ucxx(sizes: list[int], repeats: int) -> dict[int, float]:
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_raw_peer, args=(child,), daemon=True)
+    proc = ctx.Process(target=_peer, args=(_raw_peer, child), daemon=True)
     proc.start()
-    address = parent.recv()
+    address = _recv(parent, proc)
     out = {}
 
     async def run():
@@ -106,12 +133,14 @@ def raw_ucxx(sizes: list[int], repeats: int) -> dict[int, float]:
             samples = []
             for _ in range(repeats):
                 parent.send(size)
-                parent.recv()
+                _recv(parent, proc)
                 t0 = time.perf_counter()
                 await ep.send(data, tag=11, force_tag=True)
                 while not parent.poll(0):
+                    if not proc.is_alive():
+                        break  # _recv raises with the peer's error
                     await asyncio.sleep(0)
-                parent.recv()
+                _recv(parent, proc)
                 samples.append(time.perf_counter() - t0)
             out[size] = statistics.median(samples)
 
@@ -124,7 +153,7 @@ def raw_ucxx(sizes: list[int], repeats: int) -> dict[int, float]:
 def _offer_peer(conn) -> None:
     from pdtrt.llmapi.reference.kv_transfer import UcxKVNode
 
-    node = UcxKVNode(timeout_s=60)
+    node = UcxKVNode(hold_s=60, pull_timeout_s=60)
     node.start()
     conn.send(node.address)
     while True:
@@ -139,17 +168,17 @@ def pdtrt_pull(sizes: list[int], repeats: int) -> dict[int, float]:
 
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_offer_peer, args=(child,), daemon=True)
+    proc = ctx.Process(target=_peer, args=(_offer_peer, child), daemon=True)
     proc.start()
-    address = parent.recv()
-    node = UcxKVNode(timeout_s=60)
+    address = _recv(parent, proc)
+    node = UcxKVNode(hold_s=60, pull_timeout_s=60)
     node.start()
     out = {}
     for size in sizes:
         samples = []
         for _ in range(repeats):
             parent.send(size)
-            tid = parent.recv()
+            tid = _recv(parent, proc)
             t0 = time.perf_counter()
             node.pull(address, tid, size)
             samples.append(time.perf_counter() - t0)
@@ -165,7 +194,12 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--output-tokens", type=int, default=32)
     ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=20, help="samples per KV transfer size")
+    ap.add_argument("--smoke", action="store_true",
+                    help="smallest settings (2 requests, 4 tokens, 2 repeats): a check it runs")
     args = ap.parse_args()
+    if args.smoke:
+        args.requests, args.output_tokens, args.prompt_tokens, args.repeats = 2, 4, 8, 2
     from _reference import start_reference_server
 
     server = start_reference_server("pdtrt-bench-serve-")
@@ -195,9 +229,9 @@ def main() -> None:
     finally:
         server.stop()
     kv_size = int(result["triton_kv_pull"]["bytes_each"])
-    sizes = [kv_size, 1 << 20, 16 << 20]
-    raw = raw_ucxx(sizes, 20)
-    pull = pdtrt_pull(sizes, 20)
+    sizes = [kv_size] if args.smoke else [kv_size, 1 << 20, 16 << 20]
+    raw = raw_ucxx(sizes, args.repeats)
+    pull = pdtrt_pull(sizes, args.repeats)
     result["outside_triton"] = {str(s): {"raw_ucxx_ms": raw[s] * 1000,
                                          "raw_ucxx_gb_per_s": s / raw[s] / 1e9,
                                          "pdtrt_pull_ms": pull[s] * 1000,

@@ -94,11 +94,17 @@ def start_server(spec: Path, workdir: Path, timeout_s: float) -> Server:
     text = ""
     while True:  # its --json object, printed once it serves (indented: several lines)
         line = proc.stdout.readline()
-        if not line:
-            raise SystemExit(f"pdtrt serve did not start; see {workdir / 'serve.err'}")
+        if not line:  # it exited: fail now, with its own error
+            err = (workdir / "serve.err").read_text(errors="replace").strip().splitlines()
+            raise SystemExit(f"pdtrt serve exited with {proc.wait()} before serving: "
+                             + "\n".join(err[-20:]))
         text += line
         if line.startswith("}"):
-            return Server(proc, json.loads(text))
+            info = json.loads(text)
+            if "endpoints" not in info:  # its --json error object: it failed to start
+                proc.wait(60)
+                raise SystemExit(f"pdtrt serve failed: {json.dumps(info)}")
+            return Server(proc, info)
 
 
 def stop_server(server: Server, timeout_s: float = 60) -> dict:

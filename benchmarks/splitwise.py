@@ -198,13 +198,13 @@ def pdtrt_plan(setup: Setup):
 
 
 def run_trace(name: str, num_requests: int, f: EfficiencyFactors,
-              catalog: Catalog) -> dict[str, object]:
+              catalog: Catalog, designs: tuple[str, ...] = tuple(DESIGNS)) -> dict[str, object]:
     isl, osl = TRACES[name]
     slo = splitwise_slo(isl, osl, f, catalog)
     setup = Setup(isl=isl, osl=osl, slo=slo, factors=f, catalog=catalog,
                   num_requests=num_requests)
     rows = {}
-    for design in DESIGNS:
+    for design in designs:
         c = cheapest(setup, design)
         if c is not None:
             c = Cluster(design=c.design, prefill=c.prefill, decode=c.decode, cost=c.cost,
@@ -280,10 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-requests", type=int, default=600)
     ap.add_argument("--out", type=Path, default=RESULTS / "splitwise.md")
     ap.add_argument("--print", action="store_true", help="print instead of writing")
+    ap.add_argument("--design", choices=sorted(DESIGNS), action="append",
+                    help="only this design (repeatable; Baseline-H100, the yardstick, always)")
     args = ap.parse_args(argv)
+    designs = tuple(d for d in DESIGNS if d == "Baseline-H100" or d in (args.design or DESIGNS))
     f = load_factors()
     catalog = load_catalog().with_prices(PRICES)
-    summaries = [summarise(run_trace(t, args.num_requests, f, catalog))
+    summaries = [summarise(run_trace(t, args.num_requests, f, catalog, designs))
                  for t in (args.trace or list(TRACES))]
     text = markdown(summaries)
     if args.print:

@@ -36,15 +36,15 @@ from pdtrt.deploy.monitoring import openai_podmonitor, podmonitor
 from pdtrt.deploy.plan import DeployOptions, DeployPlan, plan_deploy
 from pdtrt.deploy.problems import Obj, ref_of
 from pdtrt.deploy.render import GENERATED, dump_objects, dump_yaml
-from pdtrt.deploy.validate import ValidationReport, validate_objects
+from pdtrt.deploy.validate import K8sValidationReport, validate_objects
 from pdtrt.errors import DeployError, DeployInvalidError, RepoError
 from pdtrt.repo.render import spec_sha256
 from pdtrt.repo.write import check_writable, write_tree
 from pdtrt.version import __version__
 
-__all__ = ["MANIFEST_NAME", "DeployResult", "build_files", "generate_k8s"]
+__all__ = ["DEPLOY_MANIFEST_NAME", "DeployResult", "build_files", "generate_k8s"]
 
-MANIFEST_NAME = "pdtrt-deploy.json"
+DEPLOY_MANIFEST_NAME = "pdtrt-deploy.json"
 DEPLOY_MANIFEST_VERSION = 1
 
 
@@ -54,14 +54,14 @@ class DeployResult:
     plan: DeployPlan
     files: tuple[str, ...]
     objects: tuple[str, ...]  # Kind/name, in apply order
-    report: ValidationReport
+    report: K8sValidationReport
 
     def to_dict(self) -> dict[str, object]:
         return {"out": str(self.out), **_summary(self.plan, self.report),
                 "files": list(self.files)}
 
 
-def _summary(plan: DeployPlan, report: ValidationReport) -> dict[str, Any]:
+def _summary(plan: DeployPlan, report: K8sValidationReport) -> dict[str, Any]:
     dep = plan.dep
     roles = {}
     for rp in plan.roles:
@@ -133,7 +133,7 @@ def generate_k8s(dep: Deployment, out: Path, *, options: DeployOptions | None = 
                                  "a pdtrt bug: report it with the spec")
     manifest = {"deploy_manifest_version": DEPLOY_MANIFEST_VERSION, "pdtrt_version": __version__,
                 "spec_sha256": spec_sha256(dep), **_summary(plan, report)}
-    files[MANIFEST_NAME] = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    files[DEPLOY_MANIFEST_NAME] = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     write_tree(out, files, force=force)
     return DeployResult(out=out, plan=plan, files=tuple(sorted(files)),
                         objects=tuple(ref_of(o) for o in objects), report=report)

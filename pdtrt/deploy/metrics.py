@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from pdtrt.enums import Target
 
-__all__ = ["FRONT", "HISTOGRAMS", "PROMETHEUS", "ROUTER", "exported", "family_of"]
+__all__ = ["FRONT", "HISTOGRAM_FAMILIES", "PROMETHEUS", "ROUTER", "exported", "family_of"]
 
 # pdtrt's router model (pdtrt.runtime.router.metrics)
 ROUTER_REQUESTS = "pdtrt_router_requests_total"
@@ -107,7 +107,7 @@ TRTLLM_KV_BLOCKS = "nv_trt_llm_kv_cache_block_metrics"  # gauge; label kv_cache_
 TRTLLM_BACKEND = frozenset({TRTLLM_REQUESTS, TRTLLM_KV_BLOCKS})
 
 # every histogram family, the router's and the front's
-HISTOGRAMS = ROUTER_HISTOGRAMS | FRONT_HISTOGRAMS
+HISTOGRAM_FAMILIES = ROUTER_HISTOGRAMS | FRONT_HISTOGRAMS
 
 # Series Prometheus itself writes for every scrape target (1 when the scrape succeeded).
 UP = "up"
@@ -133,6 +133,6 @@ def family_of(series: str) -> str:
     """The metric family of a series name: a histogram's ``_bucket`` / ``_sum`` / ``_count``
     series belong to it; any other name is its own family."""
     for suffix in _SERIES_SUFFIXES:
-        if series.endswith(suffix) and series[:-len(suffix)] in HISTOGRAMS:
+        if series.endswith(suffix) and series[:-len(suffix)] in HISTOGRAM_FAMILIES:
             return series[:-len(suffix)]
     return series

@@ -29,7 +29,7 @@ from pdtrt.deploy.crd import crd_errors, is_custom
 from pdtrt.deploy.problems import WORKLOAD_KINDS, Obj, Problem, ref_of
 from pdtrt.deploy.references import reference_problems
 
-__all__ = ["KUBERNETES_VERSION", "Problem", "ValidationReport", "validate_objects"]
+__all__ = ["KUBERNETES_VERSION", "Problem", "K8sValidationReport", "validate_objects"]
 
 # The Kubernetes version whose API schema every object must satisfy: 1.33 (April 2025). Every
 # API the manifests use is GA there (apps/v1, autoscaling/v2, policy/v1, startup probes,
@@ -43,7 +43,7 @@ LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ValidationReport:
+class K8sValidationReport:
     kubernetes_version: str
     objects: tuple[str, ...]  # Kind/name, in order
     problems: tuple[Problem, ...]
@@ -121,7 +121,7 @@ def _name_problems(obj: Obj) -> Iterator[Problem]:
 
 
 def validate_objects(objects: list[Obj], *,
-                     kubernetes_version: str = KUBERNETES_VERSION) -> ValidationReport:
+                     kubernetes_version: str = KUBERNETES_VERSION) -> K8sValidationReport:
     """Every problem of ``objects`` (steps 1-4 of the module docstring), in object order."""
     schema = schema_available()
     problems: list[Problem] = []
@@ -135,7 +135,7 @@ def validate_objects(objects: list[Obj], *,
         problems += _name_problems(obj)
     good = [o for o in objects if isinstance(o, dict) and o.get("kind")]
     problems += reference_problems(good)
-    return ValidationReport(kubernetes_version=kubernetes_version,
+    return K8sValidationReport(kubernetes_version=kubernetes_version,
                             objects=tuple(ref_of(o) if isinstance(o, dict) else "<not a mapping>"
                                           for o in objects),
                             problems=tuple(problems), schema_checked=schema)

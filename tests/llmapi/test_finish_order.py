@@ -1,9 +1,9 @@
 """The reference LLM ends a request as TensorRT-LLM's TorchSampler does: the end id, then the
-length limit, then the stop words (pdtrt/llmapi/reference/schedule.py, ``_accept``).
+length limit, then the stop words (pdtrt/llmapi/reference/batch_policy.py, ``_accept``).
 
 On the tiny seeded Llama, in one process: a context LLM and a generation LLM share an
 in-process stand-in for the UCX transceiver (the real transfer is tested in
-test_reference_llm.py). The policy's rules on plain data are in test_schedule.py; here the
+test_reference_llm.py). The policy's rules on plain data are in test_batch_policy.py; here the
 same cases reach the LLM API's outputs -- finish reason, stop reason, token ids, the KV offered.
 """
 

@@ -793,3 +793,13 @@ def test_log_probs_are_read_by_token_and_a_missing_one_is_nan_not_a_failed_reque
         prompt_len=4, first_gen_log_probs=(-0.05,)))
     shorter = SimpleNamespace(token_ids=[5, 6], logprobs=[{6: Logprob(-0.4, 1)}])
     assert out._logprobs(shorter, 0, [5, 6]) == [-0.05, -0.4]  # the prefill's, then the engine's
+
+
+def test_finalize_times_its_steps_with_the_injected_clock(caplog):
+    from pdtrt.runtime.engine.model import _left, _timed
+
+    clock = FakeClock()
+    with caplog.at_level("WARNING"), _timed("drain", clock):
+        clock.advance(2.5)  # no real time passes: only the injected clock says 2.5 s
+    assert "finalize: drain took 2.5 s" in caplog.text
+    assert _left(clock() + 3.0, clock) == 3.0

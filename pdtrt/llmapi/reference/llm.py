@@ -19,7 +19,7 @@ then: ``abort()`` of the finished request frees nothing. If that first token is 
 request ends "stop", hands back the caller's params and holds no KV (upstream's disaggregated
 server then skips the generation request). A first token that completes a stop word still ends
 it "length" with its KV held: the sampler checks the length before the stop words
-(:func:`.schedule._accept` cites it). A ``generation_only`` request with those params pulls
+(:func:`.batch_policy._accept` cites it). A ``generation_only`` request with those params pulls
 the KV over UCX, then continues from the first token (its output repeats it, as TensorRT-LLM's
 generation-only output covers the whole generation); like upstream's generation worker it does
 not check that first token against the stop words, so it decodes past one the first token
@@ -46,9 +46,9 @@ from typing import Any
 from pdtrt.engine_io import RequestType
 from pdtrt.llmapi.reference.engine import ReferenceEngine, SequenceSampling, load_reference_engine
 from pdtrt.llmapi.reference.options import ReferenceLlmArgs
-from pdtrt.llmapi.reference.outputs import Logprob, RequestOutput, Step
+from pdtrt.llmapi.reference.outputs import ExecutorResponse, Logprob, RequestOutput
 from pdtrt.llmapi.reference.params import DisaggregatedParams, SamplingParams, unsupported
-from pdtrt.llmapi.reference.prefix_cache import PrefixCache, ReuseStats
+from pdtrt.llmapi.reference.prefix_cache import BlockReuseStats, PrefixCache
 from pdtrt.llmapi.reference.scheduler import TORCH_SAMPLER_SEED, Emission, Scheduler, SeqRequest
 from pdtrt.llmapi.reference.transceiver import KVCacheTransceiver
 
@@ -244,7 +244,7 @@ class LLM:
 
         def emit(em: Emission) -> None:
             if em.error is not None:
-                result._push(Step(tokens=(), final=True, error=em.error))
+                result._push(ExecutorResponse(tokens=(), final=True, error=em.error))
                 return
             if not em.final and not streaming:
                 pending.extend(em.tokens)
@@ -255,7 +255,8 @@ class LLM:
             pending_lp.clear()
             emitted[0] += len(tokens)
             if not em.final:
-                result._push(Step(tokens=tokens, final=False, logprobs=logprobs(tokens, lps)))
+                result._push(ExecutorResponse(tokens=tokens, final=False,
+                                              logprobs=logprobs(tokens, lps)))
                 return
             disagg = caller if seq_mode is RequestType.CONTEXT_ONLY else None
             if seq_mode is RequestType.CONTEXT_ONLY and em.kv is not None \
@@ -270,7 +271,7 @@ class LLM:
             # the prompt is neither)
             word = em.stop_word
             in_output = word is not None and len(word) <= emitted[0]
-            result._push(Step(tokens=tokens, final=True, finish_reason=reason,
+            result._push(ExecutorResponse(tokens=tokens, final=True, finish_reason=reason,
                               disaggregated_params=disagg, logprobs=logprobs(tokens, lps),
                               stop_reason=stop_reasons.get(word) if in_output else None,
                               cut=len(word) if in_output and word is not None
@@ -288,7 +289,7 @@ class LLM:
             seq.imported_kv = self._transceiver.pull(params.opaque_state, len(seq.prompt))
             seq.first_tokens = tuple(params.first_gen_tokens)
         except Exception as exc:
-            result._push(Step(tokens=(), final=True,
+            result._push(ExecutorResponse(tokens=(), final=True,
                               error=f"KV transfer failed: {getattr(exc, 'message', exc)}"))
             return
         self._scheduler.submit(seq)
@@ -324,7 +325,7 @@ class LLM:
         tpb = self._engine.layout.tokens_per_block
         max_blocks = self._max_blocks
         used = math.ceil(self._scheduler.num_kv_tokens / tpb)
-        reuse = self._prefix_cache.stats if self._prefix_cache else ReuseStats()
+        reuse = self._prefix_cache.stats if self._prefix_cache else BlockReuseStats()
         return [{
             "iter": self._scheduler.steps, "numActiveRequests": self._scheduler.num_running,
             "numQueuedRequests": self._scheduler.num_queued,

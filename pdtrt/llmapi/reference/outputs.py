@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from pdtrt.llmapi.reference.params import DisaggregatedParams
 
-__all__ = ["CompletionOutput", "Logprob", "RequestError", "RequestOutput", "Step"]
+__all__ = ["CompletionOutput", "Logprob", "RequestError", "RequestOutput", "ExecutorResponse"]
 
 
 class Logprob(NamedTuple):
@@ -57,7 +57,7 @@ class CompletionOutput:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Step:
+class ExecutorResponse:
     """One response of the reference executor to one request."""
 
     tokens: tuple[int, ...]  # new tokens
@@ -80,7 +80,7 @@ class RequestOutput:
         self._aborted = False
         self._on_abort = on_abort
         self._executor_done = False  # the executor has pushed the final step
-        self._steps: deque[Step] = deque()
+        self._steps: deque[ExecutorResponse] = deque()
         self._cond = threading.Condition()
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -89,7 +89,7 @@ class RequestOutput:
         self._wakeup = asyncio.Event()
 
     # -- the executor side (any thread) ------------------------------------------------------
-    def _push(self, step: Step) -> None:
+    def _push(self, step: ExecutorResponse) -> None:
         with self._cond:
             self._steps.append(step)
             self._executor_done = self._executor_done or step.final or step.error is not None
@@ -115,7 +115,7 @@ class RequestOutput:
         with self._cond:
             return self._executor_done
 
-    def _apply(self, step: Step) -> None:
+    def _apply(self, step: ExecutorResponse) -> None:
         out = self.outputs[0]
         out._last_token_ids_len = len(out.token_ids)
         out.token_ids.extend(step.tokens)
@@ -137,7 +137,7 @@ class RequestOutput:
             self.finished = True
             raise RequestError(step.error)
 
-    def _take(self) -> Step | None:
+    def _take(self) -> ExecutorResponse | None:
         with self._cond:
             return self._steps.popleft() if self._steps else None
 

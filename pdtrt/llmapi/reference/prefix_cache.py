@@ -34,7 +34,7 @@ import torch
 from pdtrt.kv_blocks import block_hash, reusable_blocks
 from pdtrt.llmapi.reference.engine import KV
 
-__all__ = ["PrefixCache", "ReuseStats"]
+__all__ = ["PrefixCache", "BlockReuseStats"]
 
 _DEFAULT_PRIORITY = 35  # KvCacheRetentionConfig::kDefaultRetentionPriority
 _PRIMARY = 0  # cache level of GPU memory upstream; the reference has only this one
@@ -50,7 +50,7 @@ class _Block:
 
 
 @dataclass
-class ReuseStats:
+class BlockReuseStats:
     """Counts as TensorRT-LLM's ``KvCacheStats`` names them: blocks a prompt took from the
     cache (``reusedBlocks``) and full prompt blocks it had to compute (``missedBlocks``)."""
 
@@ -76,7 +76,7 @@ class PrefixCache:
         self.tokens_per_block = tokens_per_block
         self.max_blocks = max_blocks
         self.window_size = window_size
-        self.stats = ReuseStats()
+        self.stats = BlockReuseStats()
         self._root: dict[tuple[int, ...], _Block] = {}
         self._lru: OrderedDict[int, _Block] = OrderedDict()  # every block; oldest use first
         self._events: deque[dict[str, Any]] = deque(maxlen=event_buffer_max_size or None)

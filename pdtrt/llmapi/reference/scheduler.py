@@ -1,7 +1,7 @@
 """The in-flight batching loop of one reference-engine instance.
 
 One scheduler thread owns the engine. Each iteration it takes the submitted sequences, asks each
-client whether it cancelled, lets the policy (:mod:`.schedule`) pick the work, prefills the
+client whether it cancelled, lets the policy (:mod:`.batch_policy`) pick the work, prefills the
 admitted prompts one by one (from their longest cached prefix when block reuse is on,
 :mod:`.prefix_cache`), then advances every running sequence by one token in a single
 batched ``decode_step``; the policy turns the sampled tokens into emissions, which go out
@@ -25,6 +25,15 @@ from typing import Protocol
 
 import torch
 
+from pdtrt.llmapi.reference.batch_policy import (
+    Delivery,
+    Emission,
+    Seq,
+    State,
+    fail,
+    postprocess,
+    schedule,
+)
 from pdtrt.llmapi.reference.engine import (
     KV,
     ReferenceEngine,
@@ -34,15 +43,6 @@ from pdtrt.llmapi.reference.engine import (
     sample,
 )
 from pdtrt.llmapi.reference.prefix_cache import PrefixCache
-from pdtrt.llmapi.reference.schedule import (
-    Delivery,
-    Emission,
-    Seq,
-    State,
-    fail,
-    postprocess,
-    schedule,
-)
 
 __all__ = ["TORCH_SAMPLER_SEED", "DecodeHook", "Emission", "Scheduler", "SeqRequest"]
 
@@ -67,7 +67,7 @@ class DecodeHook(Protocol):
 
 @dataclass(kw_only=True, eq=False)
 class SeqRequest(Seq):
-    """A submitted sequence: the policy's :class:`~.schedule.Seq` plus what the loop needs to
+    """A submitted sequence: the policy's :class:`~.batch_policy.Seq` plus what the loop needs to
     run it and answer its client."""
 
     sampling: SequenceSampling
@@ -77,7 +77,7 @@ class SeqRequest(Seq):
 
 
 class Scheduler:
-    """The loop: a thread, the engine's only caller, running :mod:`.schedule`'s plans."""
+    """The loop: a thread, the engine's only caller, running :mod:`.batch_policy`'s plans."""
 
     def __init__(self, engine: ReferenceEngine, *, max_batch_size: int,
                  max_num_tokens: int, faults: DecodeHook | None = None,

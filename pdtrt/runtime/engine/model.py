@@ -75,7 +75,7 @@ class TritonPythonModel:
     def __init__(self, triton: Triton, *, clock: Callable[[], float] = time.monotonic,
                  load_api: Callable[[], LLMApi] | None = None) -> None:
         self.triton = triton
-        self.clock = clock  # when held KV's timeouts run out
+        self.clock = clock  # seconds: held KV's timeouts, finalize's deadline and step times
         self.load_api = load_api  # the LLM API this stub runs on (tests: a twin variant)
 
     def initialize(self, args: dict[str, Any]) -> None:
@@ -344,28 +344,29 @@ class TritonPythonModel:
         with its time, so that a slow stop names its cause."""
         if self.loop.is_closed():
             return
-        deadline = time.monotonic() + _FINALIZE_S
-        with _timed("all its steps"):
+        deadline = self.clock() + _FINALIZE_S
+        with _timed("all its steps", self.clock):
             self._finalize(deadline)
 
     def _finalize(self, deadline: float) -> None:
-        with _timed("drain"):
+        clock = self.clock
+        with _timed("drain", clock):
             self.drain()
-        with _timed("ending its tasks"):
+        with _timed("ending its tasks", clock):
             try:
                 asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(
-                    timeout=_left(deadline))
+                    timeout=_left(deadline, clock))
             except Exception:  # a task that will not end must not keep the stub from finalizing
                 log.exception("ending the engine model's tasks")
         self.loop.call_soon_threadsafe(self.loop.stop)
-        with _timed("stopping its event loop"):
-            self._thread.join(timeout=_left(deadline))
+        with _timed("stopping its event loop", clock):
+            self._thread.join(timeout=_left(deadline, clock))
         if not self._thread.is_alive():
             self.loop.close()
-        with _timed("shutting the LLM down"):
+        with _timed("shutting the LLM down", clock):
             self.llm.shutdown()
         self.stats.detach()
-        with _timed("releasing its metrics"):
+        with _timed("releasing its metrics", clock):
             self.triton.release()
 
 
@@ -375,17 +376,17 @@ _FINALIZE_S = 5.0
 _SLOW_STEP_S = 1.0
 
 
-def _left(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 0.1)
+def _left(deadline: float, clock: Callable[[], float]) -> float:
+    return max(deadline - clock(), 0.1)
 
 
 @contextlib.contextmanager
-def _timed(step: str) -> Iterator[None]:
-    start = time.monotonic()
+def _timed(step: str, clock: Callable[[], float]) -> Iterator[None]:
+    start = clock()
     try:
         yield
     finally:
-        took = time.monotonic() - start
+        took = clock() - start
         if took > _SLOW_STEP_S:
             log.warning("finalize: %s took %.1f s", step, took)
 

@@ -12,7 +12,7 @@ from collections import deque
 import pytest
 
 from pdtrt.engine_io import RequestType
-from pdtrt.llmapi.reference.schedule import Emission, Seq, State, fail, postprocess, schedule
+from pdtrt.llmapi.reference.batch_policy import Emission, Seq, State, fail, postprocess, schedule
 
 GEN_ONLY = RequestType.GENERATION_ONLY
 

@@ -40,7 +40,7 @@ from pdtrt.stop_words import completed_stop_word
 if TYPE_CHECKING:
     from pdtrt.llmapi.reference.engine import KV
 
-__all__ = ["Delivery", "Emission", "Plan", "Seq", "State", "blocks_reserved", "fail",
+__all__ = ["Delivery", "Emission", "IterationPlan", "Seq", "State", "blocks_reserved", "fail",
            "postprocess", "prefill_cost", "schedule"]
 
 
@@ -106,7 +106,7 @@ class State(Generic[S]):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Plan(Generic[S]):
+class IterationPlan(Generic[S]):
     """One iteration's work, in the order the loop does it."""
 
     emissions: tuple[Delivery[S], ...]  # to deliver first: cancellations, imported first tokens
@@ -121,7 +121,7 @@ def prefill_cost(seq: Seq) -> int:
     return 0 if seq.mode is RequestType.GENERATION_ONLY else len(seq.prompt)
 
 
-def schedule(state: State[S]) -> Plan[S]:
+def schedule(state: State[S]) -> IterationPlan[S]:
     """Drop the cancelled sequences, admit waiting ones within the limits, plan the decode."""
     cancelled = tuple(s for s in (*state.running, *state.waiting) if s.cancelled)
     state.running = [s for s in state.running if not s.cancelled]
@@ -132,7 +132,7 @@ def schedule(state: State[S]) -> Plan[S]:
     imported = tuple(s for s in admitted if s.mode is RequestType.GENERATION_ONLY)
     emissions += [(s, _accept(state, s, s.first_tokens, s.first_logprobs, sampled=False))
                   for s in imported]
-    return Plan(emissions=tuple(emissions), cancelled=cancelled, imported=imported,
+    return IterationPlan(emissions=tuple(emissions), cancelled=cancelled, imported=imported,
                 prefill=tuple(s for s in admitted if s.mode is not RequestType.GENERATION_ONLY),
                 decode=tuple(state.running))
 
