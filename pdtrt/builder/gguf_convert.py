@@ -1,15 +1,17 @@
 """A GGUF file converted once into a Hugging Face checkpoint the reference engine loads fast.
 
-Reading a GGUF costs tens of seconds (dequantising every tensor, building the tokenizer from
-its metadata); ``from_pretrained`` of safetensors costs one. So ``pdtrt build`` converts it
-once: the config (``AutoConfig.from_pretrained(dir, gguf_file=...)``), the weights
-(transformers' ``load_gguf_checkpoint``, dequantised, cast to the spec's dtype, saved as
-``model.safetensors``) and the tokenizer (``AutoTokenizer.from_pretrained(dir, gguf_file=...)``:
-``tokenizer.json``, its config and the model's own chat template).
+Reading a GGUF costs tens of seconds (parsing the metadata -- 49k tokens and merges for
+SmolLM2 --, dequantising every tensor, building the tokenizer); ``from_pretrained`` of
+safetensors costs one. So ``pdtrt build`` converts it once, reading the GGUF once with
+transformers' ``load_gguf_checkpoint``: the config, the weights (dequantised, cast to the spec's
+dtype, saved as ``model.safetensors``) and the tokenizer (``tokenizer.json``, its config and the
+model's own chat template).
 
-Weights are loaded through ``load_gguf_checkpoint`` into a model built from the config, which is
-what ``LlamaForCausalLM.from_pretrained(gguf_file=...)`` does inside -- but that entry point
-refuses to run without ``accelerate``, which nothing else here needs. The GGUF's tokenizer
+``AutoConfig`` / ``AutoTokenizer`` / ``LlamaForCausalLM.from_pretrained(gguf_file=...)`` give
+the same files (checked byte for byte on SmolLM2, but ``tokenizer_class``) but each re-reads the
+GGUF's metadata -- four reads, three times as long on this 2-core machine -- and the last
+refuses to run without ``accelerate``, which nothing else here needs. So this module does what
+they do inside, on one read (transformers is pinned). The GGUF's tokenizer
 metadata may name the wrong end-of-turn token (SmolLM2's names ``<|im_start|>``) or add a BOS
 the model's own tokenizer does not, so the caller passes :class:`TokenFixes` from the model's
 pin (``pdtrt/data/weight_sources.yaml``).
@@ -20,6 +22,7 @@ into place when complete; a directory at ``out_dir`` is therefore a whole conver
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -49,21 +52,31 @@ class _Steps:
         self.progress(line)
 
 
-def _convert(gguf: Path, out: Path, *, dtype: str, tokens: TokenFixes, step: _Steps) -> None:
+def _convert(gguf: Path, out: Path, *, dtype: str, num_layers: int, tokens: TokenFixes,
+             step: _Steps) -> None:
     import torch
-    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, LlamaTokenizerFast
+    from transformers.integrations.ggml import convert_gguf_tokenizer
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    src_dir, name = str(gguf.parent), gguf.name
-    step("starting (reading the GGUF's metadata)")
-    config = AutoConfig.from_pretrained(src_dir, gguf_file=name)
-    if config.model_type != "llama":
-        raise BuildError(f"{gguf} holds a '{config.model_type}' model; the reference engine "
-                         "serves Llama-family checkpoints",
-                         hint="point model.path at a Llama-family GGUF or checkpoint")
-    step(f"config read: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
-         f"{config.num_attention_heads} heads / {config.num_key_value_heads} KV heads")
-    tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=name, legacy=False)
+    step("transformers loaded; reading the GGUF")
+    # A model on the meta device: only its parameter names, for the GGUF -> HF name map.
+    with torch.device("meta"):
+        skeleton = LlamaForCausalLM(LlamaConfig(num_hidden_layers=num_layers))
+    parsed = load_gguf_checkpoint(str(gguf), return_tensors=True, model_to_load=skeleton)
+    config = LlamaConfig.from_dict(parsed["config"])
+    if parsed["config"].get("model_type") != "llama" or config.num_hidden_layers != num_layers:
+        raise BuildError(f"{gguf} holds a {parsed['config'].get('model_type')} model with "
+                         f"{config.num_hidden_layers} layers; the model's config says llama "
+                         f"with {num_layers}",
+                         hint="point model.path at a GGUF of the model that model.name names")
+    step(f"read and dequantised {len(parsed['tensors'])} tensors: {config.num_hidden_layers} "
+         f"layers, hidden {config.hidden_size}, {config.num_attention_heads} heads / "
+         f"{config.num_key_value_heads} KV heads")
+    # what AutoTokenizer.from_pretrained(gguf_file=...) does, on the metadata read above
+    backend, extra = convert_gguf_tokenizer("llama", parsed["tokenizer"])
+    tokenizer = LlamaTokenizerFast(tokenizer_object=backend,
+                                   **{**parsed["tokenizer_config"], **extra})
     if tokens.eos_token is not None:
         tokenizer.eos_token = tokens.eos_token
     if tokens.pad_token is not None:
@@ -74,13 +87,8 @@ def _convert(gguf: Path, out: Path, *, dtype: str, tokens: TokenFixes, step: _St
     config.pad_token_id = tokenizer.pad_token_id
     config.bos_token_id = tokenizer.bos_token_id
     step(f"tokenizer built: vocab {len(tokenizer)}, eos {tokenizer.eos_token!r}")
-    with torch.device("meta"):  # only its parameter names, for the GGUF -> HF name map
-        skeleton = LlamaForCausalLM(config)
-    tensors = load_gguf_checkpoint(str(gguf), return_tensors=True,
-                                   model_to_load=skeleton)["tensors"]
-    step(f"dequantised {len(tensors)} tensors")
     model = LlamaForCausalLM(config)
-    result = model.load_state_dict(tensors, strict=False)
+    result = model.load_state_dict(parsed["tensors"], strict=False)
     missing = set(result.missing_keys) - ({"lm_head.weight"} if config.tie_word_embeddings
                                           else set())
     if missing or result.unexpected_keys:
@@ -106,19 +114,22 @@ class TokenFixes:
     add_bos_token: bool | None = None
 
 
-def convert_gguf(gguf: Path, out_dir: Path, *, dtype: str, log: Path,
+def convert_gguf(gguf: Path, out_dir: Path, *, dtype: str, num_layers: int, log: Path,
                  tokens: TokenFixes = TokenFixes(),
                  progress: Callable[[str], None] | None = None) -> Path:
     """Convert ``gguf`` into a Hugging Face checkpoint at ``out_dir`` (torch dtype ``dtype``,
-    e.g. ``"float32"``); a no-op when ``out_dir`` exists. Raises :class:`BuildError`."""
+    e.g. ``"float32"``); a no-op when ``out_dir`` exists. ``num_layers``: the model's, from its
+    config (the GGUF must agree). Raises :class:`BuildError`."""
     if out_dir.is_dir():
         return out_dir
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
     try:
-        _convert(gguf, tmp, dtype=dtype, tokens=tokens,
-                 step=_Steps(log, progress or (lambda _line: None)))
+        # transformers' own tqdm bar and warnings go to the step's log, not the CLI's terminal
+        with log.open("a", encoding="utf-8") as err, contextlib.redirect_stderr(err):
+            _convert(gguf, tmp, dtype=dtype, num_layers=num_layers, tokens=tokens,
+                     step=_Steps(log, progress or (lambda _line: None)))
         os.replace(tmp, out_dir)
     except (ValueError, OSError, RuntimeError) as exc:
         raise BuildError(f"cannot convert {gguf}: {exc}",

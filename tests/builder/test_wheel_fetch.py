@@ -107,7 +107,7 @@ def test_a_bad_gguf_leaves_no_half_written_checkpoint(tmp_path):
     bad.write_bytes(b"GGUF" + b"\0" * 64)
     out = tmp_path / "checkpoints" / "model"
     with pytest.raises(BuildError) as exc:
-        convert_gguf(bad, out, dtype="float32", log=tmp_path / "convert.log")
+        convert_gguf(bad, out, dtype="float32", num_layers=30, log=tmp_path / "convert.log")
     assert f"cannot convert {bad}" in exc.value.message and "model.path" in exc.value.hint
     assert list(out.parent.iterdir()) == []  # neither the checkpoint nor its temporary dir
 
