@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import multiprocessing as mp
 import os
 from pathlib import Path
 
@@ -55,22 +54,10 @@ def prompts():
 
 @pytest.fixture(scope="module")
 def context_peer():
-    from tests.llmapi.ctx_peer import context_process
+    from tests.llmapi.ctx_peer import running_context_peer
 
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=context_process, args=(child, _dir("prefill")), daemon=True)
-    proc.start()
-    assert parent.poll(180) and parent.recv() == "ready"
-
-    def call(cmd, arg=None):
-        parent.send((cmd, arg))
-        assert parent.poll(120)
-        return parent.recv()
-
-    yield call
-    call("stop")
-    proc.join(10)
+    with running_context_peer(_dir("prefill"), ready_s=180, reply_s=120) as call:
+        yield call
 
 
 def test_greedy_disaggregated_equals_aggregated_equals_transformers(prompts, context_peer):
