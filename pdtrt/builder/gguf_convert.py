@@ -23,6 +23,7 @@ into place when complete; a directory at ``out_dir`` is therefore a whole conver
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -122,6 +123,10 @@ def convert_gguf(gguf: Path, out_dir: Path, *, dtype: str, num_layers: int, log:
     config (the GGUF must agree). Raises :class:`BuildError`."""
     if out_dir.is_dir():
         return out_dir
+    if importlib.util.find_spec("gguf") is None:  # transformers' GGUF reader needs it
+        raise BuildError(f"converting {gguf.name} needs the gguf package, which is not installed",
+                         hint="pip install 'pdtrt[reference]' (gguf==0.19.0), or point "
+                         "model.path at a Hugging Face checkpoint directory")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     log.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))

