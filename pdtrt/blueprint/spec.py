@@ -75,8 +75,10 @@ class ModelSection(_Section):
     )
     path: str | None = Field(
         default=None,
-        description="Local Hugging Face checkpoint directory or config.json; relative to the "
-        "spec file. Omit to use the built-in config named by `name`.",
+        description="Local Hugging Face checkpoint directory or config.json, or (reference "
+        "target) a Llama-family .gguf file whose `name` is a built-in config; relative to the "
+        "spec file. Omit to use the built-in config named by `name` (and, on the reference "
+        "target, its pinned download when pdtrt ships one).",
     )
     dtype: Annotated[DType, _enum("Model (activation) dtype: bf16, fp16 or fp32.")] = DType.BF16
     weights: Annotated[

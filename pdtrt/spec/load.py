@@ -123,6 +123,8 @@ def load_deployment(path: str | Path, *, catalog: Catalog | None = None) -> Depl
     catalog = catalog or load_catalog()
     base_dir = path.resolve().parent
     model_ref: str | Path = base_dir / spec.model.path if spec.model.path else spec.model.name
+    if spec.model.path and spec.model.path.endswith(".gguf"):
+        model_ref = spec.model.name  # a GGUF has no config.json: the facts of the name's config
     try:
         model = load_model_facts(model_ref)
     except ModelConfigError as exc:

@@ -33,6 +33,7 @@ from pdtrt.engine_io import ERROR_OUTPUT, REFERENCE_ENGINE_IO, Param
 from pdtrt.enums import Phase, Target, TritonBackend, WeightQuant
 from pdtrt.errors import BuildError, SpecIssue
 from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild, TargetSupport
+from pdtrt.targets.checkpoint_source import SourceKind, checkpoint_source
 from pdtrt.targets.reference_checkpoint import (
     checkpoint_inputs,
     real_checkpoint_dir,
@@ -101,25 +102,27 @@ class ReferenceTarget(TargetSupport):
 
     # --- build -----------------------------------------------------------------------------
     def build_source(self, ctx: BuildContext) -> BuildSource:
+        src = checkpoint_source(ctx.dep)
         tokenizer = BuildStep(
             name="tokenizer", kind=StepKind.REFERENCE_TOKENIZER, phase=None, argv=(),
             inputs=(), output_dir=ctx.layout.tokenizer_dir,
             log_file=ctx.logs_dir / "tokenizer.log", gpu=None,
             what=f"byte-level BPE, vocab {ctx.dep.model.vocab_size}, trained on "
             "pdtrt/data/corpus/reference.txt (linked instead when model.path has "
-            "tokenizer.json)")
+            "tokenizer.json)" if src.kind is SourceKind.GENERATED else
+            f"the model's own tokenizer and chat template: {src.describe()}")
         return BuildSource(model_dir=None, notes=(), steps=(tokenizer,))
 
     def plan_phase(self, ctx: BuildContext, phase: Phase, settings: EngineSettings) -> PhaseBuild:
         model = ctx.dep.spec.model
-        real = real_checkpoint_dir(ctx.dep)
+        src = checkpoint_source(ctx.dep)
         checkpoint = BuildStep(
             name=f"{phase}-checkpoint", kind=StepKind.REFERENCE_CHECKPOINT, phase=phase,
             argv=(), inputs=(), output_dir=ctx.layout.phase_dir(phase),
             log_file=ctx.logs_dir / f"{phase}.log", gpu=None, what=(
-                f"links to the checkpoint at {real}" if real else
                 f"LlamaForCausalLM({model.name} config) seeded with {model.seed}, "
-                f"{model.dtype}, save_pretrained(safe_serialization=True)"))
+                f"{model.dtype}, save_pretrained(safe_serialization=True)"
+                if src.kind is SourceKind.GENERATED else src.describe()))
         return PhaseBuild(settings=settings, notes=(), steps=(checkpoint,))
 
     def prepare_host(self, plan: BuildPlan, *, force: bool, nvml: Any,
@@ -129,19 +132,22 @@ class ReferenceTarget(TargetSupport):
     def run_in_process(self, step: BuildStep, dep: Deployment, *,
                        progress: Callable[[str], None] | None = None) -> None:
         step.log_file.parent.mkdir(parents=True, exist_ok=True)
+        step.log_file.write_text("", encoding="utf-8")  # appended to by downloads, conversions
         try:
             if step.kind is StepKind.REFERENCE_TOKENIZER:
-                write_reference_tokenizer(dep, step.output_dir)
+                write_reference_tokenizer(dep, step.output_dir, log=step.log_file,
+                                          progress=progress)
                 what = "tokenizer"
             else:
-                write_reference_checkpoint(dep, step.output_dir)
+                write_reference_checkpoint(dep, step.output_dir, log=step.log_file,
+                                           progress=progress)
                 what = "checkpoint"
         except ImportError as exc:
             raise BuildError(f"step {step.name} needs {exc.name or 'torch/transformers'}, "
                              "which is not installed",
                              hint="pip install 'pdtrt[reference]'") from None
-        step.log_file.write_text(f"wrote the reference {what} into {step.output_dir}\n",
-                                 encoding="utf-8")
+        with step.log_file.open("a", encoding="utf-8") as log:
+            log.write(f"wrote the reference {what} into {step.output_dir}\n")
 
     def step_inputs(self, step: BuildStep, dep: Deployment) -> dict[str, str]:
         if step.kind is StepKind.REFERENCE_TOKENIZER:

@@ -2,9 +2,10 @@
 
 ``write_reference_checkpoint`` writes a Hugging Face checkpoint into a phase directory: either
 ``LlamaForCausalLM(LlamaConfig(<model config>))`` initialised under ``torch.manual_seed(seed)``
-and saved with ``save_pretrained(safe_serialization=True)``, or -- when ``model.path`` points at
-a real local checkpoint with weights -- symlinks to that checkpoint's files. The reference engine
-runtime loads it with ``from_pretrained(phase_dir)``.
+and saved with ``save_pretrained(safe_serialization=True)``, or symlinks to a real checkpoint's
+files: a local one ``model.path`` points at, or one converted from a GGUF file -- ``model.path``,
+or the pinned download of ``model.name`` (:mod:`pdtrt.targets.checkpoint_source`). The reference
+engine runtime loads it with ``from_pretrained(phase_dir)``.
 
 ``write_reference_tokenizer`` trains a byte-level BPE tokenizer with the ``tokenizers`` library
 on the text pdtrt ships (``pdtrt/data/corpus/reference.txt``), vocabulary = the model's
@@ -21,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from importlib import resources
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -28,6 +30,12 @@ from typing import Any
 
 from pdtrt.blueprint.deployment import Deployment
 from pdtrt.blueprint.manifest import MANIFEST_NAME, STAMP_NAME
+from pdtrt.targets.checkpoint_source import (
+    SourceKind,
+    checkpoint_source,
+    materialize,
+    source_inputs,
+)
 from pdtrt.enums import DType
 from pdtrt.errors import BuildError
 
@@ -50,9 +58,8 @@ REFERENCE_CHAT_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}<|{{ message['role'] }}|>\n"
     "{{ message['content'] }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n"
     "{% endif %}")
-_WEIGHT_GLOBS = ("*.safetensors", "pytorch_model*.bin")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                    "tokenizer.model")
+                    "tokenizer.model", "chat_template.jinja")
 _TORCH_DTYPES = {DType.FP32: "float32", DType.BF16: "bfloat16", DType.FP16: "float16"}
 
 
@@ -64,10 +71,17 @@ def _model_path(dep: Deployment) -> Path | None:
 
 def real_checkpoint_dir(dep: Deployment) -> Path | None:
     """``model.path`` when it is a directory holding weights (a checkpoint to use as is)."""
-    path = _model_path(dep)
-    if path is None or not path.is_dir():
+    src = checkpoint_source(dep)
+    return src.path if src.kind is SourceKind.CHECKPOINT_DIR else None
+
+
+def _real_dir(dep: Deployment, log: Path | None,
+              progress: Callable[[str], None] | None) -> Path | None:
+    """The real checkpoint to link (fetched and converted when needed), None to generate."""
+    src = checkpoint_source(dep)
+    if src.kind is SourceKind.GENERATED:
         return None
-    return path if any(any(path.glob(g)) for g in _WEIGHT_GLOBS) else None
+    return materialize(dep, src, log=log or Path(os.devnull), progress=progress)
 
 
 def model_config_dict(dep: Deployment) -> dict[str, Any]:
@@ -106,6 +120,10 @@ def _corpus_text() -> str:
 
 def checkpoint_inputs(dep: Deployment) -> dict[str, str]:
     """What the checkpoint depends on, as hashes (the manifest's ``input_hashes``)."""
+    src = checkpoint_source(dep)
+    if src.kind in (SourceKind.GGUF_FILE, SourceKind.PINNED_WHEEL):
+        return {"converted": _digest({**source_inputs(dep, src),
+                                      **_versions("torch", "transformers", "gguf")})}
     real = real_checkpoint_dir(dep)
     if real is not None:
         files = sorted((p.name, p.stat().st_size) for p in real.iterdir() if p.is_file())
@@ -116,6 +134,10 @@ def checkpoint_inputs(dep: Deployment) -> dict[str, str]:
 
 
 def tokenizer_inputs(dep: Deployment) -> dict[str, str]:
+    src = checkpoint_source(dep)
+    if src.kind in (SourceKind.GGUF_FILE, SourceKind.PINNED_WHEEL):
+        return {"converted": _digest({**source_inputs(dep, src),
+                                      **_versions("tokenizers", "transformers", "gguf")})}
     real = real_checkpoint_dir(dep)
     if real is not None and (real / "tokenizer.json").is_file():
         return {"tokenizer": _digest({"linked": str(real),
@@ -136,9 +158,11 @@ def _link_files(src: Path, out_dir: Path, names: list[str]) -> None:
         os.symlink(src / name, link)
 
 
-def write_reference_checkpoint(dep: Deployment, out_dir: Path) -> None:
-    """Write (or link) the HF checkpoint of ``dep``'s model into ``out_dir``."""
-    real = real_checkpoint_dir(dep)
+def write_reference_checkpoint(dep: Deployment, out_dir: Path, *, log: Path | None = None,
+                               progress: Callable[[str], None] | None = None) -> None:
+    """Write (or link) the HF checkpoint of ``dep``'s model into ``out_dir``; a download or
+    conversion logs into ``log`` and reports to ``progress``."""
+    real = _real_dir(dep, log, progress)
     if real is not None:
         # pdtrt's own files in a checkpoint that pdtrt built are not the checkpoint: linking
         # them would let this build's stamp and manifest overwrite the source's
@@ -165,9 +189,10 @@ def write_reference_checkpoint(dep: Deployment, out_dir: Path) -> None:
     model.save_pretrained(out_dir, safe_serialization=True)
 
 
-def write_reference_tokenizer(dep: Deployment, out_dir: Path) -> None:
+def write_reference_tokenizer(dep: Deployment, out_dir: Path, *, log: Path | None = None,
+                              progress: Callable[[str], None] | None = None) -> None:
     """Train (or link) the tokenizer of ``dep`` into ``out_dir`` in HF format."""
-    real = real_checkpoint_dir(dep)
+    real = _real_dir(dep, log, progress)
     if real is not None and (real / "tokenizer.json").is_file():
         _link_files(real, out_dir, [n for n in _TOKENIZER_FILES if (real / n).is_file()])
         return

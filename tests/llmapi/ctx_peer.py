@@ -4,6 +4,9 @@ the other side of a real UCX KV transfer for tests/llmapi/test_reference_llm.py.
 from __future__ import annotations
 
 import asyncio
+import multiprocessing as mp
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 # TRTLLMSampler: the tests hold the sampling rules to the C++ decoder's (LlmArgs' default,
 # auto, is 1.2's TorchSampler, which ignores penalties and bad words: test_sampler_type.py)
@@ -47,3 +50,23 @@ def context_process(conn, model_dir: str) -> None:
             llm.shutdown()
             conn.send(None)
             return
+
+
+@contextmanager
+def running_context_peer(model_dir: str, *, ready_s: float = 120,
+                         reply_s: float = 60) -> Iterator[Callable]:
+    """A :func:`context_process` in a spawned process: ``call(cmd, arg=None)`` -> its reply."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=context_process, args=(child, model_dir), daemon=True)
+    proc.start()
+    assert parent.poll(ready_s) and parent.recv() == "ready"
+
+    def call(cmd, arg=None):
+        parent.send((cmd, arg))
+        assert parent.poll(reply_s)
+        return parent.recv()
+
+    yield call
+    call("stop")
+    proc.join(10)

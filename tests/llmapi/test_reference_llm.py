@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
-import multiprocessing as mp
 import os
 import threading
 import time
@@ -143,22 +142,10 @@ def test_request_type_is_checked_like_upstream():
 
 @pytest.fixture(scope="module")
 def context_peer(tiny_model_dir):
-    from tests.llmapi.ctx_peer import context_process
+    from tests.llmapi.ctx_peer import running_context_peer
 
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=context_process, args=(child, str(tiny_model_dir)), daemon=True)
-    proc.start()
-    assert parent.poll(120) and parent.recv() == "ready"
-
-    def call(cmd, arg=None):
-        parent.send((cmd, arg))
-        assert parent.poll(60)
-        return parent.recv()
-
-    yield call
-    call("stop")
-    proc.join(10)
+    with running_context_peer(str(tiny_model_dir)) as call:
+        yield call
 
 
 @pytest.fixture(scope="module")
