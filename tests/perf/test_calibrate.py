@@ -9,7 +9,13 @@ import pytest
 
 from pdtrt.enums import ServingBackend
 from pdtrt.errors import CatalogError
-from pdtrt.perf.calibrate import CalibrationFit, nelder_mead, predict, read_rows
+from pdtrt.perf.calibrate import (
+    CalibrationFit,
+    gpu_model_tp_groups,
+    nelder_mead,
+    predict,
+    read_rows,
+)
 from pdtrt.perf.factors import DEFAULT_FACTORS, EfficiencyFactors, load_factors, load_factors_file
 
 DATA = Path(__file__).resolve().parents[2] / "pdtrt" / "data" / "calibration" / \
@@ -24,6 +30,14 @@ def test_read_rows_of_the_measured_sample():
     first = rows[0]
     assert (first.isl, first.osl, first.concurrency, first.tp, first.fp8) == (1024, 128, 16, 2,
                                                                               False)
+
+
+def test_gpu_model_tp_groups_partition_the_rows():
+    rows = [r for r in read_rows(DATA) if r.backend is ServingBackend.TRTLLM]
+    groups = gpu_model_tp_groups(rows, "Qwen/Qwen3-32B")
+    assert [g[1] for g in groups] == [f"h100_sxm Qwen/Qwen3-32B tp{tp}" for tp in (1, 2, 4, 8)]
+    counts = [sum(g[4](r) for r in rows) for g in groups]
+    assert counts == [43, 45, 46, 46] and sum(counts) == len(rows)
 
 
 def test_bad_csv_row_is_located(tmp_path):
