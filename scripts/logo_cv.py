@@ -20,8 +20,8 @@ group costs more than a shared 2-core machine gives (``--all-terms`` refits them
 Each group's line gives the held-out MAPE (the rows the refit never saw) and the in-sample MAPE
 (the refit's own rows), so a change that buys in-sample error with held-out error shows. The
 refits start from factors fitted on all rows (as ``scripts/calibrate.py``'s validation does),
-so the held-out numbers are a little optimistic for both variants alike. Results:
-benchmarks/logo_cv.md.
+so the held-out numbers are a little optimistic for both variants alike. Results and the
+verdict (the candidate is not kept: in-sample better, held-out worse): benchmarks/logo_cv.md.
 """
 
 from __future__ import annotations

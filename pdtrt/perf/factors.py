@@ -51,7 +51,8 @@ class EfficiencyFactors:
       graphs (steps carrying prefill tokens, decode batches above the captured sizes).
     - ``tp_sync_layer_s``: per-layer cost of keeping ``tp`` ranks in step in an eager step
       (launch skew the two all-reduces wait out), times log2(tp); 0 at TP 1. A candidate term
-      of issue 47, judged by ``scripts/logo_cv.py``; 0 in the shipped factors.
+      of issue 47, rejected by ``scripts/logo_cv.py`` (in-sample better, held-out worse:
+      benchmarks/logo_cv.md); 0 in the shipped factors, kept so the script can re-judge it.
 
     Outside the engine (not GPU time; 0 in the shipped factors, user-settable):
 
