@@ -55,7 +55,8 @@ def parse_counts(text: str, catalog: Catalog, *, flag: str) -> dict[str, int]:
 
 @dataclass(frozen=True, kw_only=True)
 class PoolUse:
-    """One pool's cards: ``owned`` of the user's and ``rented`` more, of one GPU type."""
+    """One pool's cards: ``owned`` of the user's and ``rented`` more, of one GPU type;
+    ``phase`` is prefill, decode or aggregated."""
 
     phase: str
     gpu: str
@@ -124,11 +125,10 @@ class Fleet:
                                  hint="rent it instead (--gpus) or add tdp_w to the catalog")
 
     def _pools(self, config: ServingConfig) -> list[tuple[str, Instance, int]]:
-        pools = []
-        if config.mode is ServingMode.DISAGGREGATED and config.decode is not None:
-            pools.append(("decode", config.decode, config.decode_instances))
-        pools.append(("prefill", config.prefill, config.prefill_instances))
-        return pools
+        if config.mode is ServingMode.AGGREGATED or config.decode is None:
+            return [("aggregated", config.prefill, config.prefill_instances)]
+        return [("decode", config.decode, config.decode_instances),
+                ("prefill", config.prefill, config.prefill_instances)]
 
     def use(self, config: ServingConfig) -> FleetUse:
         """The owned cards each pool of ``config`` gets (decode first), the rest rented."""

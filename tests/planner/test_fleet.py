@@ -71,6 +71,13 @@ def test_owned_cards_of_one_type_are_shared_between_phases(llama8b, catalog):
     assert use.owned == 5 and use.pool("prefill").rented == 1
 
 
+def test_an_aggregated_pool_says_so(llama8b, catalog):
+    config = ServingConfig(mode=ServingMode.AGGREGATED, prefill_instances=3,
+                           prefill=Instance(model=llama8b, gpu=catalog.get("l40s"), tp=2))
+    use = Fleet(owned={"l40s": 4}, power_price_usd_per_kwh=0.1).use(config)
+    assert use.describe() == "aggregated 6x l40s (4 owned + 2 rented)"
+
+
 def test_per_type_caps_bound_the_search(llama8b, catalog):
     bounds = SearchBounds(max_gpus_per_type={"h100-sxm": 2})
     assert bounds.allows(_disagg(llama8b, catalog, "h100-sxm", 2, "l40s", 9))
