@@ -122,3 +122,28 @@ def test_calibrate_script_end_to_end(tmp_path):
     assert {g["by"] for g in entry["validation"]["groups"]} <= {"tp", "clients", "version"}
     assert "leave-one-group-out" in done.stdout
     assert len(res.read_text().splitlines()) == 6
+
+
+def test_logo_cv_script_holds_out_each_gpu_model_tp_group(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    lines = DATA.read_text().splitlines()
+    trt = [line for line in lines[1:] if ",trtllm,1.0.0rc3," in line]
+    small = tmp_path / "small.csv"
+    tp_column = lines[0].split(",").index("tp_size")
+    picked = [next(line for line in trt if float(line.split(",")[tp_column]) == tp)
+              for tp in (1, 2, 4, 8)]
+    small.write_text("\n".join([lines[0], *picked]) + "\n")  # one row per TP
+    script = DATA.parents[3] / "scripts" / "logo_cv.py"
+    done = subprocess.run([sys.executable, str(script), "--data", str(small), "--evals", "1",
+                           "--group", "3", "--json"], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)["results"]
+    assert [(r["variant"], r["group"], r["rows"]) for r in results] == [
+        ("before", "h100_sxm Qwen/Qwen3-32B tp8", 1), ("after", "h100_sxm Qwen/Qwen3-32B tp8", 1)]
+    before, after = results
+    assert before["tp_sync_layer_s"] == 0 and after["tp_sync_layer_s"] > 0  # only 'after' fits it
+    assert before["held_out"]["ttft_mape"] >= 0 and "ttft_mape" in before["in_sample"]
