@@ -10,8 +10,9 @@ held-out group is predicted. Two variants of the model are compared with the sam
 the same start (the shipped factors):
 
 - ``before``: the shipped model, refitting ``step_overhead_s`` and ``eager_layer_overhead_s``;
-- ``after``: plus issue 47's candidate term ``tp_sync_layer_s`` (per-layer rank-sync cost of an
-  eager step, times log2(tp); :mod:`pdtrt.perf.step`), fitted beside them.
+- ``after``: plus one of issue 47's candidate terms (``--candidate``, :mod:`pdtrt.perf.step`),
+  fitted beside them: ``tp_sync_layer_s`` (per-layer rank-sync cost of an eager step, times
+  log2(tp)) or ``prefill_seq_overhead_s`` (CPU cost per prompt a step admits, any TP).
 
 The harness terms (``closed_loop_burst``, ``startup_share``) and the sample's KV fraction stay at
 their shipped values: they describe the benchmark, not TP, and refitting all five terms per
@@ -53,9 +54,9 @@ from pdtrt.perf.factors import load_factors_file  # noqa: E402
 DATA = ROOT / "pdtrt" / "data" / "calibration" / "measured_calibration.csv"
 FACTORS = ROOT / "pdtrt" / "data" / "perf_factors.yaml"
 ENGINE_TERMS = ("step_overhead_s", "eager_layer_overhead_s")
-CANDIDATE = "tp_sync_layer_s"
-# Where the candidate term starts (the fit works on its logarithm, so not at 0).
-TP_SYNC_START_S = 1e-5
+CANDIDATES = ("tp_sync_layer_s", "prefill_seq_overhead_s")
+# Where a candidate term starts (the fit works on its logarithm, so not at 0).
+CANDIDATE_START_S = 1e-5
 
 
 def _metrics(fit: CalibrationFit) -> dict[str, float]:
@@ -63,31 +64,33 @@ def _metrics(fit: CalibrationFit) -> dict[str, float]:
             "max_ratio": round(fit.max_ratio, 3)}
 
 
-def _fitted(variant: str, all_terms: bool) -> tuple[str, ...]:
+def _fitted(variant: str, all_terms: bool, candidate: str) -> tuple[str, ...]:
     base = KERNEL_FITTED if all_terms else ENGINE_TERMS
-    return base if variant == "before" else (*base, CANDIDATE)
+    return base if variant == "before" else (*base, candidate)
 
 
-def run_group(args: tuple[str, int, str, int, str, str, bool]) -> dict[str, object]:
+def run_group(args: tuple[str, int, str, int, str, str, bool, str]) -> dict[str, object]:
     """Refit without one group and predict it: (variant, group index, ...) -> result row."""
-    variant, index, model_name, evals, data, factors, all_terms = args
+    variant, index, model_name, evals, data, factors, all_terms, candidate = args
     rows = [r for r in read_rows(Path(data)) if r.backend is ServingBackend.TRTLLM]
     model, catalog = load_model_facts(model_name), load_catalog()
     by, value, _lo, _hi, member = gpu_model_tp_groups(rows, model_name)[index]
     shipped = load_factors_file(Path(factors))[ServingBackend.TRTLLM]
     start = shipped if variant == "before" else replace(shipped,
-                                                        tp_sync_layer_s=TP_SYNC_START_S)
+                                                        **{candidate: CANDIDATE_START_S})
     sample = SampleDeployment(kv_cache_fraction=_sample_kv_fraction(Path(factors)))
     rest = [r for r in rows if not member(r)]
     held = tuple(r for r in rows if member(r))
     refit = fit_factors(rest, model, catalog, backend=ServingBackend.TRTLLM, start=start,
-                        max_evals=evals, fitted=_fitted(variant, all_terms), sample=sample)
+                        max_evals=evals, fitted=_fitted(variant, all_terms, candidate),
+                        sample=sample)
     preds = tuple(predict(r, model, catalog, refit.factors, refit.sample) for r in held)
     out = CalibrationFit(backend=ServingBackend.TRTLLM, factors=refit.factors, rows=held,
                          predicted_ms=preds, evaluations=refit.evaluations)
     return {"variant": variant, "group": value, "by": by, "rows": len(held),
             "held_out": _metrics(out), "in_sample": _metrics(refit),
-            "tp_sync_layer_s": refit.factors.tp_sync_layer_s,
+            "candidate": candidate if variant == "after" else None,
+            "candidate_s": getattr(refit.factors, candidate) if variant == "after" else 0.0,
             "eager_layer_overhead_s": refit.factors.eager_layer_overhead_s}
 
 
@@ -99,13 +102,13 @@ def _sample_kv_fraction(path: Path) -> float:
 
 def _table(results: list[dict]) -> str:
     lines = ["| held out | rows | variant | TTFT held-out | TPOT held-out | worst held-out | "
-             "TTFT in-sample | TPOT in-sample | tp_sync_layer_s |",
+             "TTFT in-sample | TPOT in-sample | candidate term |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         h, i = r["held_out"], r["in_sample"]
         lines.append(f"| {r['group']} | {r['rows']} | {r['variant']} | {h['ttft_mape']:.1%} | "
                      f"{h['tpot_mape']:.1%} | {h['max_ratio']:.2f}x | {i['ttft_mape']:.1%} | "
-                     f"{i['tpot_mape']:.1%} | {r['tp_sync_layer_s'] * 1e6:.1f} us |")
+                     f"{i['tpot_mape']:.1%} | {r['candidate_s'] * 1e6:.1f} us |")
     for variant in sorted({r["variant"] for r in results}, reverse=True):
         mine = [r for r in results if r["variant"] == variant]
         n = sum(r["rows"] for r in mine)
@@ -122,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--factors", type=Path, default=FACTORS)
     ap.add_argument("--model", default="Qwen/Qwen3-32B")
     ap.add_argument("--evals", type=int, default=12, help="optimiser evaluations per refit")
+    ap.add_argument("--candidate", choices=CANDIDATES, default=CANDIDATES[0],
+                    help="the term 'after' adds")
     ap.add_argument("--all-terms", action="store_true",
                     help="also refit the harness terms and the sample's KV fraction")
     ap.add_argument("--variant", action="append", choices=["after", "before"],
@@ -138,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(not 0 <= i < len(groups) for i in indexes):
         ap.error(f"--group must be in 0..{len(groups) - 1}")
     tasks = [(v, i, args.model, args.evals, str(args.data), str(args.factors),
-              args.all_terms)
+              args.all_terms, args.candidate)
              for i in indexes for v in (args.variant or ["before", "after"])]
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
         results = list(pool.map(run_group, tasks))

@@ -48,7 +48,7 @@ __all__ = ["CLIENT_RANGES", "KERNEL_FITTED", "SCALAR_FITTED", "CalibrationFit", 
 
 _FRACTIONS = ("gemm_eff", "attention_eff", "bandwidth_eff", "startup_share")
 _SECONDS = ("step_overhead_s", "allreduce_latency_s", "request_overhead_s",
-            "eager_layer_overhead_s", "tp_sync_layer_s")
+            "eager_layer_overhead_s", "tp_sync_layer_s", "prefill_seq_overhead_s")
 _COUNTS = ("closed_loop_burst",)
 SCALAR_FITTED = ("gemm_eff", "attention_eff", "bandwidth_eff", "startup_share",
                  "step_overhead_s", "allreduce_latency_s", "request_overhead_s")

@@ -145,5 +145,6 @@ def test_logo_cv_script_holds_out_each_gpu_model_tp_group(tmp_path):
     assert [(r["variant"], r["group"], r["rows"]) for r in results] == [
         ("before", "h100_sxm Qwen/Qwen3-32B tp8", 1), ("after", "h100_sxm Qwen/Qwen3-32B tp8", 1)]
     before, after = results
-    assert before["tp_sync_layer_s"] == 0 and after["tp_sync_layer_s"] > 0  # only 'after' fits it
+    assert before["candidate_s"] == 0 and after["candidate_s"] > 0  # only "after" fits it
+    assert after["candidate"] == "tp_sync_layer_s"
     assert before["held_out"]["ttft_mape"] >= 0 and "ttft_mape" in before["in_sample"]

@@ -173,6 +173,17 @@ def test_tp_sync_term_grows_with_log2_tp_in_eager_steps_only(llama8b, catalog, c
         assert step_time(decode_work(8, 8000), i, f).overhead_s == pytest.approx(2e-4)
 
 
+def test_prefill_seq_term_is_paid_per_prompt_the_step_admits(llama8b, catalog, curves_f):
+    from dataclasses import replace
+
+    f = replace(curves_f, prefill_seq_overhead_s=1e-3)
+    i = inst(llama8b, catalog.get("h100-sxm"), tp=4)
+    two = prefill_chunk_work(100) + prefill_chunk_work(200)
+    assert step_time(two, i, f).overhead_s == pytest.approx(
+        step_time(two, i, curves_f).overhead_s + 2e-3)
+    assert step_time(decode_work(8, 8000), i, f).overhead_s == pytest.approx(2e-4)
+
+
 def test_tp_allreduce_on_the_measured_curve(llama8b, catalog, curves_f):
     i = inst(llama8b, catalog.get("h100-sxm"), tp=4)
     t = step_time(decode_work(8, 8000), i, curves_f)
