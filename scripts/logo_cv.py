@@ -22,7 +22,7 @@ Each group's line gives the held-out MAPE (the rows the refit never saw) and the
 (the refit's own rows), so a change that buys in-sample error with held-out error shows. The
 refits start from factors fitted on all rows (as ``scripts/calibrate.py``'s validation does),
 so the held-out numbers are a little optimistic for both variants alike. Results and the
-verdict (the candidate is not kept: in-sample better, held-out worse): benchmarks/logo_cv.md.
+verdict (neither candidate is kept: in-sample better, held-out worse): benchmarks/logo_cv.md.
 """
 
 from __future__ import annotations

@@ -54,8 +54,8 @@ class EfficiencyFactors:
       of issue 47, rejected by ``scripts/logo_cv.py`` (in-sample better, held-out worse:
       benchmarks/logo_cv.md); 0 in the shipped factors, kept so the script can re-judge it.
     - ``prefill_seq_overhead_s``: CPU cost per prompt a step admits (KV block allocation,
-      request set-up), whatever the TP; issue 47's second candidate, judged likewise; 0 in the
-      shipped factors.
+      request set-up), whatever the TP; issue 47's second candidate, rejected likewise; 0 in
+      the shipped factors.
 
     Outside the engine (not GPU time; 0 in the shipped factors, user-settable):
 
