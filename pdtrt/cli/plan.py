@@ -50,6 +50,23 @@ def _table(p: Plan, top: int) -> Table:
     return table
 
 
+def _render_owned(result: Plan) -> None:
+    s = result.owned_summary()
+    chosen = result.chosen
+    if chosen is None or chosen.fleet_use is None:
+        click.echo("owned cards: no configuration meets the SLOs")
+        return
+
+    def mtok(value: object) -> str:
+        return "-" if value is None else f"${value:.3f}"
+
+    click.echo(f"cards: {chosen.fleet_use.describe()} -- ${chosen.cost_per_hour_usd:.2f}/h "
+               f"(power {result.request.fleet.power_price_usd_per_kwh:g} $/kWh at board "
+               f"power), {mtok(s['usd_per_mtok'])} per million output tokens")
+    click.echo(f"without the owned cards: {s['rented_config'] or 'nothing meets the SLOs'}, "
+               f"{mtok(s['rented_usd_per_mtok'])} per million output tokens (all rented)")
+
+
 def _render(result: Plan, top: int, spec: PlanCandidate | None, output: Path | None,
             plot_path: Path | None) -> None:
     req = result.request
@@ -61,6 +78,8 @@ def _render(result: Plan, top: int, spec: PlanCandidate | None, output: Path | N
                f"{len(result.ranked)} meet the SLOs")
     console().print(_table(result, top))
     click.echo(f"verdict: {result.verdict}")
+    if req.fleet is not None:
+        _render_owned(result)
     if result.routing is not None:
         r = result.routing
         kv, ll = r.runs["kv_aware"], r.runs["least_load"]
@@ -85,7 +104,12 @@ def _render(result: Plan, top: int, spec: PlanCandidate | None, output: Path | N
 @click.command("plan")
 @click.option("--model", "model_ref", required=True,
               help="HF config.json, checkpoint dir or built-in model name.")
-@click.option("--gpus", required=True, help="Comma-separated GPU types, e.g. h100-sxm,l40s.")
+@click.option("--gpus", help="Comma-separated GPU types to rent, e.g. h100-sxm,l40s "
+              "(required unless --have names the GPUs).")
+@click.option("--have", metavar="TYPE:N,...", help="GPUs you own, e.g. l40s:8,h100-sxm:2: they "
+              "cost their board power (--power-price), only cards beyond them are rented.")
+@click.option("--power-price", type=float, metavar="USD_PER_KWH",
+              help="Electricity price for owned cards (catalog board power), USD per kWh.")
 @click.option("--prices", type=click.Path(path_type=Path), help="YAML {gpu: usd_per_hour}.")
 @click.option("--isl", type=click.IntRange(min=1), required=True, help="Prompt tokens.")
 @click.option("--osl", type=click.IntRange(min=1), required=True, help="Output tokens.")
@@ -96,7 +120,8 @@ def _render(result: Plan, top: int, spec: PlanCandidate | None, output: Path | N
 @click.option("--itl-p90", type=click.FloatRange(min=0, min_open=True), required=True,
               help="Per-request TPOT (mean inter-token latency) target, ms, that 90% of "
               "requests must meet.")
-@click.option("--max-gpus", type=click.IntRange(min=1), help="At most this many GPUs.")
+@click.option("--max-gpus", metavar="N|TYPE:N,...", help="At most this many GPUs, in all "
+              "(8) or per type, owned and rented together (h100-sxm:4,l40s:8).")
 @click.option("--budget", type=click.FloatRange(min=0, min_open=True),
               help="At most this many USD per hour.")
 @click.option("--weights", type=click.Choice(list(WEIGHTS)), default="bf16", show_default=True)
@@ -129,8 +154,9 @@ def _render(result: Plan, top: int, spec: PlanCandidate | None, output: Path | N
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Write a Pareto PNG of the searched configurations here.")
 @json_option
-def plan_cmd(model_ref: str, gpus: str, prices: Path | None, isl: int, osl: int, rate: float,
-             ttft_p90: float, itl_p90: float, max_gpus: int | None, budget: float | None,
+def plan_cmd(model_ref: str, gpus: str | None, have: str | None, power_price: float | None,
+             prices: Path | None, isl: int, osl: int, rate: float,
+             ttft_p90: float, itl_p90: float, max_gpus: str | None, budget: float | None,
              weights: str, kv_dtype: str, same_node: bool, backend: str, shared_prefix: int,
              turns: int, think_s: float, followup_isl: int | None, num_requests: int,
              seed: int, top: int, output: Path | None, plot_path: Path | None,
@@ -149,6 +175,8 @@ def plan_cmd(model_ref: str, gpus: str, prices: Path | None, isl: int, osl: int,
     Example:
       pdtrt plan --model meta-llama/Meta-Llama-3.1-8B --gpus h100-sxm,l40s --isl 3000 \\
         --osl 500 --rate 4 --ttft-p90 1000 --itl-p90 30 --max-gpus 8 -o pdtrt.yaml
+      pdtrt plan --model meta-llama/Meta-Llama-3.1-8B --have l40s:8 --gpus h100-sxm \\
+        --power-price 0.15 --isl 3000 --osl 500 --rate 4 --ttft-p90 1000 --itl-p90 30
       pdtrt plan --model meta-llama/Meta-Llama-3.1-8B --gpus h100-sxm,l40s --isl 1200 \\
         --osl 200 --shared-prefix 1000 --turns 6 --followup-isl 100 --think-s 5 \\
         --rate 8 --ttft-p90 500 --itl-p90 30 --max-gpus 8
@@ -159,7 +187,7 @@ def plan_cmd(model_ref: str, gpus: str, prices: Path | None, isl: int, osl: int,
         budget_usd_per_hour=budget, weights=WEIGHTS[weights], kv_dtype=KV_DTYPES[kv_dtype],
         same_node=same_node, backend=ServingBackend(backend), num_requests=num_requests,
         seed=seed, shared_prefix=shared_prefix, turns=turns, think_s=think_s,
-        followup_isl=followup_isl)
+        followup_isl=followup_isl, have=have, power_price=power_price)
     result = plan(req)
     spec = write_spec(result, output) if output is not None else None
     if plot_path is not None:

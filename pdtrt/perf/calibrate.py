@@ -43,11 +43,12 @@ from pdtrt.perf.hardware import Instance
 from pdtrt.perf.validation import GroupError
 
 __all__ = ["CLIENT_RANGES", "KERNEL_FITTED", "SCALAR_FITTED", "CalibrationFit", "CalibrationRow",
-           "SampleDeployment", "fit_factors", "leave_one_group_out", "predict", "read_rows"]
+           "Group", "SampleDeployment", "fit_factors", "gpu_model_tp_groups", "leave_one_group_out",
+           "predict", "read_rows"]
 
 _FRACTIONS = ("gemm_eff", "attention_eff", "bandwidth_eff", "startup_share")
 _SECONDS = ("step_overhead_s", "allreduce_latency_s", "request_overhead_s",
-            "eager_layer_overhead_s")
+            "eager_layer_overhead_s", "tp_sync_layer_s", "prefill_seq_overhead_s")
 _COUNTS = ("closed_loop_burst",)
 SCALAR_FITTED = ("gemm_eff", "attention_eff", "bandwidth_eff", "startup_share",
                  "step_overhead_s", "allreduce_latency_s", "request_overhead_s")
@@ -280,9 +281,12 @@ def fit_factors(rows: Sequence[CalibrationRow], model: ModelFacts, catalog: Cata
                           evaluations=evals, sample=rounded_sample)
 
 
-def _groups(rows: Sequence[CalibrationRow]) -> list[tuple[str, str, float, float,
-                                                         Callable[[CalibrationRow], bool]]]:
-    out: list[tuple[str, str, float, float, Callable[[CalibrationRow], bool]]] = []
+# One held-out group: (by, value, low, high, membership).
+Group = tuple[str, str, float, float, Callable[[CalibrationRow], bool]]
+
+
+def _groups(rows: Sequence[CalibrationRow]) -> list[Group]:
+    out: list[Group] = []
     for tp in sorted({r.tp for r in rows}):
         out.append(("tp", str(tp), tp, tp, lambda r, tp=tp: r.tp == tp))
     for lo, hi in CLIENT_RANGES:
@@ -292,6 +296,14 @@ def _groups(rows: Sequence[CalibrationRow]) -> list[tuple[str, str, float, float
     for v in sorted({r.backend_version for r in rows}):
         out.append(("version", v, 0, 0, lambda r, v=v: r.backend_version == v))
     return out
+
+
+def gpu_model_tp_groups(rows: Sequence[CalibrationRow], model: str) -> list[Group]:
+    """One group per GPU x model x TP of ``rows`` (all rows are of ``model``): issue 47's
+    leave-one-group-out, where a held-out group is a deployment the fit never saw."""
+    keys = sorted({(r.gpu, r.tp) for r in rows})
+    return [("gpu-model-tp", f"{gpu} {model} tp{tp}", tp, tp,
+             lambda r, gpu=gpu, tp=tp: r.gpu == gpu and r.tp == tp) for gpu, tp in keys]
 
 
 def leave_one_group_out(fit: CalibrationFit, model: ModelFacts, catalog: Catalog, *,

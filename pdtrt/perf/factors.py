@@ -49,6 +49,13 @@ class EfficiencyFactors:
       sampling, response hand-off), paid by every step.
     - ``eager_layer_overhead_s``: per-layer kernel-launch cost of a step that runs without CUDA
       graphs (steps carrying prefill tokens, decode batches above the captured sizes).
+    - ``tp_sync_layer_s``: per-layer cost of keeping ``tp`` ranks in step in an eager step
+      (launch skew the two all-reduces wait out), times log2(tp); 0 at TP 1. A candidate term
+      of issue 47, rejected by ``scripts/logo_cv.py`` (in-sample better, held-out worse:
+      benchmarks/logo_cv.md); 0 in the shipped factors, kept so the script can re-judge it.
+    - ``prefill_seq_overhead_s``: CPU cost per prompt a step admits (KV block allocation,
+      request set-up), whatever the TP; issue 47's second candidate, rejected likewise; 0 in
+      the shipped factors.
 
     Outside the engine (not GPU time; 0 in the shipped factors, user-settable):
 
@@ -74,6 +81,8 @@ class EfficiencyFactors:
     startup_share: float = 0.0
     eager_layer_overhead_s: float = 0.0
     closed_loop_burst: float = 1.0
+    tp_sync_layer_s: float = 0.0
+    prefill_seq_overhead_s: float = 0.0
     kernels: KernelFactors | None = field(default=None, repr=False)
     validation: Validation | None = field(default=None, compare=False, repr=False)
 
@@ -83,7 +92,7 @@ class EfficiencyFactors:
             if not 0 < value <= 1:
                 raise CatalogError(f"efficiency factor {name} must be in (0, 1], got {value}")
         for name in ("step_overhead_s", "allreduce_latency_s", "request_overhead_s",
-                     "eager_layer_overhead_s"):
+                     "eager_layer_overhead_s", "tp_sync_layer_s", "prefill_seq_overhead_s"):
             if getattr(self, name) < 0:
                 raise CatalogError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.closed_loop_burst < 1:

@@ -16,7 +16,8 @@ default for TensorRT-LLM) a step is the sum of its kernels on one rank, per laye
                   + (pp-1) [allreduce_latency + M h bytes / gpu_link]  (pp > 1)
     memory_s    = (weights/tp + kv_bytes_per_token_per_tp_rank * kv_tokens_touched)
                   / (bandwidth * weight_stream_bw_eff)                 (a floor; rarely binds)
-    overhead_s  = step_overhead_s + L * eager_layer_overhead_s  (eager steps only, see below)
+    overhead_s  = step_overhead_s + prefill_seqs * prefill_seq_overhead_s
+                  + L * [eager_layer_overhead_s + tp_sync_layer_s log2(tp)]  (eager steps only)
     step_s      = max(gemm_s + attention_s + elementwise_s, memory_s) + comm_s + overhead_s
 
 The per-rank GEMM shapes are ``N x K`` = ``(d_q + 2 d_kv)/tp x h``, ``h x d_q/tp``,
@@ -47,6 +48,7 @@ prefilled in chunks, one step each (:func:`prefill_time_s`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -143,8 +145,11 @@ def _pp_comm_s(inst: Instance, f: EfficiencyFactors, payload: float) -> float:
 
 def _overhead_s(work: StepWork, inst: Instance, f: EfficiencyFactors) -> float:
     eager = work.prefill_tokens > 0 or work.decode_seqs > CUDA_GRAPH_MAX_BATCH
-    return f.step_overhead_s + (inst.model.num_layers * f.eager_layer_overhead_s if eager
-                                else 0.0)
+    fixed = f.step_overhead_s + f.prefill_seq_overhead_s * work.prefill_seqs
+    if not eager:
+        return fixed
+    per_layer = f.eager_layer_overhead_s + f.tp_sync_layer_s * math.log2(inst.tp)
+    return fixed + inst.model.num_layers * per_layer
 
 
 def _scalar_step(work: StepWork, inst: Instance, f: EfficiencyFactors) -> StepTime:

@@ -4,7 +4,9 @@
 A candidate meets the SLO only by simulation, judged by :func:`pdtrt.workload.evaluate_slo`
 (the definition ``pdtrt bench`` and ``pdtrt simulate`` use). The screen before it is looser
 (:data:`SCREEN_SLACK`). This module describes candidates; it does not search
-(:mod:`pdtrt.planner.search`).
+(:mod:`pdtrt.planner.search`). With owned cards (``--have``) a candidate's cost is its
+:class:`~pdtrt.planner.fleet.FleetUse`'s (owned cards at their power, the rest rented);
+``rent_per_hour_usd`` is what it would cost all rented.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pdtrt.enums import ServingMode
 from pdtrt.perf.estimate import ServingConfig
 from pdtrt.perf.point import OperatingPoint
+from pdtrt.planner.fleet import FleetUse
 from pdtrt.sim.metrics import SimResult
 from pdtrt.workload.latency import Dist
 from pdtrt.workload.slo import SLO
@@ -45,6 +48,7 @@ class PlanCandidate:
     rate_per_s: float
     osl: int
     slo: SLO
+    fleet_use: FleetUse | None = None  # with owned cards: which ones, and the cost
 
     @property
     def meets_slo(self) -> bool:
@@ -52,7 +56,23 @@ class PlanCandidate:
 
     @property
     def cost_per_hour_usd(self) -> float:
+        """What the configuration costs per hour: owned cards at their power, when given."""
+        if self.fleet_use is not None:
+            return self.fleet_use.cost_per_hour_usd
         return self.config.cost_per_hour_usd()
+
+    @property
+    def rent_per_hour_usd(self) -> float:
+        """What it would cost with every card rented."""
+        return self.config.cost_per_hour_usd()
+
+    def usd_per_mtok(self, cost_per_hour_usd: float | None = None) -> float | None:
+        """USD per million output tokens at the target rate (of ``cost_per_hour_usd``,
+        default this candidate's cost); None when unstable or free."""
+        cost = self.cost_per_hour_usd if cost_per_hour_usd is None else cost_per_hour_usd
+        if not self.point.stable or not cost:
+            return None
+        return cost / 3600 / (self.rate_per_s * self.osl) * 1e6
 
     @property
     def goodput_req_per_s(self) -> float:
@@ -140,4 +160,5 @@ class PlanCandidate:
             "user_tok_per_s": round(self.user_tok_per_s, 2),
             "reasons": self.reasons(),
             "simulation": self.sim.to_dict() if self.sim is not None else None,
+            **({"fleet": self.fleet_use.to_dict()} if self.fleet_use is not None else {}),
         }

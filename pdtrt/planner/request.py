@@ -9,6 +9,8 @@ lengths (the ``N`` form of the shared length syntax); with ``--shared-prefix`` /
 it is a chat workload (:class:`pdtrt.workload.ConversationShape`): ``--rate`` still counts
 requests (turns), conversations start at ``rate / turns``, and the plan assumes what such a
 workload is served with -- KV block reuse on both pools and ``kv_aware`` routing.
+``--have TYPE:N,...`` with ``--power-price`` plans from owned cards (:mod:`pdtrt.planner.fleet`);
+``--max-gpus`` is a total (``8``) or per type (``h100-sxm:4,l40s:8``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pdtrt.errors import PdtrtError
 from pdtrt.facts.catalog import GPU, Catalog, load_catalog, load_prices
 from pdtrt.facts.model import ModelFacts, load_model_facts
 from pdtrt.perf.factors import EfficiencyFactors, load_factors
+from pdtrt.planner.fleet import Fleet, parse_counts
 from pdtrt.planner.space import SearchBounds
 from pdtrt.sim.scheduling import RoutingPolicy
 from pdtrt.sim.workload import SimWorkload
@@ -60,6 +63,7 @@ class PlanRequest:
     turns: int = 1  # requests per conversation
     think_s: float = 0.0  # from a turn's last token to the next turn's send
     followup_isl: int | None = None  # new tokens of turns > 0 (None: isl)
+    fleet: Fleet | None = None  # the cards the user owns (--have)
 
     @property
     def shape(self) -> ConversationShape:
@@ -100,38 +104,83 @@ class PlanRequest:
                            followup_isl=LengthDist.fixed(followup) if followup else None)
 
 
-def _gpus(names: str, catalog: Catalog) -> tuple[GPU, ...]:
-    keys = [n.strip() for n in names.split(",") if n.strip()]
+def _gpus(names: str | None, catalog: Catalog, owned: dict[str, int]) -> tuple[GPU, ...]:
+    """The GPU types to search: the owned ones, then those of ``--gpus``."""
+    keys = list(owned) + [n.strip() for n in (names or "").split(",") if n.strip()]
     if not keys:
         raise PdtrtError("--gpus names no GPU", hint="e.g. --gpus h100-sxm,l40s")
     return tuple(dict.fromkeys(catalog.get(n) for n in keys))
 
 
-def resolve_request(*, model_ref: str, gpus: str, isl: int, osl: int, rate_per_s: float,
-                    ttft_p90_ms: float, itl_p90_ms: float, prices: Path | None = None,
-                    max_gpus: int | None = None, budget_usd_per_hour: float | None = None,
+def _bounds(max_gpus: int | str | None, budget: float | None, catalog: Catalog,
+            owned: dict[str, int]) -> SearchBounds:
+    if max_gpus is not None and budget is not None:
+        raise PdtrtError("give at most one of --max-gpus and --budget")
+    if budget is not None and owned:
+        raise PdtrtError("--budget prices rented cards only; with --have give --max-gpus",
+                         hint="e.g. --max-gpus h100-sxm:4,l40s:8")
+    if isinstance(max_gpus, str) and ":" in max_gpus:
+        return SearchBounds(max_gpus_per_type=parse_counts(max_gpus, catalog,
+                                                           flag="--max-gpus"))
+    if isinstance(max_gpus, str):
+        try:
+            max_gpus = int(max_gpus)
+        except ValueError:
+            raise PdtrtError(f"--max-gpus must be a count or TYPE:COUNT,..., got "
+                             f"'{max_gpus}'", hint="e.g. --max-gpus 8 or --max-gpus "
+                             "h100-sxm:4,l40s:8") from None
+    if max_gpus is not None and max_gpus < 1:
+        raise PdtrtError(f"--max-gpus must be at least 1, got {max_gpus}")
+    return SearchBounds(max_gpus=max_gpus, budget_usd_per_hour=budget)
+
+
+def _fleet(have: str | None, power_price: float | None, catalog: Catalog) -> Fleet | None:
+    if have is None:
+        if power_price is not None:
+            raise PdtrtError("--power-price prices owned cards: give them with --have",
+                             hint="e.g. --have l40s:8 --power-price 0.15")
+        return None
+    owned = parse_counts(have, catalog, flag="--have")
+    if power_price is None:
+        raise PdtrtError("--have needs --power-price (USD per kWh): owned cards cost their "
+                         "board power", hint="e.g. --power-price 0.15")
+    if power_price < 0:
+        raise PdtrtError(f"--power-price must be >= 0 USD per kWh, got {power_price:g}")
+    fleet = Fleet(owned=owned, power_price_usd_per_kwh=power_price)
+    fleet.check(catalog)
+    return fleet
+
+
+def resolve_request(*, model_ref: str, gpus: str | None, isl: int, osl: int,
+                    rate_per_s: float, ttft_p90_ms: float, itl_p90_ms: float,
+                    prices: Path | None = None, max_gpus: int | str | None = None,
+                    budget_usd_per_hour: float | None = None,
                     weights: WeightQuant = WeightQuant.NONE, kv_dtype: KVDType = KVDType.FP8,
                     same_node: bool = False, backend: ServingBackend = ServingBackend.TRTLLM,
                     num_requests: int = 300, seed: int = 0, shared_prefix: int = 0,
                     turns: int = 1, think_s: float = 0.0,
-                    followup_isl: int | None = None) -> PlanRequest:
+                    followup_isl: int | None = None, have: str | None = None,
+                    power_price: float | None = None) -> PlanRequest:
     """The typed request for the command line's values. Raises PdtrtError for both a GPU
-    count and a budget, an empty GPU list; WorkloadError for a conversation shape that cannot
+    count and a budget, an empty GPU list, a malformed ``--have`` / ``--max-gpus`` or an
+    owned fleet without a power price; WorkloadError for a conversation shape that cannot
     be (a shared prefix longer than the prompt, think time without turns); CatalogError for
     an unknown GPU or a bad prices file; ModelConfigError for a model that cannot be read."""
-    if max_gpus is not None and budget_usd_per_hour is not None:
-        raise PdtrtError("give at most one of --max-gpus and --budget")
     ConversationShape(isl=isl, osl=osl, shared_prefix=shared_prefix, turns=turns,
                       think_s=think_s, followup_isl=followup_isl)  # checked before any work
     catalog = load_catalog(load_prices(prices) if prices else None)
-    gpu_list = _gpus(gpus, catalog)
+    fleet = _fleet(have, power_price, catalog)
+    owned = fleet.owned if fleet else {}
+    gpu_list = _gpus(gpus, catalog, owned)
+    bounds = _bounds(max_gpus, budget_usd_per_hour, catalog, owned)
     path = Path(model_ref)
     return PlanRequest(
         model=load_model_facts(model_ref), gpus=gpu_list, isl=isl, osl=osl,
         rate_per_s=rate_per_s,
         slo=SLO(percentile=Percentile.P90, ttft_ms=ttft_p90_ms, itl_ms=itl_p90_ms),
         factors=load_factors(backend), weights=weights, kv_dtype=kv_dtype,
-        bounds=SearchBounds(max_gpus=max_gpus, budget_usd_per_hour=budget_usd_per_hour),
+        bounds=bounds,
         same_node=same_node, num_requests=num_requests, seed=seed,
         model_path=path.resolve() if path.exists() else None, catalog=catalog,
-        shared_prefix=shared_prefix, turns=turns, think_s=think_s, followup_isl=followup_isl)
+        shared_prefix=shared_prefix, turns=turns, think_s=think_s, followup_isl=followup_isl,
+        fleet=fleet)

@@ -10,7 +10,10 @@
    :func:`pdtrt.workload.evaluate_slo`, the definition ``pdtrt bench`` uses -- are feasible.
 4. Rank the feasible ones by goodput (SLO-meeting requests/s) per dollar-hour; the verdict
    compares the best aggregated with the best disaggregated and says why the loser lost.
-5. Follow-ups (:mod:`pdtrt.planner.reuse`): on a chat workload, the chosen configuration
+5. With owned cards (``--have``, :mod:`pdtrt.planner.fleet`) costs are the fleet's (owned cards
+   at their power, the rest rented) and the same request is planned again with every card
+   rented (``Plan.without_owned``), so the plan states what the owned cards save.
+6. Follow-ups (:mod:`pdtrt.planner.reuse`): on a chat workload, the chosen configuration
    again with ``least_load`` routing (what the KV-aware router buys); for the best
    disaggregated one, conditional disaggregation's ``max_local_prefill_tokens``.
 
@@ -53,6 +56,7 @@ class Plan:
     verdict: str
     routing: RoutingComparison | None = None  # chat workloads: kv_aware vs least_load
     local_prefill: LocalPrefillSweep | None = None  # for the best disaggregated candidate
+    without_owned: Plan | None = None  # with --have: the same request, every card rented
 
     @property
     def chosen(self) -> PlanCandidate | None:
@@ -78,6 +82,25 @@ class Plan:
             "num_simulated": len(self.simulated),
             "routing": self.routing.to_dict() if self.routing else None,
             "local_prefill": self.local_prefill.to_dict() if self.local_prefill else None,
+            **({"owned": self.owned_summary()} if self.request.fleet is not None else {}),
+        }
+
+    def owned_summary(self) -> dict[str, object]:
+        """With --have: the chosen configuration's cards (owned / rented per phase) and the
+        cost per million output tokens with the owned cards and without them (every card
+        rented: the best plan of :attr:`without_owned`)."""
+        chosen = self.chosen
+        rented = self.without_owned.chosen if self.without_owned else None
+
+        def mtok(c: PlanCandidate | None) -> float | None:
+            value = c.usd_per_mtok() if c is not None else None
+            return None if value is None else round(value, 4)
+
+        return {
+            "use": chosen.fleet_use.to_dict() if chosen and chosen.fleet_use else None,
+            "usd_per_mtok": mtok(chosen),
+            "rented_config": rented.config.label() if rented else None,
+            "rented_usd_per_mtok": mtok(rented),
         }
 
 
@@ -150,7 +173,8 @@ def _candidates(req: PlanRequest) -> list[PlanCandidate]:
         p = operating_point(config, req.factors, req.factors, isl=isl, osl=req.osl,
                             rate_per_s=req.rate_per_s)
         out.append(PlanCandidate(config=config, point=p, screen_ok=screen(p, req.slo),
-                                 rate_per_s=req.rate_per_s, osl=req.osl, slo=req.slo))
+                                 rate_per_s=req.rate_per_s, osl=req.osl, slo=req.slo,
+                                 fleet_use=req.fleet.use(config) if req.fleet else None))
     return out
 
 
@@ -190,6 +214,7 @@ def plan(req: PlanRequest) -> Plan:
         assert disagg.sim is not None
         local = sweep_local_prefill(_sim_config(req, disagg.config), disagg.sim, req.shape,
                                     simulate)
+    without = plan(replace(req, fleet=None)) if req.fleet is not None else None
     return Plan(request=req, candidates=tuple(everything), ranked=tuple(ranked),
                 verdict=_verdict(ranked, screened, everything, req), routing=routing,
-                local_prefill=local)
+                local_prefill=local, without_owned=without)

@@ -10,14 +10,14 @@ as the engine batches them: :mod:`pdtrt.perf.batching`) and go a few above
 (with an ITL target, decode pools and aggregated instances are sized for the largest batch
 whose step meets it), so the
 space stays small -- hundreds of points, not the full product -- and bounded by ``max_gpus``
-and ``budget``.
+and ``budget``, and per GPU type by ``max_gpus_per_type``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pdtrt.enums import KVDType, ServingMode, WeightQuant
 from pdtrt.facts.catalog import GPU
@@ -39,14 +39,24 @@ EXTRA_INSTANCES = 3
 class SearchBounds:
     max_gpus: int | None = None
     budget_usd_per_hour: float | None = None
+    max_gpus_per_type: dict[str, int] = field(default_factory=dict)  # GPU key -> cards
 
     def allows(self, config: ServingConfig) -> bool:
         if self.max_gpus is not None and config.num_gpus > self.max_gpus:
+            return False
+        if self.max_gpus_per_type and not self._per_type_ok(config):
             return False
         if self.budget_usd_per_hour is not None and (
                 config.cost_per_hour_usd() > self.budget_usd_per_hour + 1e-9):
             return False
         return True
+
+    def _per_type_ok(self, config: ServingConfig) -> bool:
+        used = {config.prefill.gpu.key: config.prefill.num_gpus * config.prefill_instances}
+        if config.decode is not None and config.mode is ServingMode.DISAGGREGATED:
+            key = config.decode.gpu.key
+            used[key] = used.get(key, 0) + config.decode.num_gpus * config.decode_instances
+        return all(n <= self.max_gpus_per_type.get(key, n) for key, n in used.items())
 
 
 def _instances(model: ModelFacts, gpus: Sequence[GPU], *, seq_len: int, weights: WeightQuant,

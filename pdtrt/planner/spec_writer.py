@@ -10,7 +10,9 @@ workload (shared prefix or turns) gets what the plan simulated: ``engine.enable_
 on both pools and ``router.routing: kv_aware`` -- with a warning in the header, as block reuse
 in disaggregated serving can hang a transfer (TensorRT-LLM #12542). Conditional disaggregation's
 ``router.max_local_prefill_tokens`` and ``max_prefill_queue_depth`` are the plan's sweep
-(:mod:`pdtrt.planner.reuse`) when it chose them above 0.
+(:mod:`pdtrt.planner.reuse`) when it chose them above 0. With owned cards (``--have``) each
+pool's ``price_per_hour_usd`` is its blended GPU-hour (owned cards at their power, the rest
+rented) and the header says which cards are owned and which to rent.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def _target(weights: WeightQuant, kv_dtype: KVDType) -> Target:
 
 
 def _pool(inst: Instance, instances: int, isl: int, seq_len: int,
-          reuse: bool) -> dict[str, object]:
+          reuse: bool, price: float | None) -> dict[str, object]:
     engine: dict[str, object] = {
         "max_batch_size": inst.max_batch_size, "max_num_tokens": inst.max_num_tokens,
         "max_input_len": isl, "max_seq_len": seq_len, "tokens_per_block": inst.tokens_per_block,
@@ -59,7 +61,7 @@ def _pool(inst: Instance, instances: int, isl: int, seq_len: int,
     if reuse:
         engine["enable_block_reuse"] = True
     return {"gpu": inst.gpu.key, "tp": inst.tp, "instances": instances,
-            "price_per_hour_usd": inst.gpu.price_per_hour_usd, "engine": engine}
+            "price_per_hour_usd": price, "engine": engine}
 
 
 def _router(p: Plan) -> dict[str, object]:
@@ -92,13 +94,21 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
                   "kv_cache_dtype": str(req.kv_dtype)})
     same_node = req.same_node
     target = _target(req.weights, req.kv_dtype)
-    decode = _pool(c.decode, c.decode_instances, isl, seq, reuse)
+    use = cand.fleet_use
+
+    def price(phase: str, inst: Instance) -> float | None:
+        if use is None:
+            return inst.gpu.price_per_hour_usd
+        return round(use.pool(phase).usd_per_gpu_hour, 4)
+
+    decode = _pool(c.decode, c.decode_instances, isl, seq, reuse, price("decode", c.decode))
     two_hosts = target is Target.TRTLLM_1_2 and c.decode.gpu.key != c.prefill.gpu.key
     if two_hosts:  # trtllm-1.2 serves a pool on another GPU type from its own host's server
         decode = {**decode, "endpoint": f"{c.decode.gpu.key}-host:8001"}
     spec = {
         "version": 1, "name": name, "target": str(target), "model": model,
-        "prefill": _pool(c.prefill, c.prefill_instances, isl, seq, reuse),
+        "prefill": _pool(c.prefill, c.prefill_instances, isl, seq, reuse,
+                         price("prefill", c.prefill)),
         "decode": decode,
         "kv_transfer": {"backend": "ucx",
                         "transports": ["sm", "cuda_ipc", "cuda_copy"] if same_node
@@ -117,6 +127,9 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
         f"# this spec: {c.label()} -- ${cand.cost_per_hour_usd:.2f}/h, goodput "
         f"{cand.goodput_req_per_s:.2f} req/s at {req.rate_per_s:g} req/s (simulated)",
     ]
+    if use is not None:
+        header.append(f"# owned and rented cards: {use.describe()}; price_per_hour_usd is "
+                      "each pool's blended GPU-hour (owned cards at their board power)")
     if chosen is not None and chosen is not cand:
         header.append(f"# the overall best is {chosen.config.label()} (aggregated serving, "
                       "which this disaggregated spec format does not describe)")

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+from pdtrt.blueprint.deployment import Deployment
+from pdtrt.enums import DType
 from pdtrt.targets.gguf_convert import TokenFixes, convert_gguf
 from pdtrt.targets.wheel_fetch import (
     PinnedWheel,
@@ -31,8 +33,6 @@ from pdtrt.targets.wheel_fetch import (
     file_sha256,
     pinned_wheel,
 )
-from pdtrt.enums import DType
-from pdtrt.blueprint.deployment import Deployment
 
 __all__ = ["CheckpointSource", "SourceKind", "checkpoint_source", "materialize",
            "source_inputs"]

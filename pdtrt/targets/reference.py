@@ -36,7 +36,6 @@ from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild,
 from pdtrt.targets.checkpoint_source import SourceKind, checkpoint_source
 from pdtrt.targets.reference_checkpoint import (
     checkpoint_inputs,
-    real_checkpoint_dir,
     reference_versions,
     tokenizer_inputs,
     write_reference_checkpoint,

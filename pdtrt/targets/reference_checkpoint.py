@@ -30,14 +30,14 @@ from typing import Any
 
 from pdtrt.blueprint.deployment import Deployment
 from pdtrt.blueprint.manifest import MANIFEST_NAME, STAMP_NAME
+from pdtrt.enums import DType
+from pdtrt.errors import BuildError
 from pdtrt.targets.checkpoint_source import (
     SourceKind,
     checkpoint_source,
     materialize,
     source_inputs,
 )
-from pdtrt.enums import DType
-from pdtrt.errors import BuildError
 
 __all__ = [
     "CORPUS_RESOURCE",

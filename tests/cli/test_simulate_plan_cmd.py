@@ -270,3 +270,29 @@ def test_simulate_capacity_policy(run):
     assert out["max-utilization"]["tpot_ms"] != out["guaranteed-no-evict"]["tpot_ms"]
     bad = run(*args, "--capacity-policy", "static")
     assert bad.exit_code != 0 and "static" in bad.output
+
+
+def test_plan_from_owned_cards(run):
+    owned = ("plan", "--model", M8B, "--have", "l40s:4", "--gpus", "h100-sxm",
+             "--power-price", "0.15", "--max-gpus", "h100-sxm:2,l40s:4", "--isl", "3000",
+             "--osl", "500", "--rate", "2", "--ttft-p90", "1000", "--itl-p90", "30",
+             "--num-requests", "80")
+    result = run(*owned)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith("GPUs l40s, h100-sxm")
+    cards = next(line for line in lines if line.startswith("cards: "))
+    assert "l40s (" in cards and "owned" in cards and "per million output tokens" in cards
+    assert any(line.startswith("without the owned cards: ") for line in lines)
+    data = json.loads(run(*owned, "--json").stdout)
+    assert data["owned"]["usd_per_mtok"] < data["owned"]["rented_usd_per_mtok"]
+    assert data["chosen"]["fleet"]["cost_per_hour_usd"] == data["chosen"]["cost_per_hour_usd"]
+
+
+def test_plan_owned_card_errors(run):
+    result = run(*PLAN, "--have", "l40s:8")
+    assert result.exit_code == 2 and "--have needs --power-price" in result.stderr
+    result = run(*PLAN, "--have", "l40:8", "--power-price", "0.1")
+    assert result.exit_code == 2 and "did you mean" in result.stderr
+    result = run(*PLAN, "--max-gpus", "h100-sxm:two")
+    assert result.exit_code == 2 and "must be a whole number, got 'two'" in result.stderr

