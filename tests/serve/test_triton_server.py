@@ -6,6 +6,7 @@ import os
 import queue
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -248,9 +249,56 @@ def test_a_stub_that_outlives_its_server_is_killed_before_the_server_is_reaped(t
     assert not seen.exists(), seen.read_text()
 
 
-def _gone_within(pid: int, timeout_s: float) -> bool:
-    import time
+CRASHING_SERVER = STUB_OUTLIVING_SERVER.replace(
+    "signal.signal(signal.SIGTERM, lambda *_: os._exit(0))",
+    """signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+import threading
+def crash_when_told():
+    while not pathlib.Path({crash!r}).exists():
+        time.sleep(0.01)
+    os._exit(3)
+threading.Thread(target=crash_when_told, daemon=True).start()""")
 
+
+def test_a_server_that_exits_by_itself_is_not_reaped_before_stop_kills_its_stubs(tmp_path):
+    """A crashed server: ``running`` and ``returncode`` see its exit without reaping it (a
+    zombie still answers its stubs' kill(pid, 0)); stop() kills the stub, then reaps."""
+    import sys
+
+    binary, seen, crash = tmp_path / "tritonserver", tmp_path / "seen", tmp_path / "crash"
+    binary.write_text(CRASHING_SERVER.format(
+        python=sys.executable, seen=str(seen), crash=str(crash),
+        serve=_SERVE.format(metrics_after_s=0)))
+    binary.chmod(0o755)
+    server = TritonServer(ServerConfig(repository=tmp_path, log_path=tmp_path / "server.log",
+                                       tritonserver=binary))
+    server.start(timeout_s=30)
+    pid = server.pid
+    [stub] = children(pid)
+    crash.write_text("now")
+    try:
+        assert _true_within(lambda: not server.running, 10.0)
+        assert server.returncode == 3
+        time.sleep(0.3)  # the stand-in stub looks every 5 ms
+        assert Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"  # not reaped
+        assert not seen.exists(), seen.read_text()
+    finally:
+        code = server.stop(grace_s=10)
+    assert code == 3
+    assert _gone_within(stub, 5.0)
+    assert not seen.exists(), seen.read_text()
+
+
+def _true_within(check, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
+
+
+def _gone_within(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
