@@ -15,6 +15,7 @@ its pid, endpoints, shared-memory prefix and its supervisor's pid (a process of 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -35,9 +36,15 @@ from pdtrt.errors import ServerError
 from pdtrt.front.options import FrontOptions
 from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.serve.model_control import explicit_load_args
+from pdtrt.serve.orderly_stop import stop_models
 from pdtrt.serve.procs import process_running
 from pdtrt.serve.restarts import DEFAULT_MAX_RESTARTS
-from pdtrt.serve.triton_server import Endpoints, ServerConfig, remove_shm_regions
+from pdtrt.serve.triton_server import (
+    EMPTY_EXIT_S,
+    Endpoints,
+    ServerConfig,
+    remove_shm_regions,
+)
 from pdtrt.spec.load import load_deployment
 from pdtrt.spec.schema import DeploymentSpec
 from pdtrt.targets.registry import target_support
@@ -45,6 +52,8 @@ from pdtrt.targets.registry import target_support
 __all__ = ["Prepared", "kv_environment", "pools_grpc_port", "pools_warnings", "prepare",
            "read_state", "server_config", "spawn_supervisor",
            "stop_detached", "update_state", "wait_front", "write_state"]
+
+log = logging.getLogger(__name__)
 
 STATE_FILE = "serve.json"
 SUPERVISOR_LOG = "supervisor.log"
@@ -260,15 +269,27 @@ def read_state(workdir: Path) -> dict[str, object]:
 
 
 def stop_detached(workdir: Path, *, grace_s: float = 20.0) -> int:
-    """SIGTERM the detached server's supervisor, then the server's process group (the one
-    the state file names once the supervisor has ended: it may have restarted the server),
-    SIGKILL after ``grace_s``; returns the server's pid."""
+    """SIGTERM the detached server's supervisor, then stop the server the state file names
+    once the supervisor has ended (it may have restarted the server) in order, within
+    ``grace_s``: its requests in flight ended, its models unloaded so that its stubs exit
+    while it runs (:func:`~pdtrt.serve.orderly_stop.stop_models`), SIGTERM to its process
+    group, SIGKILL (logged) to what still runs then; returns the server's pid.
+
+    Why the order matters here most: the server is not this process's child but init's, which
+    reaps it the moment it exits -- and a stub that outlives its reaped server segfaults
+    (docs/serve.md, "Stubs that outlive their server")."""
     state = read_state(workdir)
     if state.get("supervisor_pid"):  # first, so it does not reload what is being stopped
         _end(int(str(state["supervisor_pid"])), os.kill, grace_s=5.0)
         state = read_state(workdir)  # the server it may have restarted meanwhile
-    pid = int(state["pid"])
-    _end(pid, os.killpg, grace_s=grace_s)  # the server's group: its stubs too
+    pid = int(str(state["pid"]))
+    deadline = time.monotonic() + grace_s
+    if process_running(pid):
+        stop_models(pid, http_url=_explicit_http_url(state),
+                    repository=Path(str((state.get("server") or {}).get("repository", ""))),
+                    deadline=deadline)
+    # the server's group: what is left of its stubs too
+    _end(pid, os.killpg, grace_s=max(deadline - time.monotonic(), EMPTY_EXIT_S))
     try:  # what a killed server or stub leaves in /dev/shm
         remove_shm_regions(str(state.get("shm_prefix", "")))
     except ValueError:  # a state file from an older pdtrt, or edited by hand
@@ -277,14 +298,29 @@ def stop_detached(workdir: Path, *, grace_s: float = 20.0) -> int:
     return pid
 
 
+def _explicit_http_url(state: dict[str, object]) -> str | None:
+    """The detached server's HTTP ``HOST:PORT`` when it runs in explicit model-control mode
+    (its models can be unloaded), else None (a state file of an older pdtrt)."""
+    raw, endpoints = state.get("server"), state.get("endpoints")
+    if not isinstance(raw, dict) or not isinstance(endpoints, dict):
+        return None
+    try:
+        explicit = ServerConfig.from_dict(raw).explicit_model_control
+    except ServerError:
+        return None
+    return str(endpoints["http"]) if explicit and endpoints.get("http") else None
+
+
 def _end(pid: int, send: Callable[[int, int], None], *, grace_s: float) -> None:
     """``send`` (``os.kill``, or ``os.killpg`` for a process group) SIGTERM to ``pid``, then
-    SIGKILL when it still runs after ``grace_s``."""
+    SIGKILL (logged) when it still runs after ``grace_s``."""
     try:
         send(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and process_running(pid):
             time.sleep(0.1)
+        if process_running(pid):
+            log.warning("pid %d still runs %.1f s after SIGTERM; SIGKILL to it", pid, grace_s)
         send(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
