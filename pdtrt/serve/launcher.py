@@ -285,9 +285,8 @@ def stop_detached(workdir: Path, *, grace_s: float = 30.0) -> int:
     pid = int(str(state["pid"]))
     deadline = time.monotonic() + grace_s
     if process_running(pid):
-        stop_models(pid, http_url=_explicit_http_url(state),
-                    repository=Path(str((state.get("server") or {}).get("repository", ""))),
-                    deadline=deadline)
+        http_url, repository = _unload_target(state)
+        stop_models(pid, http_url=http_url, repository=repository, deadline=deadline)
     # the server's group: what is left of its stubs too
     _end(pid, os.killpg, grace_s=max(deadline - time.monotonic(), EMPTY_EXIT_S))
     try:  # what a killed server or stub leaves in /dev/shm
@@ -298,17 +297,18 @@ def stop_detached(workdir: Path, *, grace_s: float = 30.0) -> int:
     return pid
 
 
-def _explicit_http_url(state: dict[str, object]) -> str | None:
-    """The detached server's HTTP ``HOST:PORT`` when it runs in explicit model-control mode
-    (its models can be unloaded), else None (a state file of an older pdtrt)."""
+def _unload_target(state: dict[str, object]) -> tuple[str | None, Path]:
+    """The detached server's HTTP ``HOST:PORT`` -- None unless it runs in explicit
+    model-control mode (its models can be unloaded; not known from an older pdtrt's state
+    file) -- and its repository."""
     raw, endpoints = state.get("server"), state.get("endpoints")
-    if not isinstance(raw, dict) or not isinstance(endpoints, dict):
-        return None
     try:
-        explicit = ServerConfig.from_dict(raw).explicit_model_control
+        config = ServerConfig.from_dict(raw if isinstance(raw, dict) else {})
     except ServerError:
-        return None
-    return str(endpoints["http"]) if explicit and endpoints.get("http") else None
+        return None, Path()
+    http = endpoints.get("http") if isinstance(endpoints, dict) else None
+    explicit = config.explicit_model_control and http
+    return (str(http) if explicit else None), config.repository
 
 
 def _end(pid: int, send: Callable[[int, int], None], *, grace_s: float) -> None:
