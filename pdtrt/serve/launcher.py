@@ -55,6 +55,10 @@ __all__ = ["Prepared", "kv_environment", "pools_grpc_port", "pools_warnings", "p
 
 log = logging.getLogger(__name__)
 
+# A supervisor ends on SIGTERM after its current round (its probes) and its OpenAI front's
+# stop: 5 s ran out once with the machine's load average near 30.
+_SUPERVISOR_GRACE_S = 15.0
+
 STATE_FILE = "serve.json"
 SUPERVISOR_LOG = "supervisor.log"
 REPO_MANIFEST = "pdtrt-repo.json"
@@ -280,7 +284,7 @@ def stop_detached(workdir: Path, *, grace_s: float = 30.0) -> int:
     (docs/serve.md, "Stubs that outlive their server")."""
     state = read_state(workdir)
     if state.get("supervisor_pid"):  # first, so it does not reload what is being stopped
-        _end(int(str(state["supervisor_pid"])), os.kill, grace_s=5.0)
+        _end(int(str(state["supervisor_pid"])), os.kill, grace_s=_SUPERVISOR_GRACE_S)
         state = read_state(workdir)  # the server it may have restarted meanwhile
     pid = int(str(state["pid"]))
     deadline = time.monotonic() + grace_s
