@@ -85,7 +85,9 @@ def _serve_attached(engines_root: Path, workdir: Path) -> tuple[subprocess.Popen
     while line := proc.stdout.readline():
         text += line
         if line.startswith("}"):
-            return proc, json.loads(text)
+            info = json.loads(text)
+            assert "error" not in info, info  # it did not start: --json prints the error
+            return proc, info
     proc.wait(30)
     raise AssertionError(f"pdtrt serve ended before serving: {proc.stderr.read()}")
 
