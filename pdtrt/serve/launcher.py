@@ -272,7 +272,7 @@ def read_state(workdir: Path) -> dict[str, object]:
     return data
 
 
-def stop_detached(workdir: Path, *, grace_s: float = 30.0) -> int:
+def stop_detached(workdir: Path, *, grace_s: float = 60.0) -> int:
     """SIGTERM the detached server's supervisor, then stop the server the state file names
     once the supervisor has ended (it may have restarted the server) in order, within
     ``grace_s``: its requests in flight ended, its models unloaded so that its stubs exit

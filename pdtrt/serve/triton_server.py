@@ -391,7 +391,7 @@ class TritonServer:
                             for name, why in failures)
         return f"{what}: {details}"
 
-    def stop(self, *, grace_s: float = 30.0) -> int | None:
+    def stop(self, *, grace_s: float = 60.0) -> int | None:
         """Stop the server in order; returns its exit status. Within ``grace_s``: end the
         requests in flight (:func:`drain_stubs`), unload the models tier by tier so each
         stub finalizes and exits while the server runs (explicit model-control mode,
