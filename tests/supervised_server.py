@@ -37,14 +37,15 @@ def edited_example(workdir: Path, name: str, edit: Callable[[dict], None]) -> Pa
 
 
 def serve_detached(spec: Path, engines_root: Path, workdir: Path, *,
-                   timeout_s: float = 300, env: dict[str, str] | None = None) -> dict:
-    """``pdtrt serve SPEC --detach --json``: the command's JSON (endpoints, readiness, state),
-    plus the state file's content under ``"state_file"``. Skips without the embedded Triton
-    server or ucxx."""
+                   timeout_s: float = 300, env: dict[str, str] | None = None,
+                   extra_args: tuple[str, ...] = ()) -> dict:
+    """``pdtrt serve SPEC --detach --json`` (then ``extra_args``): the command's JSON
+    (endpoints, readiness, state), plus the state file's content under ``"state_file"``.
+    Skips without the embedded Triton server or ucxx."""
     if find_embedded_triton() is None or importlib.util.find_spec("ucxx") is None:
         pytest.skip("needs the embedded Triton server (nvidia-pytriton) and ucxx")
     out = subprocess.run([PDTRT, "serve", str(spec), "--engines-dir", str(engines_root),
-                          "--workdir", str(workdir), "--detach", "--json"],
+                          "--workdir", str(workdir), "--detach", "--json", *extra_args],
                          capture_output=True, text=True, timeout=timeout_s,
                          env={**os.environ, **(env or {})})
     assert out.returncode == 0, f"pdtrt serve: {out.stderr}{out.stdout}"

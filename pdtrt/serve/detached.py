@@ -106,9 +106,12 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 if restarter is None:
                     restarter, watched = _restarter(args.workdir, args.max_restarts)
+                code = watched.returncode()
+                if watched.server is not None:  # a child: reaped only after its stubs died
+                    watched.server.stop()
                 watched.server = restarter.restart(old_pid=watched.pid,
                                                    old_shm_prefix=watched.shm_prefix,
-                                                   returncode=watched.returncode())
+                                                   returncode=code)
             except PdtrtError as exc:
                 log.error("%s%s", exc.message, f" ({exc.hint})" if exc.hint else "")
                 return 1

@@ -15,6 +15,7 @@ its pid, endpoints, shared-memory prefix and its supervisor's pid (a process of 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -36,15 +37,27 @@ from pdtrt.errors import ServerError
 from pdtrt.front.options import FrontOptions
 from pdtrt.repo.generate import RepoMode, generate_repo
 from pdtrt.serve.model_control import explicit_load_args
+from pdtrt.serve.orderly_stop import stop_models
 from pdtrt.serve.procs import process_running
 from pdtrt.serve.restarts import DEFAULT_MAX_RESTARTS
-from pdtrt.serve.triton_server import Endpoints, ServerConfig, remove_shm_regions
+from pdtrt.serve.triton_server import (
+    EMPTY_EXIT_S,
+    Endpoints,
+    ServerConfig,
+    remove_shm_regions,
+)
 from pdtrt.spec.load import load_deployment
 from pdtrt.targets.registry import target_support
 
 __all__ = ["Prepared", "kv_environment", "pools_grpc_port", "pools_warnings", "prepare",
            "read_state", "server_config", "spawn_supervisor",
            "stop_detached", "update_state", "wait_front", "write_state"]
+
+log = logging.getLogger(__name__)
+
+# A supervisor ends on SIGTERM after its current round (its probes) and its OpenAI front's
+# stop: 5 s ran out once with the machine's load average near 30.
+_SUPERVISOR_GRACE_S = 15.0
 
 STATE_FILE = "serve.json"
 SUPERVISOR_LOG = "supervisor.log"
@@ -260,16 +273,27 @@ def read_state(workdir: Path) -> dict[str, object]:
     return data
 
 
-def stop_detached(workdir: Path, *, grace_s: float = 20.0) -> int:
-    """SIGTERM the detached server's supervisor, then the server's process group (the one
-    the state file names once the supervisor has ended: it may have restarted the server),
-    SIGKILL after ``grace_s``; returns the server's pid."""
+def stop_detached(workdir: Path, *, grace_s: float = 60.0) -> int:
+    """SIGTERM the detached server's supervisor, then stop the server the state file names
+    once the supervisor has ended (it may have restarted the server) in order, within
+    ``grace_s``: its requests in flight ended, its models unloaded so that its stubs exit
+    while it runs (:func:`~pdtrt.serve.orderly_stop.stop_models`), SIGTERM to its process
+    group, SIGKILL (logged) to what still runs then; returns the server's pid.
+
+    Why the order matters here most: the server is not this process's child but init's, which
+    reaps it the moment it exits -- and a stub that outlives its reaped server segfaults
+    (docs/serve.md, "Stubs that outlive their server")."""
     state = read_state(workdir)
     if state.get("supervisor_pid"):  # first, so it does not reload what is being stopped
-        _end(int(str(state["supervisor_pid"])), os.kill, grace_s=5.0)
+        _end(int(str(state["supervisor_pid"])), os.kill, grace_s=_SUPERVISOR_GRACE_S)
         state = read_state(workdir)  # the server it may have restarted meanwhile
-    pid = int(state["pid"])
-    _end(pid, os.killpg, grace_s=grace_s)  # the server's group: its stubs too
+    pid = int(str(state["pid"]))
+    deadline = time.monotonic() + grace_s
+    if process_running(pid):
+        http_url, repository = _unload_target(state)
+        stop_models(pid, http_url=http_url, repository=repository, deadline=deadline)
+    # the server's group: what is left of its stubs too
+    _end(pid, os.killpg, grace_s=max(deadline - time.monotonic(), EMPTY_EXIT_S))
     try:  # what a killed server or stub leaves in /dev/shm
         remove_shm_regions(str(state.get("shm_prefix", "")))
     except ValueError:  # a state file from an older pdtrt, or edited by hand
@@ -278,14 +302,30 @@ def stop_detached(workdir: Path, *, grace_s: float = 20.0) -> int:
     return pid
 
 
+def _unload_target(state: dict[str, object]) -> tuple[str | None, Path]:
+    """The detached server's HTTP ``HOST:PORT`` -- None unless it runs in explicit
+    model-control mode (its models can be unloaded; not known from an older pdtrt's state
+    file) -- and its repository."""
+    raw, endpoints = state.get("server"), state.get("endpoints")
+    try:
+        config = ServerConfig.from_dict(raw if isinstance(raw, dict) else {})
+    except ServerError:
+        return None, Path()
+    http = endpoints.get("http") if isinstance(endpoints, dict) else None
+    explicit = config.explicit_model_control and http
+    return (str(http) if explicit else None), config.repository
+
+
 def _end(pid: int, send: Callable[[int, int], None], *, grace_s: float) -> None:
     """``send`` (``os.kill``, or ``os.killpg`` for a process group) SIGTERM to ``pid``, then
-    SIGKILL when it still runs after ``grace_s``."""
+    SIGKILL (logged) when it still runs after ``grace_s``."""
     try:
         send(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and process_running(pid):
             time.sleep(0.1)
+        if process_running(pid):
+            log.warning("pid %d still runs %.1f s after SIGTERM; SIGKILL to it", pid, grace_s)
         send(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass

@@ -28,11 +28,13 @@ from typing import Protocol
 
 from pdtrt.engine_io import ModelName
 from pdtrt.errors import ServerError
+from pdtrt.serve.procs import children
 
-__all__ = ["HttpModelControl", "ModelControl", "ModelState", "explicit_load_args",
-           "live_stubs", "model_dirs"]
+__all__ = ["EXPLICIT_MODE", "HttpModelControl", "ModelControl", "ModelState", "explicit_load_args",
+           "live_stubs", "model_dirs", "server_stubs"]
 
 STUB_BINARY = "triton_python_backend_stub"
+EXPLICIT_MODE = "--model-control-mode=explicit"
 
 
 class ModelState(StrEnum):
@@ -93,7 +95,7 @@ def explicit_load_args(repository: Path) -> tuple[str, ...]:
     """Server flags for model control by ``pdtrt serve``: explicit mode, every model loaded at
     start except the readiness marker (``health``), which the supervisor loads once a full
     path is healthy -- so readiness is never claimed before it is true."""
-    return ("--model-control-mode=explicit",
+    return (EXPLICIT_MODE,
             *(f"--load-model={m}" for m in model_dirs(repository) if m != ModelName.HEALTH))
 
 
@@ -113,20 +115,34 @@ def kill_stubs(repository: Path, model: str, proc: Path = Path("/proc")) -> int:
     return len(pids)
 
 
+def _stub_script(entry: Path) -> str | None:
+    """The ``<repository>/<model>/1/model.py`` a running stub process serves (None: not a
+    Python-backend stub, or gone meanwhile, or not ours to read)."""
+    try:
+        argv = (entry / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    if len(argv) < 2 or not argv[0].decode(errors="replace").endswith(STUB_BINARY):
+        return None
+    return argv[1].decode(errors="replace")
+
+
 def _stubs(repository: Path, proc: Path) -> list[tuple[str, int]]:
     """(model, pid) of each running Python-backend stub of ``repository``'s models."""
     prefix = f"{os.path.abspath(repository)}{os.sep}"
     found = []
     for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        if len(argv) < 2 or not argv[0].decode(errors="replace").endswith(STUB_BINARY):
-            continue
-        path = argv[1].decode(errors="replace")
-        if path.startswith(prefix):
+        if entry.name.isdigit() and (path := _stub_script(entry)) is not None \
+                and path.startswith(prefix):
             found.append((path[len(prefix):].split(os.sep, 1)[0], int(entry.name)))
+    return found
+
+
+def server_stubs(server_pid: int, proc: Path = Path("/proc")) -> dict[int, str]:
+    """The running Python-backend stubs of the server ``server_pid`` (its children): pid ->
+    model. A zombie stub has no command line, so it does not count."""
+    found = {}
+    for pid in children(server_pid):
+        if (path := _stub_script(proc / str(pid))) is not None:
+            found[pid] = Path(path).parent.parent.name
     return found

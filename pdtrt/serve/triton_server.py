@@ -9,10 +9,11 @@ first ``python3`` there). An explicit binary (e.g. inside an NGC container) is r
 
 :class:`TritonServer` starts the process in its own session (so the Python-backend stubs go
 down with it), waits until the server and every model are ready -- or reports which model
-failed and why, from the log -- and stops it with SIGTERM to its whole process group (the
-stubs' pdtrt models end their requests in flight on it, :mod:`pdtrt.runtime.shutdown`), then
-SIGKILL after a grace period, and removes the shared-memory regions a killed server or stub
-leaves in ``/dev/shm``.
+failed and why, from the log -- and stops it in order (:meth:`TritonServer.stop`): SIGTERM to
+its stubs (pdtrt's models end their requests in flight on it, :mod:`pdtrt.runtime.shutdown`),
+its models unloaded (:mod:`pdtrt.serve.orderly_stop`), SIGTERM to its whole process group,
+SIGKILL to what is left after a grace period; it never reaps the server before its stubs are
+gone, and removes the shared-memory regions a killed server or stub leaves in ``/dev/shm``.
 
 Nothing is left behind when the starter dies either. The server gets a parent-death signal
 (``prctl(PR_SET_PDEATHSIG, SIGKILL)``): it dies with the *thread* that started it -- keep that
@@ -45,7 +46,9 @@ from pathlib import Path
 from pdtrt import envvars
 from pdtrt.errors import ServerError
 from pdtrt.facts.embedded_triton import EmbeddedTriton, find_embedded_triton
-from pdtrt.serve.procs import children
+from pdtrt.serve.model_control import EXPLICIT_MODE
+from pdtrt.serve.orderly_stop import drain_stubs, stop_models
+from pdtrt.serve.procs import group_members
 from pdtrt.serve.shm import (
     new_shm_prefix,
     record_owners,
@@ -55,18 +58,22 @@ from pdtrt.serve.shm import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LOCK_EXCEPTION", "Endpoints", "ServerConfig", "TritonServer", "drain_stubs",
-           "free_port", "prepare_backend_dir", "remove_shm_regions", "remove_stale_shm_regions",
-           "set_aside"]
+__all__ = ["EMPTY_EXIT_S", "LOCK_EXCEPTION", "Endpoints", "ServerConfig", "TritonServer",
+           "drain_stubs", "free_port", "prepare_backend_dir", "remove_shm_regions",
+           "remove_stale_shm_regions", "set_aside"]
 
 _STUB_TIMEOUT_S = 300
 # Triton's own bound on its stop after SIGTERM: waiting for requests in flight, then unloading
-# the models (4-8 s for the reference deployment on 2 busy cores). pdtrt's models have ended
-# their requests by then (drain_stubs); what can remain is an ensemble request Triton 2.51
-# never completes after a step failed (pdtrt.runtime.shutdown.SETTLE_S). Below
+# the models (4-8 s for the reference deployment on 2 busy cores, unless stop() has unloaded
+# them). pdtrt's models have ended their requests by then (drain_stubs); what can remain is an
+# ensemble request Triton 2.51 never completes after a step failed
+# (pdtrt.runtime.shutdown.SETTLE_S). Below
 # TritonServer.stop's grace: a server that runs out of it still exits before it is killed.
 _EXIT_TIMEOUT_S = 10
 _START_ATTEMPTS = 3
+# The least time a server is given to exit after SIGTERM, whatever is left of the grace: one
+# whose models are unloaded has nothing to wait for (it exits in about a second).
+EMPTY_EXIT_S = 5.0
 LOCK_EXCEPTION = "boost::interprocess::lock_exception"
 _LOAD_FAILURE = re.compile(r"failed to load '([^']+)'[^:]*: (.*)$", re.MULTILINE)
 
@@ -138,6 +145,12 @@ class ServerConfig:
     # SIGKILL the server when the thread that started it ends; False for a detached server
     die_with_parent: bool = True
 
+    @property
+    def explicit_model_control(self) -> bool:
+        """Whether the server runs in explicit model-control mode (its models can be unloaded
+        one by one: :mod:`pdtrt.serve.orderly_stop`)."""
+        return EXPLICIT_MODE in self.extra_args
+
     def to_dict(self) -> dict[str, object]:
         """JSON-ready, for a detached server's state file (what a restart needs)."""
         return {"repository": str(self.repository), "log_path": str(self.log_path),
@@ -206,38 +219,24 @@ def prepare_backend_dir(embedded: EmbeddedTriton, dest: Path) -> Path:
     return dest
 
 
-_DRAIN_S = 1.0
-
-
-def drain_stubs(server_pid: int, *, drain_s: float = _DRAIN_S) -> int:
-    """SIGTERM the Python-backend stubs of a server (its child processes) and give them
-    ``drain_s`` to end their requests in flight, while the server still runs normally.
-
-    Why first, and apart: once ``tritonserver`` itself has SIGTERM it schedules no further
-    ensemble step and refuses new BLS calls, so an ensemble stream in flight then never gets
-    its end, and a BLS stream left unfinished keeps its stub from finalizing (measured on 2.51,
-    docs/serve.md). pdtrt's models end their requests on SIGTERM with an error
-    (:mod:`pdtrt.runtime.shutdown`); other Python models' stubs ignore SIGTERM. Returns how
-    many stubs were signalled."""
-    stubs = children(server_pid)
-    for pid in stubs:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    if stubs:
-        time.sleep(drain_s)
-    return len(stubs)
+def _exit_status(proc: subprocess.Popen[bytes]) -> int | None:
+    """``proc``'s exit status once it has exited (negative: the signal that killed it), None
+    while it runs -- without reaping it (``WNOWAIT``): it stays a zombie, which its stubs'
+    ``kill(pid, 0)`` still counts as alive (:meth:`TritonServer.stop` says why that matters)."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped by someone else already
+        return proc.poll()
+    if info is None:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
 def _exited(proc: subprocess.Popen[bytes]) -> bool:
-    """Whether ``proc`` has exited, without reaping it (``WNOWAIT``): it stays a zombie."""
-    if proc.returncode is not None:
-        return True
-    try:
-        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:  # reaped by someone else already
-        return True
+    """Whether ``proc`` has exited, without reaping it."""
+    return _exit_status(proc) is not None
 
 
 def _wait_exited(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
@@ -368,7 +367,7 @@ class TritonServer:
         urls = [f"http://{self.endpoints.http_url}/v2/health/ready", self.endpoints.metrics_url]
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            code = self._proc.poll()
+            code = _exit_status(self._proc)
             if code is not None:
                 raise ServerError(self._failure_text(f"tritonserver exited with status {code}"),
                                   hint=f"see the server log {self.config.log_path}")
@@ -392,9 +391,13 @@ class TritonServer:
                             for name, why in failures)
         return f"{what}: {details}"
 
-    def stop(self, *, grace_s: float = 15.0) -> int | None:
-        """End the requests in flight (:func:`drain_stubs`), then SIGTERM the server's process
-        group, SIGKILL after ``grace_s``; returns the server's exit status.
+    def stop(self, *, grace_s: float = 60.0) -> int | None:
+        """Stop the server in order; returns its exit status. Within ``grace_s``: end the
+        requests in flight (:func:`drain_stubs`), unload the models tier by tier so each
+        stub finalizes and exits while the server runs (explicit model-control mode,
+        :mod:`pdtrt.serve.orderly_stop`; stubs still running at the deadline are SIGKILLed
+        and logged), then SIGTERM the server's process group; SIGKILL (logged) to what has
+        not exited by the deadline, the server given :data:`EMPTY_EXIT_S` at least.
 
         The server is reaped only after its process group got SIGKILL: a Python-backend stub
         whose server has exited *and been reaped* takes python_backend r24.10's non-graceful
@@ -403,19 +406,30 @@ class TritonServer:
         semaphore inside that memory), which segfaults in ``sem_timedwait`` (libc+0x90bb4, at
         the region's offset 0x220: the kernel's ``segfault at 7f...220 ... error 6``) or in a
         model thread still setting a metric. A zombie still counts as alive to ``kill(pid,
-        0)``, so stubs that outlive their server (Triton's exit timeout ran out) are killed
-        while it is a zombie and never see it gone (docs/serve.md, "Stubs that outlive their
-        server")."""
+        0)``, so stubs that outlive their server (a crash, Triton's exit timeout ran out) are
+        killed while it is a zombie and never see it gone (docs/serve.md, "Stubs that outlive
+        their server"); :attr:`running` and :attr:`returncode` never reap it either."""
         proc, self._proc = self._proc, None
         code = None
         if proc is not None:
             if not _exited(proc):
-                drain_stubs(proc.pid)
+                deadline = time.monotonic() + grace_s
+                ep = self.endpoints if self.config.explicit_model_control else None
+                stop_models(proc.pid, repository=self.config.repository, deadline=deadline,
+                            http_url=None if ep is None else ep.http_url)
                 self._signal(proc, signal.SIGTERM)
-                if not _wait_exited(proc, grace_s):
+                wait_s = max(deadline - time.monotonic(), EMPTY_EXIT_S)
+                if not _wait_exited(proc, wait_s):
+                    log.warning("tritonserver (pid %d) has not exited %.1f s after SIGTERM; "
+                                "SIGKILL to its process group %s", proc.pid, wait_s,
+                                group_members(proc.pid))
                     self._signal(proc, signal.SIGKILL)
             # Stubs still alive (a crashed server's, or one past its exit timeout) are in the
             # same session: end them before the server is reaped.
+            left = [pid for pid in group_members(proc.pid) if pid != proc.pid]
+            if left:
+                log.warning("tritonserver (pid %d) has exited; SIGKILL to the stubs it left "
+                            "running: %s", proc.pid, left)
             self._signal(proc, signal.SIGKILL)
             code = proc.wait()
             remove_shm_regions(self.shm_prefix)
@@ -437,12 +451,15 @@ class TritonServer:
 
     @property
     def returncode(self) -> int | None:
-        """The exit status of a server that has ended (None while it runs, or never ran)."""
-        return self._proc.poll() if self._proc is not None else None
+        """The exit status of a server that has ended (None while it runs, or never ran). It
+        does not reap the server: only :meth:`stop` does, after its stubs are gone."""
+        return _exit_status(self._proc) if self._proc is not None else None
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        """Whether the server runs (a server that has exited stays unreaped until
+        :meth:`stop`)."""
+        return self._proc is not None and not _exited(self._proc)
 
     def __enter__(self) -> TritonServer:
         if self._proc is None:

@@ -73,3 +73,21 @@ def test_a_pools_server_says_when_the_front_could_not_reach_it(tmp_path):
         "the front's router dials 10.0.0.2:8001, but this server listens on 127.0.0.1 only; "
         "pass --host 0.0.0.0 (or 10.0.0.2)"]
     assert pools_warnings(remote, server_config(remote, host="0.0.0.0")) == []
+
+
+def test_pdtrt_stop_unloads_the_models_only_of_a_server_in_explicit_mode(tmp_path):
+    """Issue 49: ``pdtrt stop`` unloads a detached server's models before its SIGTERM when the
+    state file says it runs in explicit model-control mode; an older state file (no server
+    configuration) or another mode leaves the stop to Triton's own shutdown."""
+    from pdtrt.serve.launcher import _unload_target
+    from pdtrt.serve.model_control import EXPLICIT_MODE
+    from pdtrt.serve.triton_server import ServerConfig
+
+    def state(*args: str) -> dict[str, object]:
+        config = ServerConfig(repository=tmp_path / "repo", log_path=tmp_path / "log",
+                              extra_args=args)
+        return {"pid": 1, "endpoints": {"http": "127.0.0.1:8000"}, "server": config.to_dict()}
+
+    assert _unload_target(state(EXPLICIT_MODE)) == ("127.0.0.1:8000", tmp_path / "repo")
+    assert _unload_target(state()) == (None, tmp_path / "repo")
+    assert _unload_target({"pid": 1, "endpoints": {"http": "127.0.0.1:8000"}})[0] is None

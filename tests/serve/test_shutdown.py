@@ -143,7 +143,9 @@ def test_a_stop_ends_every_stream_with_an_error_and_leaves_nothing(reference_eng
             expected = SHUTTING_DOWN if s.model == "router" else \
                 f"in ensemble '{s.model}', {SHUTTING_DOWN}"
             assert s.error == expected or (s.final and s.error is None), (s.model, s.error)
-        assert code == 0 and took_s < 15, (code, took_s)  # exited by itself, not killed
+        # exited by itself within the grace, not killed: the models unloaded tier by tier take
+        # 10-25 s here on 2 busy cores (Triton's own parallel unload took 4-8 s)
+        assert code == 0 and took_s < 30, (code, took_s)
         assert all(_gone(stub) for stub in stubs)
         log = server.log_text()
         for crash in ("Signal (11)", "Segmentation fault", "Non-graceful termination",

@@ -6,10 +6,12 @@ import os
 import queue
 import shutil
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from e2e_client import wait_for
 
 from pdtrt.errors import ServerError
 from pdtrt.facts.embedded_triton import find_embedded_triton
@@ -220,18 +222,8 @@ def test_a_stub_that_outlives_its_server_is_killed_before_the_server_is_reaped(t
     non-graceful path (unmaps its shared memory, exit(1)) while its main thread still waits in
     it -- the 'segfault at 7f...220 ... error 6 in libc.so.6[90bb4]' of a normal stop. A zombie
     still answers kill(pid, 0), so stop() SIGKILLs the group while the server is a zombie."""
-    import sys
-
-    binary = tmp_path / "tritonserver"
     seen = tmp_path / "seen"
-    binary.write_text(STUB_OUTLIVING_SERVER.format(
-        python=sys.executable, seen=str(seen), serve=_SERVE.format(metrics_after_s=0)))
-    binary.chmod(0o755)
-    server = TritonServer(ServerConfig(repository=tmp_path, log_path=tmp_path / "server.log",
-                                       tritonserver=binary))
-    server.start(timeout_s=30)
-    pid = server.pid
-    [stub] = children(pid)
+    server, pid, stub = _stand_in(tmp_path, STUB_OUTLIVING_SERVER, seen=str(seen))
     states = []
     signal_group = TritonServer._signal
 
@@ -248,9 +240,52 @@ def test_a_stub_that_outlives_its_server_is_killed_before_the_server_is_reaped(t
     assert not seen.exists(), seen.read_text()
 
 
-def _gone_within(pid: int, timeout_s: float) -> bool:
-    import time
+CRASHING_SERVER = STUB_OUTLIVING_SERVER.replace(
+    "signal.signal(signal.SIGTERM, lambda *_: os._exit(0))",
+    """signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+import threading
+def crash_when_told():
+    while not pathlib.Path({crash!r}).exists():
+        time.sleep(0.01)
+    os._exit(3)
+threading.Thread(target=crash_when_told, daemon=True).start()""")
 
+
+def test_a_server_that_exits_by_itself_is_not_reaped_before_stop_kills_its_stubs(tmp_path):
+    """A crashed server: ``running`` and ``returncode`` see its exit without reaping it (a
+    zombie still answers its stubs' kill(pid, 0)); stop() kills the stub, then reaps."""
+    seen, crash = tmp_path / "seen", tmp_path / "crash"
+    server, pid, stub = _stand_in(tmp_path, CRASHING_SERVER, seen=str(seen), crash=str(crash))
+    crash.write_text("now")
+    try:
+        assert wait_for(lambda: not server.running, 10.0)
+        assert server.returncode == 3
+        time.sleep(0.3)  # the stand-in stub looks every 5 ms
+        assert Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"  # not reaped
+        assert not seen.exists(), seen.read_text()
+    finally:
+        code = server.stop(grace_s=10)
+    assert code == 3
+    assert _gone_within(stub, 5.0)
+    assert not seen.exists(), seen.read_text()
+
+
+def _stand_in(tmp: Path, template: str, **values: str) -> tuple[TritonServer, int, int]:
+    """A started stand-in server of ``template`` with one stub: (server, its pid, the stub's)."""
+    import sys
+
+    binary = tmp / "tritonserver"
+    binary.write_text(template.format(python=sys.executable,
+                                      serve=_SERVE.format(metrics_after_s=0), **values))
+    binary.chmod(0o755)
+    server = TritonServer(ServerConfig(repository=tmp, log_path=tmp / "server.log",
+                                       tritonserver=binary))
+    server.start(timeout_s=30)
+    [stub] = children(server.pid)
+    return server, server.pid, stub
+
+
+def _gone_within(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
