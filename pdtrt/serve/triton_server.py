@@ -216,7 +216,7 @@ def drain_stubs(server_pid: int, *, drain_s: float = _DRAIN_S) -> int:
     Why first, and apart: once ``tritonserver`` itself has SIGTERM it schedules no further
     ensemble step and refuses new BLS calls, so an ensemble stream in flight then never gets
     its end, and a BLS stream left unfinished keeps its stub from finalizing (measured on 2.51,
-    docs/serve.md). pdtrt's models end their requests on SIGTERM with an error
+    docs/design/serve.md). pdtrt's models end their requests on SIGTERM with an error
     (:mod:`pdtrt.runtime.shutdown`); other Python models' stubs ignore SIGTERM. Returns how
     many stubs were signalled."""
     stubs = children(server_pid)
@@ -404,7 +404,7 @@ class TritonServer:
         the region's offset 0x220: the kernel's ``segfault at 7f...220 ... error 6``) or in a
         model thread still setting a metric. A zombie still counts as alive to ``kill(pid,
         0)``, so stubs that outlive their server (Triton's exit timeout ran out) are killed
-        while it is a zombie and never see it gone (docs/serve.md, "Stubs that outlive their
+        while it is a zombie and never see it gone (docs/design/serve.md, "Stubs that outlive their
         server")."""
         proc, self._proc = self._proc, None
         code = None
