@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Engine-only TTFT of one prompt (no load, no harness terms) against the kernel tables' own
-context-attention + GEMM sum, per GPU -- the table of docs/planning.md section 1.
+context-attention + GEMM sum, per GPU -- the table of benchmarks/engine_ttft.md.
 
     .venv/bin/python benchmarks/engine_ttft.py [--kernels ../shared/data/kernels]
 

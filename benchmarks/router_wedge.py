@@ -10,7 +10,7 @@ supervised (a wedged router stays wedged), then rounds of the pattern that hung 
 0.2 s later all of them cancel (gRPC stream cancellation). A round passes when the router's
 ``pdtrt_router_requests_in_flight`` is back to 0 within ``--stuck-s``; the first round that
 does not is the wedge. Then, when gdb is installed, the router stub's native stacks are read
-and the lock cycle of docs/serve.md ("The BLS deadlock") is looked for in them: a reader in
+and the lock cycle of docs/design/serve.md ("The BLS deadlock") is looked for in them: a reader in
 ``ResponseIterator::Next`` waiting for the GIL, the parent-to-stub thread in
 ``ResponseIterator::EnqueueResponse`` waiting for the iterator's mutex.
 """

@@ -369,7 +369,7 @@ _COUNT_OUTPUTS = tuple(tensor_spec(name, I32, 1) for name in TOKEN_COUNT_TENSORS
 ERROR_OUTPUT = "pdtrt_error"
 """pdtrt's engine models also have this output: the error message of a request that fails
 after it has streamed tokens. Triton 2.51's BLS silently drops an error response a decoupled
-model sends after data (measured; docs/serve.md), so the router would never learn of the
+model sends after data (measured; docs/design/serve.md), so the router would never learn of the
 failure; the message therefore also travels in-band, before the error response itself."""
 
 KV_EVENTS_OUTPUT = "kv_events"

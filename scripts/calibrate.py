@@ -11,7 +11,7 @@ of client counts, one runtime version held out at a time) is stored beside them 
 vLLM / SGLang (no kernel curves): the scalar factors are fitted as before. Writes the factors
 file (``pdtrt/data/perf_factors.yaml`` by default; entries of backends not refitted are kept)
 and the per-row residuals (``docs/calibration-residuals.csv``), and prints the tables of
-docs/planning.md. The model of the calibration data is Qwen3-32B; the GPU is each row's
+docs/design/planning.md. The model of the calibration data is Qwen3-32B; the GPU is each row's
 ``system``.
 """
 

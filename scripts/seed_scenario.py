@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The seed scenario of docs/planning.md: Llama-3.1-8B, ISL 3000, OSL 500, all-H100
+"""The seed scenario of benchmarks/seed_scenario.md: Llama-3.1-8B, ISL 3000, OSL 500, all-H100
 aggregated vs H100 prefill + L40S decode, simulated at several loads.
 
     .venv/bin/python scripts/seed_scenario.py [--num-requests 600]

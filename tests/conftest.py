@@ -99,8 +99,8 @@ def serve_reference(spec_path: Path, engines_root: Path, workdir: Path,
 
 def start_server(config, *, timeout_s: float):
     """A started TritonServer for ``config``. Triton 2.51's Python backend now and then never
-    finishes loading a stub when a second server starts on this host (docs/serve.md); a normal
-    start takes 15-40 s here, so a start not ready after ``timeout_s`` is abandoned and tried
+    finishes loading a stub when a second server starts on this host (docs/design/serve.md); a
+    normal start takes 15-40 s here, so a start not ready after ``timeout_s`` is abandoned and tried
     again, twice at most (its log kept as ``server.log.hung<n>``)."""
     from pdtrt.errors import ServerError
     from pdtrt.serve.triton_server import TritonServer

@@ -97,7 +97,7 @@ def readiness(http_url: str) -> int:
 
 
 # Triton 2.51's server aborts now and then on a decoupled response's shared-memory mutex that
-# a dead thread or process held (EOWNERDEAD; docs/serve.md, "owner-dead mutex")
+# a dead thread or process held (EOWNERDEAD; docs/design/serve.md, "owner-dead mutex")
 TRITON_ABORT = "boost::interprocess::lock_exception"
 
 

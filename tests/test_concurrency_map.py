@@ -1,7 +1,7 @@
 """Every named thread, event loop and lock in pdtrt has a line in the concurrency map.
 
-The map is docs/serve.md's "Concurrency map" section; its index table lists each one by name,
-kind and package, and this test reads pdtrt's source (``ast``) for:
+The map is docs/design/serve.md's "Concurrency map" section; its index table lists each one by
+name, kind and package, and this test reads pdtrt's source (``ast``) for:
 
 - threads: ``threading.Thread(name=...)`` (the name; an f-string by its constant start, a name
   that is not a constant by the class that starts it), ``ThreadPoolExecutor(thread_name_prefix=
@@ -24,7 +24,7 @@ import re
 
 from tests.conftest import ROOT
 
-DOC = ROOT / "docs" / "serve.md"
+DOC = ROOT / "docs" / "design" / "serve.md"
 SYNC = {"Lock", "RLock", "Condition", "Event", "Semaphore", "BoundedSemaphore"}
 Found = tuple[str, str, str]  # (name, kind, module)
 
@@ -119,8 +119,8 @@ def _matches(found: Found, row: tuple[str, str, str]) -> bool:
 def test_every_thread_loop_and_lock_has_a_row():
     rows = in_map()
     missing = sorted(f for f in in_code() if not any(_matches(f, r) for r in rows))
-    assert not missing, ("add a line to docs/serve.md's concurrency map (and its index) for: "
-                         + "; ".join(f"{k} `{n}` ({m})" for n, k, m in missing))
+    assert not missing, ("add a line to docs/design/serve.md's concurrency map (and its index) "
+                         "for: " + "; ".join(f"{k} `{n}` ({m})" for n, k, m in missing))
 
 
 def test_every_row_is_still_in_the_code():

@@ -345,7 +345,7 @@ class RouterSection(_Section):
         "gRPC port, as for a pool in another server), bls (Triton's in-process calls) or auto "
         "(grpc, except on trtllm-0.21, whose launch cannot give the router its server's "
         "address). Decoupled BLS streams can deadlock Triton's Python-backend stub when "
-        "several run at once (python_backend r24.10-main, docs/serve.md 'The BLS "
+        "several run at once (python_backend r24.10-main, docs/design/serve.md 'The BLS "
         "deadlock'). Router CPU per token: about a third less over gRPC where the router is "
         "the bottleneck, the same with the reference engines (benchmarks/router_bench.md). "
         "Pools in other servers always use gRPC.")

@@ -4,8 +4,8 @@ The front tokenizes itself and calls the repository's ``router`` (disaggregated;
 when the repository has no router) with the engine-model I/O -- token ids in, one streamed
 response per token out -- over ``grpc.aio`` (:class:`~pdtrt.client.streams.GrpcStreamClient`,
 the client the router itself uses for remote pools). Not ``ensemble``: Triton
-2.51 does not pass a cancellation on to an ensemble's steps (docs/serve.md), so a request that
-an HTTP client abandons could not be stopped there.
+2.51 does not pass a cancellation on to an ensemble's steps (docs/design/serve.md), so a request
+that an HTTP client abandons could not be stopped there.
 
 Cancellation is TensorRT-LLM's stop request (``stop`` = true, same request id), never a gRPC
 cancel: Triton up to 2.52 can crash on a stream cancellation racing a response

@@ -17,7 +17,7 @@ the scalar set (:data:`SCALAR_FITTED`). Predictions more than 3x off pay a squar
 penalty on top of the MAPE. (The knee was 2x until issue 30: with prompts batched as
 TensorRT-LLM batches them, three 128-client rows whose TTFT no engine term explains made the
 2x penalty fit a launch overhead four times the MAPE-optimal one, which then broke every
-check outside the sample -- docs/planning.md section 2.)
+check outside the sample -- docs/design/planning.md section 2.)
 
 :func:`leave_one_group_out` refits without one group (one TP, one range of client counts, one
 runtime version) and predicts it: the errors a user should expect outside the fitted points.

@@ -1,5 +1,5 @@
 """A prompt's prefill as the measured kernel tables alone time it: the yardstick of the
-engine-only TTFT check (docs/planning.md section 1).
+engine-only TTFT check (benchmarks/engine_ttft.md).
 
 The tables of ``shared/data/kernels`` (:mod:`pdtrt.perf.kernel_derive` says where they come
 from) give per-call latencies of dense GEMMs and of context attention. For one prompt of

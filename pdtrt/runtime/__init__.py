@@ -25,5 +25,5 @@ Shared by the rooms: :mod:`.triton_io` (the one seam into ``pb_utils``, injected
 whose parent died) and :mod:`.faults` (test-only fault injection). The CPU engine, its
 scheduler and the UCX KV transfer are not here: they live beside their only user,
 :mod:`pdtrt.llmapi.reference`. The threads, loops and locks of each process are mapped in
-docs/serve.md ("Concurrency map").
+docs/design/serve.md ("Concurrency map").
 """

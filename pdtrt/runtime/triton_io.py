@@ -130,8 +130,8 @@ class _EndedStreams:
     with it every response it kept and their output tensors, each of which holds a numpy array
     the stub made (``PbTensor``'s shared-memory constructor, ``src/pb_tensor.cc``): Python
     objects freed without the GIL, a corrupted heap, then a segfault in libpython's allocator
-    (in the router's stub under load; docs/serve.md, "Triton 2.51 facts", has the gdb evidence
-    and ``tests/serve/test_bls_stream_lifetime.py`` the reproduction). The later the stub's
+    (in the router's stub under load; docs/design/serve.md, "Triton 2.51 facts", has the gdb
+    evidence and ``tests/serve/test_bls_stream_lifetime.py`` the reproduction). The later the stub's
     queue gets to the cleanup -- behind other cleanups and ``is_cancelled`` round trips -- the
     likelier.
 
@@ -374,8 +374,8 @@ class BackendTriton:
         ``finalize()``, its shared memory already gone: a SIGSEGV in every stub with metrics at
         every server stop -- in ``Metric::SaveToSharedMemory`` for a family still alive, in
         ``Metric::~Metric`` under ``Py_FinalizeEx`` for a metric the model still holds
-        (docs/serve.md, "Strict input, clean shutdown"). So both go here, families after their
-        metrics. Garbage made by the model (finished requests' senders, BLS iterators) is
+        (docs/design/serve.md, "Strict input, clean shutdown"). So both go here, families after
+        their metrics. Garbage made by the model (finished requests' senders, BLS iterators) is
         collected here too, while the stub can still take its messages.
         """
         gc.collect()

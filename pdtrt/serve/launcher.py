@@ -282,7 +282,7 @@ def stop_detached(workdir: Path, *, grace_s: float = 60.0) -> int:
 
     Why the order matters here most: the server is not this process's child but init's, which
     reaps it the moment it exits -- and a stub that outlives its reaped server segfaults
-    (docs/serve.md, "Stubs that outlive their server")."""
+    (docs/design/serve.md, "Stubs that outlive their server")."""
     state = read_state(workdir)
     if state.get("supervisor_pid"):  # first, so it does not reload what is being stopped
         _end(int(str(state["supervisor_pid"])), os.kill, grace_s=_SUPERVISOR_GRACE_S)

@@ -2,8 +2,8 @@
 tier, while the server still runs -- so that every Python-backend stub finalizes and exits as
 a child of a live server before the server itself is signalled.
 
-Why (issue 49; docs/serve.md, "Stubs that outlive their server"): a stub whose server has
-exited *and been reaped* takes python_backend r24.10's non-graceful path and segfaults. A
+Why (issue 49; docs/design/serve.md, "Stubs that outlive their server"): a stub whose server
+has exited *and been reaped* takes python_backend r24.10's non-graceful path and segfaults. A
 stub that Triton unloaded has run its model's ``finalize()`` and exited; there is nothing left
 to outlive the server -- which matters most for a detached server (``pdtrt stop``), whose
 parent is init and reaps it the moment it exits.
@@ -62,7 +62,7 @@ def drain_stubs(server_pid: int, *, drain_s: float = _DRAIN_S) -> int:
     Why first, and apart: once ``tritonserver`` itself has SIGTERM it schedules no further
     ensemble step and refuses new BLS calls, so an ensemble stream in flight then never gets
     its end, and a BLS stream left unfinished keeps its stub from finalizing (measured on 2.51,
-    docs/serve.md). pdtrt's models end their requests on SIGTERM with an error
+    docs/design/serve.md). pdtrt's models end their requests on SIGTERM with an error
     (:mod:`pdtrt.runtime.shutdown`); other Python models' stubs ignore SIGTERM. Returns how
     many stubs were signalled."""
     stubs = children(server_pid)

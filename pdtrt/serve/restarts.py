@@ -6,8 +6,8 @@ The supervisor heals a dead *model* by reloading it; it cannot heal a dead *serv
 ``boost::interprocess::lock_exception`` from a destructor -- ``std::terminate``, SIGABRT --
 when a stub died while it held the shared-memory mutex of a decoupled response
 (``ModelInstanceState::ResponseSendDecoupled``, python_backend r24.10 ``src/python_be.cc``;
-docs/serve.md, "owner-dead mutex"). A SIGKILLed stub under load (an OOM kill) can take the whole
-server with it that way. Kubernetes restarts the container; ``pdtrt serve`` does the same:
+docs/design/serve.md, "owner-dead mutex"). A SIGKILLed stub under load (an OOM kill) can take the
+whole server with it that way. Kubernetes restarts the container; ``pdtrt serve`` does the same:
 :class:`Restarter` starts the same server again on the same ports, from the same repository,
 at most ``max_restarts`` times within ``window_s`` (then it gives up and says so: a server that
 keeps dying needs a person). Requests in flight when the server died end with the client's
@@ -58,7 +58,7 @@ def death_reason(log_text: str, returncode: int | None = None) -> str:
         how = "gone"
     if LOCK_EXCEPTION in log_text[-20000:]:
         how += (f" ({LOCK_EXCEPTION}: Triton 2.51's owner-dead mutex abort, "
-                "docs/serve.md)")
+                "docs/design/serve.md)")
     return how
 
 

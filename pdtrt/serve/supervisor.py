@@ -331,7 +331,7 @@ class Supervisor:
         changes nothing on disk, so the supervisor touches the files of the model's version
         directories (content untouched): a changed model file is a full reload, new stubs. It
         does so before every reload: that the stub's own ``__pycache__`` may be newer than the
-        last load is no change to rely on (docs/serve.md, "Triton 2.51 facts").
+        last load is no change to rely on (docs/design/serve.md, "Triton 2.51 facts").
         """
         now = time.time_ns()
         model_dir = self.repository / model

@@ -407,8 +407,8 @@ class TritonServer:
         the region's offset 0x220: the kernel's ``segfault at 7f...220 ... error 6``) or in a
         model thread still setting a metric. A zombie still counts as alive to ``kill(pid,
         0)``, so stubs that outlive their server (a crash, Triton's exit timeout ran out) are
-        killed while it is a zombie and never see it gone (docs/serve.md, "Stubs that outlive
-        their server"); :attr:`running` and :attr:`returncode` never reap it either."""
+        killed while it is a zombie and never see it gone (docs/design/serve.md, "Stubs that
+        outlive their server"); :attr:`running` and :attr:`returncode` never reap it either."""
         proc, self._proc = self._proc, None
         code = None
         if proc is not None:

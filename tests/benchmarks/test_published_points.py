@@ -1,8 +1,8 @@
 """benchmarks/published_points.py and its data file: the file is well formed, its engine limits
 are the ones the stated trtllm-bench rule gives, and the script's core runs on a point.
 
-The error against the published numbers is reported (docs/planning.md), never asserted here:
-the published points are a check on the model, not a target it is tuned to.
+The error against the published numbers is reported (benchmarks/published_points.md), never
+asserted here: the published points are a check on the model, not a target it is tuned to.
 """
 
 from __future__ import annotations

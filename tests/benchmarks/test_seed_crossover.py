@@ -1,5 +1,6 @@
 """benchmarks/seed_crossover.py: its families are the seed spec's shapes and its crossover means
-what docs/planning.md says (the numbers it produces are reported there, not asserted here)."""
+what benchmarks/seed_crossover.md says (the numbers it produces are reported there, not asserted
+here)."""
 
 from __future__ import annotations
 

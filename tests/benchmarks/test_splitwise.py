@@ -1,5 +1,5 @@
 """benchmarks/splitwise.py: its core runs and means what the docs say (the numbers it produces
-are reported in docs/planning.md, not asserted here)."""
+are reported in benchmarks/splitwise.md, not asserted here)."""
 
 from __future__ import annotations
 

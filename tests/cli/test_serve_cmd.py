@@ -81,7 +81,7 @@ def test_detach_then_stop(run, tmp_path):
 @pytest.mark.triton
 @pytest.mark.skipif(find_embedded_triton() is None, reason="nvidia-pytriton is not installed")
 def test_a_detached_server_that_dies_is_restarted_on_its_ports_then_given_up(run, tmp_path):
-    """Triton 2.51 can abort when a stub dies mid-response (docs/serve.md, "owner-dead
+    """Triton 2.51 can abort when a stub dies mid-response (docs/design/serve.md, "owner-dead
     mutex"): the supervisor starts the server again on the same ports and the state file names
     the new one, so that `pdtrt stop` stops it; past --max-restarts it gives up and says so."""
     import os

@@ -1,5 +1,5 @@
-"""The accuracy claims of docs/planning.md, guarded: the shipped TensorRT-LLM factors reproduce
-the measured sample within the stated bounds, without a client-overhead constant, and the
+"""The accuracy claims of docs/design/planning.md, guarded: the shipped TensorRT-LLM factors
+reproduce the measured sample within the stated bounds, without a client-overhead constant, and the
 numbers written into the factors file are what the model really gives."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from tests.conftest import ROOT
 
 DATA = ROOT / "pdtrt" / "data" / "calibration" / "measured_calibration.csv"
 FACTORS = ROOT / "pdtrt" / "data" / "perf_factors.yaml"
-# The done-criteria of issue 17 (docs/planning.md section 2): in-sample bounds. The worst
+# The done-criteria of issue 17 (docs/design/planning.md section 2): in-sample bounds. The worst
 # prediction was bounded at 3x until issue 30: with prompts batched per step as TensorRT-LLM
 # batches them, the sample's 128-client TP4/TP8 rows (TTFT 3-4x their 64-client value at any
 # TP; no engine term explains it) are 4x off, and forcing them to 3x made the fit quadruple
-# the launch overhead, off every check outside the sample (docs/planning.md section 2).
+# the launch overhead, off every check outside the sample (docs/design/planning.md section 2).
 TPOT_MAPE_MAX, TTFT_MAPE_MAX, WORST_RATIO_MAX = 0.12, 0.25, 4.5
 
 

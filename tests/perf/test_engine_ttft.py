@@ -1,4 +1,4 @@
-"""Engine-only TTFT against the kernel tables' own sum (issue 30 item 1; docs/planning.md
+"""Engine-only TTFT against the kernel tables' own sum (issue 30 item 1; benchmarks/engine_ttft.md
 section 1): one prompt, no load, no harness terms, every GPU and precision with tables."""
 
 from __future__ import annotations

@@ -274,7 +274,7 @@ def test_a_pools_repository_holds_only_the_pools_with_an_endpoint(tmp_path):
     ("reference-cpu.yaml", "bls", "bls"),
 ])
 def test_phase_transport_auto_is_grpc_except_on_trtllm_0_21(tmp_path, example, chosen, written):
-    """BLS streams can deadlock Triton 2.51's stub (docs/serve.md, "The BLS deadlock"): the
+    """BLS streams can deadlock Triton 2.51's stub (docs/design/serve.md, "The BLS deadlock"): the
     router calls its own server over gRPC unless the target cannot give it the address or
     the spec asks for bls."""
     text = (EXAMPLES / example).read_text()

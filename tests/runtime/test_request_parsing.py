@@ -62,7 +62,7 @@ def test_the_beam_width_behind_the_router_is_one():
 
 
 def test_the_router_reads_the_stop_words_in_the_engines_layout():
-    """It ends a request whose first token completes one (docs/serve.md); a malformed list is
+    """It ends a request whose first token completes one (docs/design/serve.md); a malformed list is
     refused as the engines refuse it, token ids are left to the engines' vocabulary check."""
     words = np.array([[[7, 8, 99999, 0], [1, 3, 4, -1]]], dtype=np.int32)
     assert parse_router_request(_incoming(stop_words_list=words)).stop_words == (

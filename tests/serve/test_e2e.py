@@ -242,7 +242,7 @@ def test_fifty_streams_cancelled_mid_prefill_leave_no_kv_held_after_the_timeout(
 
 def test_rounds_of_cancelled_streams_never_wedge_the_router(reference_server):
     """The pattern that hung CI while the router called its phases over BLS: Triton's stub
-    deadlocks (docs/serve.md, "The BLS deadlock"; on this machine the BLS router wedged in
+    deadlocks (docs/design/serve.md, "The BLS deadlock"; on this machine the BLS router wedged in
     round 17, 13 and 73 of these rounds, the gRPC one ran 150 clean). Each round's requests
     all end at the router within seconds, and the server serves the next request."""
     url = _url(reference_server)
@@ -362,8 +362,8 @@ def test_a_stop_word_the_prefills_first_token_completes_ends_both_paths_there(re
                                                                                oracle):
     """The prefill ends "length" and offers its KV (TensorRT-LLM checks the length before the
     stop words), and a decode would go past the word; the router ends the request after the
-    prefill, as the aggregated path ends it (docs/serve.md). Words of one token (the first) and
-    of two (the prompt's last token, then the first)."""
+    prefill, as the aggregated path ends it (docs/design/serve.md). Words of one token (the first)
+    and of two (the prompt's last token, then the first)."""
     tok, expected = oracle
     url = _url(reference_server)
     checked = []

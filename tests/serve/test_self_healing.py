@@ -40,8 +40,8 @@ pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
 PROMPT = "The keeper lit the lamp on the rock"
 NUM_STREAMS = 6
-# A SIGKILLed stub can abort the whole Triton 2.51 server (docs/serve.md, "owner-dead mutex");
-# the supervisor then restarts it: the reference deployment is back within this
+# A SIGKILLed stub can abort the whole Triton 2.51 server (docs/design/serve.md, "owner-dead
+# mutex"); the supervisor then restarts it: the reference deployment is back within this
 RESTART_S = 120.0
 WEDGE = "wedge-"
 
@@ -57,7 +57,7 @@ def served(reference_engines, tmp_path_factory):
         for _ in range(2):
             generate(info["endpoints"]["grpc"], "ensemble", ensemble_inputs(PROMPT, 4))
         # Triton 2.51 once aborted a moment after its first responses (the owner-dead mutex,
-        # docs/serve.md, seen 2026-12-06): then the supervisor restarts it
+        # docs/design/serve.md, seen 2026-12-06): then the supervisor restarts it
         time.sleep(1)
         assert wait_for(lambda: readiness(info["endpoints"]["http"]) == 200,
                         timeout_s=RESTART_S)
@@ -204,7 +204,7 @@ def test_bench_exits_with_its_report_when_the_router_dies_under_it(served, tmp_p
     assert (tmp_path / "report.json").is_file()
     assert wait_for(lambda: readiness(http) == 200, timeout_s=RESTART_S)  # and it healed
     if restarted_after_abort(work, pid):  # by a restart: the counters started again
-        return  # (Triton 2.51 aborted when the router's stub was SIGKILLed, docs/serve.md)
+        return  # (Triton 2.51 aborted when the router's stub was SIGKILLed, docs/design/serve.md)
     # the requests that died with it are counted, by the reloaded router
     assert wait_for(lambda: metric(metrics_url, "pdtrt_router_lost_to_reload_total") >= 1,
                     timeout_s=10)
@@ -243,7 +243,7 @@ def test_a_router_whose_event_loop_is_wedged_is_not_ready_then_reloaded(served):
 
 
 def test_a_server_that_aborts_is_restarted_on_its_ports_and_serves_again(served):
-    """What the owner-dead mutex does to Triton 2.51 (docs/serve.md), on purpose: the server
+    """What the owner-dead mutex does to Triton 2.51 (docs/design/serve.md), on purpose: the server
     process dies with streams in flight (SIGKILL here: an abort would also leave a core file
     wherever core dumps are on). They end with an error within seconds,
     readiness is refused, and the supervisor starts the server again on the same ports; the

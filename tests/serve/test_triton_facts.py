@@ -1,6 +1,6 @@
 """Triton 2.51 behaviours pdtrt's router is built around, pinned against the real server.
 
-If a Triton upgrade changes one of them, the matching test fails and docs/serve.md ("Triton
+If a Triton upgrade changes one of them, the matching test fails and docs/design/serve.md ("Triton
 2.51 facts") and the router's workaround should be revisited:
 
 1. A client's stream cancellation reaches a decoupled model called directly, but not the

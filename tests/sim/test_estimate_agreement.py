@@ -12,7 +12,7 @@ batching, capacity policy from :mod:`pdtrt.perf`).
 Tolerance: throughput and TPOT within 10%. The estimate is a mean-value model -- fractional
 prompts per step, every decode at the mean context ``isl + osl/2``, deterministic queue
 bounds, mean lengths -- while the simulator steps whole prompts with per-request contexts and
-lengths; on these deployments they differ by 0-2.2% (docs/planning.md section 3). A second
+lengths; on these deployments they differ by 0-2.2% (docs/design/planning.md section 3). A second
 copy of the step arithmetic, or prompts prefilled one per step on either side (the estimate
 before issue 30 was 60% low on the 4096-client case), fails it. Steady state: the requests
 completing in the middle half of the run (no start-up wave, no drain); throughput by

@@ -23,7 +23,7 @@ it "length" with its KV held: the sampler checks the length before the stop word
 the KV over UCX, then continues from the first token (its output repeats it, as TensorRT-LLM's
 generation-only output covers the whole generation); like upstream's generation worker it does
 not check that first token against the stop words, so it decodes past one the first token
-completed -- pdtrt's router sends no such request (docs/serve.md). Without the config,
+completed -- pdtrt's router sends no such request (docs/design/serve.md). Without the config,
 disaggregated request types are refused, like the PyTorch flow's disabled transceiver.
 ``get_stats`` follows upstream too: empty without ``enable_iter_perf_stats`` and before the
 first request. So does the sampler: ``sampler_type`` as upstream (``auto``, the default, is

@@ -251,7 +251,7 @@ class BlsPhaseClient:
     and not relaying the tokens itself: with a reader thread that calls ``next()`` again as
     soon as it has handed a response over (read-ahead), or that sends the token to the client
     itself, the router's stub segfaults inside libpython's allocator within seconds at 32
-    concurrent streams (Triton 2.51, python_backend r24.10; docs/serve.md, "Triton 2.51
+    concurrent streams (Triton 2.51, python_backend r24.10; docs/design/serve.md, "Triton 2.51
     facts"; benchmarks/variants/ keeps the relaying one); reading on demand does not. Once the
     caller has gone, the rest of the stream is read and discarded (:func:`_read_to_end` says
     why).

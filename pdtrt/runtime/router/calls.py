@@ -176,7 +176,7 @@ class PhaseCalls:
             if problem is None and endpoint.failed_s > started_s:
                 # It answers again, but it failed (its stub died) while this call was in
                 # flight: the call is lost -- a BLS stream then never ends, and its exec may
-                # never return (docs/serve.md, Triton facts).
+                # never return (docs/design/serve.md, Triton facts).
                 problem = "it failed while this call was in flight, which lost the call"
             if problem is not None:
                 self.metrics.add("stalled", **labels)

@@ -36,11 +36,11 @@ suffix (``<id>~<hex>``). When the client cancels (seen by ``is_cancelled``), the
 the phase in flight TensorRT-LLM's stop request -- same id, input ``stop`` = true -- which stops
 the sequence. Triton 2.51 has no way to cancel a BLS request and does not pass an ensemble
 request's cancellation on to the composing model, so the stop request is the mechanism; a client
-cancels by streaming to the ``router`` model itself (see docs/serve.md). A prefill's KV that no
-decode will pull (decode failure, a one-token request, a client gone between the phases, an EOS
+cancels by streaming to the ``router`` model itself (see docs/design/serve.md). A prefill's KV that
+no decode will pull (decode failure, a one-token request, a client gone between the phases, an EOS
 as the first token, a first token that completes a stop word) cannot be freed early:
 TensorRT-LLM 1.2 ignores an abort of a finished context-only request and frees its KV only when
-``kv_transfer_timeout_ms`` runs out, so pdtrt writes a short one per phase (docs/serve.md,
+``kv_transfer_timeout_ms`` runs out, so pdtrt writes a short one per phase (docs/design/serve.md,
 "Held KV").
 
 One module per role: :mod:`~pdtrt.runtime.router.paths` (which path),

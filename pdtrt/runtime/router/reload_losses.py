@@ -1,7 +1,7 @@
 """Requests lost when a router's process dies, counted across the reload that heals it.
 
 A stream in flight through a router whose Python-backend stub dies is never ended by Triton
-2.51 (docs/serve.md), and the reloaded router cannot know how many there were. The dead
+2.51 (docs/design/serve.md), and the reloaded router cannot know how many there were. The dead
 router's metrics can: Triton keeps a model's custom metric families until the model is
 reloaded, so its ``pdtrt_router_requests_in_flight`` gauge still holds the count at its death.
 ``pdtrt serve``'s supervisor reads it before it reloads the router (:func:`in_flight`), adds
