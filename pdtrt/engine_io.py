@@ -260,6 +260,7 @@ class Param(StrEnum):
     AGGREGATED_ENDPOINTS = "aggregated_endpoints"
     FALLBACK_TO_AGGREGATED = "fallback_to_aggregated"  # "true" | "false"
     MAX_ATTEMPTS = "max_attempts"  # endpoints tried per phase of one request
+    MAX_MIGRATIONS = "max_migrations"  # continuations of one request after a mid-stream failure
     LIVENESS_S = "liveness_s"  # silence of a phase call before its endpoint is probed
     # a generation-only call's first response at most this late (the KV transfer's bound)
     KV_TRANSFER_DEADLINE_S = "kv_transfer_deadline_s"

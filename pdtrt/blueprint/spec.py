@@ -326,6 +326,11 @@ class RouterSection(_Section):
     max_attempts: int = Field(
         default=2, ge=1, description="Endpoints tried per phase of one request (1: no "
         "retry on another endpoint).")
+    max_migrations: int = Field(
+        default=2, ge=0, description="Times one request is continued on another endpoint "
+        "after the decode serving it died, stalled or failed mid-stream: the prompt plus the "
+        "tokens already sent are prefilled again and decoded for the rest of max_tokens, so "
+        "the client's stream goes on (0: the request ends with the error). docs/migration.md.")
     routing: Annotated[Routing, _enum(
         "How a pool's endpoint is chosen per request: least_load (least outstanding tokens "
         "per instance), round_robin, or kv_aware (least net-new prompt tokens there -- the "

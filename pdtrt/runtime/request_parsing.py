@@ -25,7 +25,7 @@ both, so the rest of each model -- and the phases the router calls -- see the co
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -197,6 +197,35 @@ class RouterRequest:
     counts: TokenCounts = TokenCounts()  # the router counts; its phases are not asked
     stop_words: tuple[tuple[int, ...], ...] = ()  # the router ends a prefill that completes one
     inputs: Mapping[str, np.ndarray]  # the client's inputs, in the phase models' config shapes
+    # the last tokens of ``prompt`` that are output already sent to the client: a continuation
+    # after a migration (:meth:`continued`); 0 for the client's own request
+    num_generated: int = 0
+
+    @property
+    def client_prompt(self) -> tuple[int, ...]:
+        """The prompt the client sent (``prompt`` less the output a continuation carries)."""
+        return self.prompt[:len(self.prompt) - self.num_generated]
+
+    def continued(self, sent: Sequence[int]) -> RouterRequest:
+        """The request that goes on from the client's output so far (``sent``: every output
+        token the client has, from position 0): the client's prompt followed by ``sent`` as
+        its prompt, the rest of ``max_tokens`` to generate, and ``min_length`` less what is
+        out -- the same sampling, stop words and seed otherwise. Penalties and stop words see
+        the same tokens (the engines count the prompt and the output alike), and the
+        reference engine keys a seeded draw by its position in the sequence, so the
+        continuation generates what the uninterrupted request would have."""
+        prompt = (*self.client_prompt, *sent)
+        remaining = self.max_new_tokens + self.num_generated - len(sent)
+        inputs = {**self.inputs,
+                  "input_ids": np.array([prompt], dtype=self.inputs["input_ids"].dtype),
+                  "input_lengths": _like(self.inputs.get("input_lengths"), len(prompt)),
+                  "request_output_len": _like(self.inputs["request_output_len"], remaining)}
+        if "min_length" in self.inputs:
+            out = len(sent)
+            inputs["min_length"] = _like(self.inputs["min_length"], max(
+                0, int(self.inputs["min_length"].reshape(-1)[0]) + self.num_generated - out))
+        return replace(self, prompt=prompt, max_new_tokens=remaining, inputs=inputs,
+                       num_generated=len(sent))
 
     def phase_inputs(self, *, streaming: bool, **extra: np.ndarray) -> dict[str, np.ndarray]:
         """A phase request's inputs: the client's, streaming or not, output without the prompt
@@ -208,6 +237,13 @@ class RouterRequest:
         """The inputs of TensorRT-LLM's stop request for this request's phases."""
         return {**{k: self.inputs[k] for k in _STOP_INPUTS if k in self.inputs},
                 "stop": np.array([[True]])}
+
+
+def _like(template: np.ndarray | None, value: int) -> np.ndarray:
+    """``value`` in ``template``'s shape and dtype (a [1, 1] int32 when there is none)."""
+    if template is None:
+        return np.array([[value]], dtype=np.int32)
+    return np.full(template.shape, value, dtype=template.dtype)
 
 
 def parse_router_request(request: Incoming) -> RouterRequest | StopRequest:

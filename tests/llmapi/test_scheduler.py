@@ -90,3 +90,32 @@ def test_cancel_mid_stream(scheduler):
     tokens, final = _collect(out)
     assert final.cancelled and len(tokens) < 399
     assert scheduler.num_active == 0
+
+
+CONTINUED = {  # sampling of a request the router migrates: what must carry over exactly
+    "greedy-penalties": dict(repetition_penalty=1.3, presence_penalty=0.5,
+                             frequency_penalty=0.2),
+    "seeded": dict(greedy=False, temperature=0.9, top_k=50, top_p=0.9, seed=7),
+    "seeded-penalties-min-tokens": dict(greedy=False, temperature=1.2, seed=11,
+                                        repetition_penalty=1.2, frequency_penalty=0.3,
+                                        min_tokens=12),
+}
+
+
+@pytest.mark.parametrize("sampling", list(CONTINUED.values()), ids=list(CONTINUED))
+def test_a_continuation_from_the_output_so_far_generates_the_rest_of_it(scheduler, sampling):
+    """The router's migration: the prompt followed by the first ``k`` output tokens, for the
+    rest of the tokens (``min_tokens`` less ``k``), draws and penalises exactly as the
+    uninterrupted request did -- seeded draws are keyed by the position in the sequence."""
+    from dataclasses import replace
+
+    from pdtrt.llmapi.reference.engine import SequenceSampling
+
+    params = SequenceSampling(**sampling)
+    whole = _collect(_submit(scheduler, PROMPTS[2], 16, sampling=params, end_id=2))[0]
+    assert len(whole) == 16
+    for k in (1, 5):
+        rest = _collect(_submit(scheduler, PROMPTS[2] + whole[:k], 16 - k, end_id=2,
+                                sampling=replace(params, min_tokens=max(
+                                    0, params.min_tokens - k))))[0]
+        assert whole[:k] + rest == whole, k

@@ -134,7 +134,8 @@ def test_reference_parameters_follow_the_runtime_contract(tmp_path):
         "aggregated_model": "aggregated", "aggregated_below_tokens": "0",
         "early_first_token": "true", "prefill_url": "", "decode_url": "",
         "prefill_endpoints": "", "decode_endpoints": "", "aggregated_endpoints": "",
-        "fallback_to_aggregated": "false", "max_attempts": "2", "liveness_s": "1",
+        "fallback_to_aggregated": "false", "max_attempts": "2", "max_migrations": "2",
+        "liveness_s": "1",
         "kv_transfer_deadline_s": "15",  # the spec's kv_transfer.timeout_s 5 + 10
         "probe_timeout_s": "4", "probe_interval_s": "2",
         "phase_error_output": "pdtrt_error", "phase_transport": "grpc", "phase_input_names": "",

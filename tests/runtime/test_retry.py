@@ -1,4 +1,4 @@
-"""The router's decision after a failed phase: retry, fall back or fail, row by row."""
+"""The router's decision after a failed phase: retry, fall back, migrate or fail, row by row."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import itertools
 import pytest
 
 from pdtrt.engine_io import Role
-from pdtrt.runtime.router.retry import Action, Failure, decide
+from pdtrt.runtime.router.retry import Action, Failure, MigrationReason, decide, migration_reason
 
-RETRY, FALL_BACK, FAIL = Action.RETRY, Action.FALL_BACK, Action.FAIL
+RETRY, FALL_BACK, FAIL, MIGRATE = Action.RETRY, Action.FALL_BACK, Action.FAIL, Action.MIGRATE
 PREFILL, DECODE, AGGREGATED = Role.PREFILL, Role.DECODE, Role.AGGREGATED
 
 # A first failure that may be retried: nothing sent, no cancel, 1 of 2 attempts, another
@@ -59,6 +59,14 @@ ROWS = [
     (dict(phase=AGGREGATED, cancelled=True), FAIL, "aggregated-cancelled"),
     (dict(phase=AGGREGATED, **SPENT, **FALLBACK), FAIL, "aggregated-spent-no-fallback"),
     (dict(phase=AGGREGATED, **NONE_LEFT, **FALLBACK), FAIL, "aggregated-none-left"),
+    # migration: tokens reached a client still waiting, a migration left, another endpoint up
+    (dict(num_sent=1, migrations_left=2), MIGRATE, "decode-tokens-sent-migrates"),
+    (dict(num_sent=1, migrations_left=1, **SPENT), MIGRATE, "decode-migrates-attempts-spent"),
+    (dict(num_sent=1, migrations_left=0), FAIL, "decode-migrations-spent"),
+    (dict(num_sent=1, migrations_left=2, cancelled=True), FAIL, "decode-cancelled-no-migration"),
+    (dict(num_sent=1, migrations_left=2, **NONE_LEFT), FAIL, "decode-none-left-no-migration"),
+    (dict(migrations_left=2), RETRY, "decode-nothing-sent-retried-not-migrated"),
+    (dict(phase=AGGREGATED, num_sent=3, migrations_left=1), MIGRATE, "aggregated-migrates"),
 ]
 
 
@@ -76,8 +84,23 @@ ALL = [Failure(phase=phase, num_sent=sent, cancelled=cancelled, num_tried=tried,
            (False, True), (False, True))]
 
 
-def test_once_a_token_reached_the_client_the_request_fails():
+def test_once_a_token_reached_the_client_the_request_fails_without_migrations():
     assert {decide(f) for f in ALL if f.num_sent > 0} == {FAIL}
+
+
+def test_a_migration_needs_tokens_sent_a_waiting_client_a_migration_and_an_endpoint_left():
+    facts = [dataclasses.replace(f, migrations_left=left) for f in ALL for left in (0, 1)]
+    migrated = [f for f in facts if decide(f) is MIGRATE]
+    assert migrated and all(f.num_sent > 0 and not f.cancelled and f.migrations_left > 0
+                            and f.other_healthy for f in migrated)
+    assert {decide(f) for f in facts if f.num_sent == 0} <= {RETRY, FALL_BACK, FAIL}
+
+
+@pytest.mark.parametrize(("healthy", "stalled", "reason"), [
+    (False, False, MigrationReason.DIED), (False, True, MigrationReason.STALLED),
+    (True, False, MigrationReason.ERROR)], ids=["died", "stalled", "error"])
+def test_the_reason_of_a_migration(healthy, stalled, reason):
+    assert migration_reason(healthy=healthy, stalled=stalled) is reason
 
 
 def test_only_the_prefill_then_decode_path_falls_back_and_only_when_configured():

@@ -98,11 +98,12 @@ def test_a_decode_that_fails_before_its_first_token_is_retried_on_another_endpoi
                          ids=["streaming-tokens-sent", "non-streaming-nothing-sent"])
 def test_a_decode_failing_after_its_tokens_reached_the_client_is_not_retried(router, streaming,
                                                                            retried):
+    """Without migration (``max_migrations`` 0; tests/runtime/test_migration.py has it on)."""
     def fails_after_two(call):
         return [] if call.is_stop else [tokens_out(7), tokens_out(8), Fail("engine failure")]
 
     model, triton = router(phases({"decode_b": fails_after_two}), **{
-        **POOLS, Param.DECODE_ENDPOINTS: "decode_b,decode"})
+        **POOLS, Param.DECODE_ENDPOINTS: "decode_b,decode", Param.MAX_MIGRATIONS: "0"})
     req = request(streaming=streaming)
     route(model, req)
     if retried:  # the client had seen nothing: the whole output comes from the retry

@@ -100,10 +100,11 @@ def process(logits: torch.Tensor, params: SequenceSampling, tokens: Sequence[int
 
 
 def draw_seed(seed: int, position: int) -> int:
-    """The generator seed of the draw of output token ``position``: a function of the request's
-    seed and the position only, so a sequence split between a prefill and a decode engine draws
-    what it would have drawn in one (counter-based, like the per-request curand state upstream
-    offsets by step)."""
+    """The generator seed of the draw of the token at ``position`` of the sequence (prompt and
+    output): a function of the request's seed and the position only, so a sequence split
+    between a prefill and a decode engine -- or continued from a prompt that holds its output
+    so far, as the router's migration does -- draws what it would have drawn in one
+    (counter-based, like the per-request curand state upstream offsets by step)."""
     return (seed * 1_000_003 + position) % (1 << 63)
 
 

@@ -248,7 +248,10 @@ def _sample(seq: SeqRequest, logits: torch.Tensor, shared: torch.Generator | Non
     elif shared is not None:
         generator = shared
     else:
-        generator = torch.Generator().manual_seed(draw_seed(s.seed, len(seq.generated)))
+        # keyed by the position in the whole sequence, not in the output: a request continued
+        # from a prompt that holds its output so far (the router's migration) draws the same
+        generator = torch.Generator().manual_seed(
+            draw_seed(s.seed, len(seq.prompt) + len(seq.generated)))
     return sample(scores, s, generator)
 
 

@@ -28,15 +28,21 @@ from pdtrt.runtime.metrics import Metrics
 from pdtrt.runtime.request_parsing import RouterRequest
 from pdtrt.runtime.router.bls_client import BlsPhaseClient
 from pdtrt.runtime.router.config import RouterConfig
-from pdtrt.runtime.router.health import Prober, watched
+from pdtrt.runtime.router.health import STOPPED_ANSWERING, Prober, watched
 from pdtrt.runtime.router.kv_upkeep import KvUpkeep
 from pdtrt.runtime.router.pool import Endpoint, EndpointPool, outstanding
 from pdtrt.runtime.router.reply import Reply
-from pdtrt.runtime.router.retry import Action, Failure, decide
+from pdtrt.runtime.router.retry import (
+    Action,
+    Failure,
+    MigrationReason,
+    decide,
+    migration_reason,
+)
 from pdtrt.runtime.triton_io import Triton
 
-__all__ = ["FallBack", "PhaseCalls", "failure", "make_pools", "phase_id", "response_logprobs",
-           "response_tokens"]
+__all__ = ["FallBack", "Migrate", "PhaseCalls", "failure", "make_pools", "phase_id",
+           "response_logprobs", "response_tokens"]
 
 log = logging.getLogger(__name__)
 _PHASE_OUTPUTS = ["output_ids", "arrival_time_ns", "first_scheduled_time_ns"]  # what it reads
@@ -45,6 +51,16 @@ _PHASE_OUTPUTS = ["output_ids", "arrival_time_ns", "first_scheduled_time_ns"]  #
 class FallBack(Exception):
     """The path cannot be completed: the aggregated path serves the request instead (raised
     by :meth:`PhaseCalls.after_failure`)."""
+
+
+class Migrate(Exception):
+    """A phase failed after tokens of it reached the client: the request is to go on elsewhere
+    from the tokens the client has (raised by :meth:`PhaseCalls.after_failure`; carried out by
+    :mod:`pdtrt.runtime.router.migration`)."""
+
+    def __init__(self, phase: Role, reason: MigrationReason, message: str) -> None:
+        super().__init__(message)
+        self.phase, self.reason, self.message = phase, reason, message
 
 
 def make_pools(config: RouterConfig) -> dict[Role, EndpointPool]:
@@ -129,7 +145,9 @@ class PhaseCalls:
         dead one is ejected); then :func:`~pdtrt.runtime.router.retry.decide` says what comes
         next. Returns when the phase is to be tried on another endpoint; raises
         :class:`FallBack` when the aggregated path is to serve the request, else the
-        request's :class:`PhaseError`. A retry or fallback is counted and logged."""
+        request's :class:`PhaseError`, or :class:`Migrate` when the request is to go on
+        elsewhere from the tokens its client has. A retry or fallback is counted and logged
+        (a migration where it is carried out)."""
         if endpoint is not None:
             tried.append(endpoint)
             self.prober.failed(endpoint, exc.message)
@@ -141,7 +159,8 @@ class PhaseCalls:
             other_healthy=endpoint is not None and any(  # None: choose() found none left
                 e.healthy and e not in tried for e in self.pools[role].endpoints),
             fallback_to_aggregated=self.config.fallback_to_aggregated,
-            aggregated_healthy=bool(self.pools[Role.AGGREGATED].healthy)))
+            aggregated_healthy=bool(self.pools[Role.AGGREGATED].healthy),
+            migrations_left=self.config.max_migrations - reply.timeline.migrations))
         if action is Action.RETRY:
             self.metrics.add("retries", phase=str(role))
             log.warning("request %r: %s; retrying on another %s endpoint", request.request_id,
@@ -152,7 +171,12 @@ class PhaseCalls:
             log.warning("request %r: %s; falling back to the aggregated path",
                         request.request_id, exc.message)
             raise FallBack from exc
-        raise _after_tokens(exc, num_sent) from None
+        if action is Action.MIGRATE:
+            assert endpoint is not None  # other_healthy: an endpoint failed
+            raise Migrate(role, migration_reason(healthy=endpoint.healthy,
+                                                 stalled=STOPPED_ANSWERING in exc.message),
+                          exc.message) from exc
+        raise _after_tokens(exc, num_sent, migrations=reply.timeline.migrations) from None
 
     # -- the calls ---------------------------------------------------------------------------
     async def stream(self, endpoint: Endpoint, request_type: RequestType,
@@ -228,7 +252,7 @@ class PhaseCalls:
                     if seen == 0:
                         self.queue_metric("decode_queue_s", r)
                     tokens = response_tokens(r)
-                    reply.extend(seen, tokens, response_logprobs(r))
+                    reply.extend(request.num_generated + seen, tokens, response_logprobs(r))
                     seen += len(tokens)
                     if request.streaming:
                         reply.stream()
@@ -270,9 +294,11 @@ def failure(role: Role, endpoint: Endpoint, error: str) -> str:
     return f"{role} failed{where}: {error}"
 
 
-def _after_tokens(exc: PhaseError, num_sent: int) -> PhaseError:
-    """``exc``, saying why it was not retried when tokens of the attempt reached the client."""
+def _after_tokens(exc: PhaseError, num_sent: int, *, migrations: int) -> PhaseError:
+    """``exc``, saying why it was not retried when tokens of the attempt reached the client
+    (and how often the request had been migrated, if at all)."""
     if num_sent <= 0:
         return exc
+    migrated = f"; migrated {migrations} time(s) already" if migrations else ""
     return PhaseError(f"{exc.message}; not retried: {num_sent} token(s) of this attempt had "
-                      "reached the client, and a retry could repeat or change them")
+                      f"reached the client, and a retry could repeat or change them{migrated}")

@@ -24,6 +24,7 @@ __all__ = ["RouterConfig"]
 
 # Defaults of parameters a hand-written repository may leave out (= the spec's defaults).
 DEFAULT_MAX_ATTEMPTS = 2
+DEFAULT_MAX_MIGRATIONS = 2
 DEFAULT_LIVENESS_S = 1.0
 DEFAULT_PROBE_TIMEOUT_S = 4.0
 DEFAULT_PROBE_INTERVAL_S = 2.0
@@ -39,6 +40,8 @@ class RouterConfig:
     error_output: str  # the engines' in-band error output; "" for none
     fallback_to_aggregated: bool  # a failed disaggregated path falls back to the aggregated one
     max_attempts: int  # endpoints tried per phase of one request
+    # continuations of one request on another endpoint after a mid-stream failure
+    max_migrations: int = DEFAULT_MAX_MIGRATIONS
     liveness_s: float  # silence of a phase call before its endpoint is probed; 0: never
     # a generation-only call with no response this long after it was sent has lost its KV
     # transfer (TensorRT-LLM #12542: the decode waits forever, answering probes); 0: no bound
@@ -100,6 +103,7 @@ class RouterConfig:
             error_output=p.get(Param.ERROR_OUTPUT, ""),
             fallback_to_aggregated=p.get(Param.FALLBACK_TO_AGGREGATED, "false") == "true",
             max_attempts=int(p.get(Param.MAX_ATTEMPTS) or DEFAULT_MAX_ATTEMPTS),
+            max_migrations=int(p.get(Param.MAX_MIGRATIONS, DEFAULT_MAX_MIGRATIONS)),
             liveness_s=float(p.get(Param.LIVENESS_S) or DEFAULT_LIVENESS_S),
             kv_transfer_deadline_s=float(p.get(Param.KV_TRANSFER_DEADLINE_S) or 0),
             probe_timeout_s=float(p.get(Param.PROBE_TIMEOUT_S) or DEFAULT_PROBE_TIMEOUT_S),

@@ -86,7 +86,7 @@ async def _prefill_then_decode(calls: PhaseCalls, request: RouterRequest, reply:
     tried: list[Endpoint] = []  # decode endpoints that failed this request
     while True:
         prefill = await _prefill(calls, request, reply)
-        reply.extend(0, prefill.first_tokens, prefill.first_logprobs)
+        reply.extend(request.num_generated, prefill.first_tokens, prefill.first_logprobs)
         if request.streaming and calls.config.early_first_token:
             reply.stream()  # before the cancel check: that is a round trip to the server
         if reply.cancelled(now=True):  # the client has gone: no decode

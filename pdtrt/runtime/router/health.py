@@ -39,11 +39,12 @@ from pdtrt.client.streams import StreamClient, StreamResponse, probe
 from pdtrt.runtime.router.bls_client import STUB_GONE, ResponseStream
 from pdtrt.runtime.router.pool import Endpoint, eject, readmit
 
-__all__ = ["Prober", "health_loop", "probe_due", "watched"]
+__all__ = ["STOPPED_ANSWERING", "Prober", "health_loop", "probe_due", "watched"]
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 8  # an ejected endpoint is probed at most every 8 intervals
+STOPPED_ANSWERING = "stopped answering"  # in the error of a call ended by its liveness deadline
 
 
 class Prober:
@@ -133,7 +134,7 @@ async def watched(stream: AsyncIterator[StreamResponse], *, liveness_s: float,
                     return
                 problem = await alive()
                 if problem is not None:
-                    yield StreamResponse(error=f"{what} stopped answering: {problem}")
+                    yield StreamResponse(error=f"{what} {STOPPED_ANSWERING}: {problem}")
                     return
                 continue
             if response is None:

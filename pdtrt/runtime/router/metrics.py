@@ -1,7 +1,8 @@
 """The router's Prometheus metrics: the table of what it counts, and the :class:`Metrics` made
 from it with one label set per phase, endpoint, and prefill path and reason.
 
-Requests, errors, cancellations, TTFT, per-phase queue time; per endpoint: calls, health,
+Requests, errors, cancellations, TTFT, per-phase queue time, retries and migrations (by phase
+and reason); per endpoint: calls, health,
 ejections, re-admissions, stalled calls and the KV index; and per request that succeeded,
 histograms of where its time went (:data:`~pdtrt.runtime.router.timeline.HISTOGRAMS`).
 """
@@ -15,6 +16,7 @@ from pdtrt.prefill_policy import PATH_REASONS
 from pdtrt.runtime.metrics import MetricKind, Metrics, MetricSink, MetricSpec
 from pdtrt.runtime.router.pool import EndpointPool
 from pdtrt.runtime.router.reload_losses import IN_FLIGHT_METRIC, LOST_METRIC
+from pdtrt.runtime.router.retry import MigrationReason
 from pdtrt.runtime.router.timeline import HISTOGRAMS
 
 __all__ = ["METRICS_FLUSH_S", "ROUTER_METRICS", "router_metrics"]
@@ -49,6 +51,10 @@ ROUTER_METRICS = {
     # labelled by phase
     "retries": MetricSpec("pdtrt_router_retries_total",
                           "Phase calls retried on another endpoint after a failure", _COUNTER),
+    # labelled by phase and reason (retry.MigrationReason)
+    "migrations": MetricSpec("pdtrt_router_migrations_total",
+                             "Requests continued on another endpoint after their phase died, "
+                             "stalled or failed mid-stream", _COUNTER),
     # labelled by phase and endpoint
     "calls": MetricSpec("pdtrt_router_endpoint_calls_total",
                         "Phase calls sent to each endpoint", _COUNTER),
@@ -92,6 +98,8 @@ def router_metrics(triton: MetricSink, model_name: str,
     metrics = Metrics(triton, {**ROUTER_METRICS, **HISTOGRAMS}, {"model": model_name}, by={
         **{key: phase_labels for key in _BY_PHASE},
         "paths": [{"path": str(path), "reason": str(reason)} for path, reason in PATH_REASONS],
+        "migrations": [{"phase": str(role), "reason": str(reason)}
+                       for role in PHASE_ROLES for reason in MigrationReason],
         **{key: endpoint_labels for key in _BY_ENDPOINT}}, flush_s=METRICS_FLUSH_S)
     for labels in endpoint_labels:
         metrics.set("healthy", 1, **labels)

@@ -74,7 +74,7 @@ from pdtrt.engine_io import ROUTER_IO
 from pdtrt.errors import InvalidRequestError, PhaseError
 from pdtrt.runtime.faults import FaultInjection
 from pdtrt.runtime.request_parsing import RouterRequest, StopRequest, parse_router_request
-from pdtrt.runtime.router import paths
+from pdtrt.runtime.router import migration
 from pdtrt.runtime.router.calls import PhaseCalls, make_pools
 from pdtrt.runtime.router.config import RouterConfig
 from pdtrt.runtime.router.metrics import router_metrics
@@ -166,7 +166,7 @@ class TritonPythonModel:
             assert isinstance(request, RouterRequest)
             routed = request
             reply.counts, reply.num_prompt = request.counts, len(request.prompt)
-            await paths.serve(self.calls, request, reply)
+            await migration.serve(self.calls, request, reply)
             if reply.done and not reply.stopped:
                 observe(self.metrics, reply.timeline, end_s=self.clock(),
                         num_in=len(request.prompt), num_out=len(reply.tokens))

@@ -125,7 +125,8 @@ class Reply:
     def finish(self, request: RouterRequest) -> None:
         """The final response: the unsent rest (streaming) or the whole output."""
         if not request.streaming:
-            full = self.tokens if request.exclude_input else [*request.prompt, *self.tokens]
+            full = self.tokens if request.exclude_input else [*request.client_prompt,
+                                                               *self.tokens]
             self.triton.send(self.incoming, self._outputs(full, 0), final=True)
             self.timeline.token_out(self.clock())  # no streamed TTFT: it is the whole answer
         elif rest := self.tokens[self.num_streamed:]:

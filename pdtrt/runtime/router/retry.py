@@ -16,11 +16,17 @@ The rules, in order:
 - Else **fall back** to the aggregated path when the failure is on the prefill-then-decode path,
   ``fallback_to_aggregated`` is set, nothing of the failed attempt reached the client, the client
   has not cancelled, and the aggregated pool has a healthy endpoint.
+- Else **migrate** when tokens of the failed attempt reached a client still waiting, the request
+  has been migrated fewer than ``max_migrations`` times, and the phase's pool has a healthy
+  endpoint not tried yet: the request goes on from the tokens the client has
+  (:mod:`pdtrt.runtime.router.migration`).
 - Else **fail**: the request ends with the phase's error.
 
-Once a token of an attempt has reached the client, nothing is retried: a retry could repeat or
-change it. (A retry that answers with another token where the client already has one is refused
-by :meth:`pdtrt.runtime.router.reply.Reply.extend`, which raises; not decided here.)
+Once a token of an attempt has reached the client, the attempt is never retried from the
+start: a retry could repeat or change it. It is continued instead (migrate), each token the
+client has kept as it is. (A retry that answers with another token where the client already
+has one is refused by :meth:`pdtrt.runtime.router.reply.Reply.extend`, which raises; not
+decided here.)
 """
 
 from __future__ import annotations
@@ -30,13 +36,30 @@ from enum import StrEnum
 
 from pdtrt.engine_io import Role
 
-__all__ = ["Action", "Failure", "decide"]
+__all__ = ["Action", "Failure", "MigrationReason", "decide", "migration_reason"]
 
 
 class Action(StrEnum):
     RETRY = "retry"  # the same phase again, on another endpoint of its pool
+    MIGRATE = "migrate"  # the request goes on from the tokens the client has, elsewhere
     FALL_BACK = "fall back"  # the aggregated path serves the request instead
     FAIL = "fail"  # the request ends with the phase's error
+
+
+class MigrationReason(StrEnum):
+    """Why a request was migrated (the ``reason`` label of ``pdtrt_router_migrations_total``)."""
+
+    DIED = "died"  # the endpoint failed its health probe (its process is gone)
+    STALLED = "stalled"  # it sent nothing for the liveness deadline and failed its probe then
+    ERROR = "error"  # it answered the call with an error, and its probe still
+
+
+def migration_reason(*, healthy: bool, stalled: bool) -> MigrationReason:
+    """The reason of a migration, from the failed endpoint's health after the failure was
+    probed and whether its call ended at the liveness deadline."""
+    if stalled:
+        return MigrationReason.STALLED
+    return MigrationReason.ERROR if healthy else MigrationReason.DIED
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +75,7 @@ class Failure:
     other_healthy: bool  # the phase's pool has a healthy endpoint not tried yet
     fallback_to_aggregated: bool  # the router's switch
     aggregated_healthy: bool  # the aggregated pool has a healthy endpoint
+    migrations_left: int = 0  # how many more times the request may be migrated
 
 
 def decide(failure: Failure) -> Action:
@@ -64,4 +88,6 @@ def decide(failure: Failure) -> Action:
     if (f.phase is not Role.AGGREGATED and f.fallback_to_aggregated and untouched
             and f.aggregated_healthy):
         return Action.FALL_BACK
+    if (f.num_sent > 0 and not f.cancelled and f.migrations_left > 0 and f.other_healthy):
+        return Action.MIGRATE
     return Action.FAIL

@@ -26,6 +26,11 @@ window:
 ``pdtrt_request_e2e_seconds``         arrival -> the final response
 ``pdtrt_request_input_tokens``        prompt tokens
 ``pdtrt_request_output_tokens``       output tokens
+``pdtrt_request_migration_seconds``   per migration (:mod:`~pdtrt.runtime.router.migration`):
+                                      the client's last token before the failure -> its next
+                                      token, from the continuation -- the time the migration
+                                      added, the liveness deadline included (and one ordinary
+                                      inter-token gap)
 ====================================  ===========================================================
 
 The aggregated path has no prefill / KV / decode observations. Failed and cancelled requests
@@ -35,7 +40,7 @@ are not observed (they are counted by ``pdtrt_router_errors_total`` /
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pdtrt.runtime.metrics import MetricKind, Metrics, MetricSpec
 
@@ -68,6 +73,9 @@ HISTOGRAMS = {  # literal names: tests read them back from the sources
                                TOKEN_BUCKETS),
     "output_tokens": MetricSpec("pdtrt_request_output_tokens", "Output tokens per request", _H,
                                 TOKEN_BUCKETS),
+    "migration": MetricSpec("pdtrt_request_migration_seconds", "Time a migration added: the "
+                            "client's last token before the failure to its next one, seconds",
+                            _H, LATENCY_BUCKETS_S),
 }
 
 
@@ -84,6 +92,14 @@ class Timeline:
     decode_last_s: float | None = None
     first_token_s: float | None = None
     last_token_s: float | None = None
+    migrations: int = 0  # times the request went on elsewhere after a mid-stream failure
+    migration_gaps_s: list[float] = field(default_factory=list)  # what each one added
+    migrated_after_s: float | None = None  # a migration's gap, open until the next token
+
+    def migrated(self, now_s: float) -> None:
+        """The request goes on elsewhere: its gap runs from the last token out (else now)."""
+        self.migrations += 1
+        self.migrated_after_s = self.last_token_s if self.last_token_s is not None else now_s
 
     def call(self, now_s: float) -> None:
         """A phase call goes out (the first one ends the router's queue time)."""
@@ -96,6 +112,9 @@ class Timeline:
         self.decode_last_s = now_s
 
     def token_out(self, now_s: float) -> None:
+        if self.migrated_after_s is not None:
+            self.migration_gaps_s.append(max(0.0, now_s - self.migrated_after_s))
+            self.migrated_after_s = None
         if self.first_token_s is None:
             self.first_token_s = now_s
         self.last_token_s = now_s
@@ -122,3 +141,5 @@ def observe(metrics: Metrics, t: Timeline, *, end_s: float, num_in: int, num_out
     for key, value in spans.items():
         if value is not None:
             metrics.observe(key, value)
+    for gap_s in t.migration_gaps_s:
+        metrics.observe("migration", gap_s)
