@@ -169,31 +169,36 @@ def sharing_issues(spec: DeploymentSpec) -> Iterator[SpecIssue]:
         yield SpecIssue(path="serving.share_gpus",
                         message=f"the pools are on {spec.prefill.gpu} and {spec.decode.gpu}, "
                         "two hosts: only engines of one host can share its GPUs")
-    fractions = {}
     for phase in Phase:
-        engine = spec.pool(phase).engine
-        if "kv_cache_free_gpu_mem_fraction" not in engine.model_fields_set:
+        if "kv_cache_free_gpu_mem_fraction" not in spec.pool(phase).engine.model_fields_set:
             yield SpecIssue(path=f"{phase}.engine.kv_cache_free_gpu_mem_fraction",
                             message="serving.share_gpus: set this pool's fraction (e.g. 0.3) "
                             "so the engines sharing a GPU leave each other room")
-        fractions[phase] = engine.kv_cache_free_gpu_mem_fraction
+    fractions = _shared_fractions(spec, [(str(p), p, spec.pool(p).instances) for p in Phase])
     total = sum(fractions.values())
     if total > SHARED_FRACTION_SUM:
+        shown = " + ".join(f"{name}'s {param_number(v)}" for name, v in fractions.items())
         yield SpecIssue(path="decode.engine.kv_cache_free_gpu_mem_fraction",
-                        message="serving.share_gpus: prefill's "
-                        f"{param_number(fractions[Phase.PREFILL])} + decode's "
-                        f"{param_number(fractions[Phase.DECODE])} = "
-                        f"{param_number(total)} of the free memory; at most "
-                        f"{SHARED_FRACTION_SUM} leaves the engine that loads last room")
+                        message=f"serving.share_gpus: {shown} = {param_number(total)} of the "
+                        f"free memory; at most {SHARED_FRACTION_SUM} leaves the engine that "
+                        "loads last room")
+
+
+def _shared_fractions(spec: DeploymentSpec, engines: Sequence[tuple[str, Phase, int]]
+                      ) -> dict[str, float]:
+    """What each engine model sharing the GPUs gives its KV caches: its pool's fraction
+    times its instances (name, the pool whose engine settings it runs, instances)."""
+    return {name: spec.pool(phase).engine.kv_cache_free_gpu_mem_fraction * instances
+            for name, phase, instances in engines}
 
 
 def _check_shared(spec: DeploymentSpec, engines: list[EnginePlacement]) -> None:
-    """Sharing GPUs, the aggregated baseline takes the prefill's fraction a second time
-    (its options use the prefill pool's engine settings): refuse a sum without room."""
-    if not spec.serving.share_gpus or "aggregated" not in {e.model for e in engines}:
+    """The spec's rule (:func:`sharing_issues`) for the engine models this repository
+    really holds: the aggregated baseline takes the prefill's fraction once more (its options
+    use the prefill pool's engine settings). Refuses a sum without room."""
+    if not spec.serving.share_gpus:
         return
-    fractions = {e.model: spec.pool(e.phase).engine.kv_cache_free_gpu_mem_fraction
-                 * e.instances for e in engines}
+    fractions = _shared_fractions(spec, [(e.model, e.phase, e.instances) for e in engines])
     total = sum(fractions.values())
     if total > SHARED_FRACTION_SUM:
         shown = " + ".join(f"{m} {v:g}" for m, v in fractions.items())

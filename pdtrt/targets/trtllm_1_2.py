@@ -64,6 +64,7 @@ from pdtrt.targets.llm_args import LlmArgsFacts, load_llm_args
 from pdtrt.targets.llm_memory import memory_notes, plan_memory
 from pdtrt.targets.llm_options import (
     OPTIONS_FILE,
+    LlmOption,
     aggregated_options,
     aggregated_settings,
     check_options,
@@ -165,8 +166,6 @@ class Trtllm12Target(ContainerTarget):
         dep = ctx.dep
         memory = plan_memory(dep, phase, settings)
         options = phase_options(dep, phase, settings, memory)
-        file = ctx.layout.phase_dir(phase) / OPTIONS_FILE
-        check_options(self.llm_args, options_mapping(options), file=file)
         steps: list[BuildStep] = []
         notes: list[str] = []
         if dep.spec.weights(phase) is WeightQuant.FP8:
@@ -184,13 +183,9 @@ class Trtllm12Target(ContainerTarget):
         notes += memory_notes(memory)
         if phase is Phase.PREFILL:  # the phase's own options stay its last step
             steps.append(self._aggregated_step(ctx, settings))
-        steps.append(BuildStep(
-            name=f"{phase}-{StepKind.LLM_OPTIONS}", kind=StepKind.LLM_OPTIONS, phase=phase,
-            argv=(), inputs=(), output_dir=ctx.layout.phase_dir(phase),
-            log_file=ctx.logs_dir / f"{phase}-{StepKind.LLM_OPTIONS}.log", gpu=None,
-            what=f"writes {file}: the LLM-API options above, checked against "
-            f"{self.llm_args.cite()}",
-            content=options_yaml(options, serves=f"phase {phase}", deployment=dep.spec.name)))
+        steps.append(self._options_step(ctx, options, prefix=str(phase), phase=phase,
+                                        out=ctx.layout.phase_dir(phase),
+                                        serves=f"phase {phase}", what="the LLM-API options above"))
         return PhaseBuild(settings=with_options(settings, options), notes=tuple(notes),
                           steps=tuple(steps))
 
@@ -201,18 +196,25 @@ class Trtllm12Target(ContainerTarget):
         settings = aggregated_settings(prefill, ctx.chosen[Phase.DECODE])
         options = aggregated_options(dep, settings, plan_memory(dep, Phase.PREFILL, settings,
                                                                 aggregated=True))
-        file = ctx.layout.aggregated_dir / OPTIONS_FILE
+        return self._options_step(
+            ctx, options, prefix="aggregated", phase=Phase.PREFILL,
+            out=ctx.layout.aggregated_dir, serves="the aggregated baseline",
+            what="the aggregated baseline's options (the prefill's engine with the decode's "
+            f"max_batch_size {settings['max_batch_size']}, overlap scheduler and CUDA graphs "
+            "on, no cache transceiver)")
+
+    def _options_step(self, ctx: BuildContext, options: tuple[LlmOption, ...], *, prefix: str,
+                      phase: Phase, out: Path, serves: str, what: str) -> BuildStep:
+        """The in-process step writing ``options`` to ``out``'s options file, checked
+        against the pinned LlmArgs first (:class:`BuildRejected` naming the file)."""
+        file = out / OPTIONS_FILE
         check_options(self.llm_args, options_mapping(options), file=file)
         return BuildStep(
-            name=f"aggregated-{StepKind.LLM_OPTIONS}", kind=StepKind.LLM_OPTIONS,
-            phase=Phase.PREFILL, argv=(), inputs=(), output_dir=ctx.layout.aggregated_dir,
-            log_file=ctx.logs_dir / f"aggregated-{StepKind.LLM_OPTIONS}.log", gpu=None,
-            what=f"writes {file}: the aggregated baseline's options (the prefill's engine with "
-            f"the decode's max_batch_size {settings['max_batch_size']}, overlap scheduler and "
-            "CUDA graphs on, no cache transceiver), checked against "
-            f"{self.llm_args.cite()}",
-            content=options_yaml(options, serves="the aggregated baseline",
-                                 deployment=dep.spec.name))
+            name=f"{prefix}-{StepKind.LLM_OPTIONS}", kind=StepKind.LLM_OPTIONS, phase=phase,
+            argv=(), inputs=(), output_dir=out,
+            log_file=ctx.logs_dir / f"{prefix}-{StepKind.LLM_OPTIONS}.log", gpu=None,
+            what=f"writes {file}: {what}, checked against {self.llm_args.cite()}",
+            content=options_yaml(options, serves=serves, deployment=ctx.dep.spec.name))
 
     def _quantize_step(self, ctx: BuildContext, phase: Phase) -> BuildStep:
         """ModelOpt FP8 post-training quantization, exported as a Hugging Face checkpoint."""
