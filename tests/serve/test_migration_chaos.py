@@ -70,7 +70,9 @@ def test_a_decode_endpoint_killed_mid_stream_loses_no_request(served):
         assert got.error is None and got.final_seen, (i, got.error)
         assert "".join(got.texts) == "".join(expected[i].texts), i  # each token once, none lost
     assert metric(metrics_url, "pdtrt_router_migrations_total", phase="decode") > before
-    assert metric(metrics_url, "pdtrt_request_migration_seconds_count") >= 1
+    # a request's histograms are observed after its final response went out: wait for them
+    assert wait_for(lambda: metric(metrics_url, "pdtrt_request_migration_seconds_count") >= 1,
+                    timeout_s=20)
     # the survivors let go of every KV they held for a decode (pulled, or expired at
     # kv_transfer.timeout_s)
     assert wait_for(lambda: sum(metric(metrics_url, "pdtrt_kv_held_buffers", model=m)
