@@ -15,6 +15,11 @@ exactly the greedy continuation `transformers` computes for its prompt (EOS off)
 or failed one a prefix of it. Everything is seeded (`--seed`), bounded in time (the duration,
 a per-request timeout) and in count (rate x duration + burst).
 
+`--pools` (issue 43) serves `docs/examples/reference-cpu-pools.yaml` (two prefill and two decode
+endpoints on one server) and kills, every `--kill-every-s`, one endpoint drawn at random (seeded)
+from every phase model of the pools: the router retries a prefill elsewhere and migrates a
+decode's streams to the other endpoint, so here a failed request is a failed soak, kills or not.
+
 `--mix` (issue 24) sends a seeded mix instead: token-id streams to the router (the only ones a
 client cancels), and text requests to `ensemble` and `ensemble_aggregated`, streaming and not
 (checked for a clean end; their text is not compared). Every run counts the Python-backend
@@ -344,13 +349,28 @@ def sampler(server: Server, t0: float, every_s: float, stop: threading.Event,
         stop.wait(every_s)
 
 
+def pool_models(spec: Path) -> tuple[str, ...]:
+    """Every phase model of ``spec``'s prefill and decode pools (models of this server)."""
+    from pdtrt.enums import Phase
+    from pdtrt.spec.load import load_spec
+
+    loaded = load_spec(spec)
+    return tuple(e.model for phase in (Phase.PREFILL, Phase.DECODE)
+                 for e in loaded.pool_endpoints(phase) if not e.url)
+
+
 def killer(server: Server, t0: float, every_s: float, until_s: float, stop: threading.Event,
-           kills: list[dict]) -> None:
+           kills: list[dict], victims: tuple[str, ...] | None = None,
+           rng: np.random.Generator | None = None) -> None:
     """Kill prefill and decode in turn every ``every_s`` until ``until_s`` (the arrivals' end:
-    the requests still queued after it finish without kills)."""
+    the requests still queued after it finish without kills); with ``victims`` (pools), one of
+    them drawn by ``rng`` each time instead."""
     turn = 0
     while not stop.wait(every_s) and time.monotonic() - t0 < until_s:
-        phase = PHASES[turn % 2]
+        if victims and rng is not None:
+            phase = victims[int(rng.integers(len(victims)))]
+        else:
+            phase = PHASES[turn % 2]
         turn += 1
         pid = server.stub(phase)
         if pid is None:
@@ -398,7 +418,8 @@ async def soak(args: argparse.Namespace, server: Server,
     stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
     metrics = server.info["endpoints"]["metrics"]
     counters = ("pdtrt_router_retries_total", "pdtrt_router_fallbacks_total",
-                "pdtrt_router_errors_total", "pdtrt_router_cancelled_total")
+                "pdtrt_router_migrations_total", "pdtrt_router_errors_total",
+                "pdtrt_router_cancelled_total")
     before = {name: _metric(metrics, name) for name in counters}
     samples: list[dict] = []
     kills: list[dict] = []
@@ -408,10 +429,11 @@ async def soak(args: argparse.Namespace, server: Server,
     background = [threading.Thread(target=sampler, daemon=True,
                                    args=(server, t0, args.sample_every_s, stop, samples))]
     if args.kill_every_s > 0:
-        background.append(threading.Thread(target=killer, daemon=True,
-                                           args=(server, t0, args.kill_every_s,
-                                                 args.duration_s + (1.0 if args.burst else 0.0),
-                                                 stop, kills)))
+        victims = pool_models(args.spec) if args.pools else None
+        background.append(threading.Thread(
+            target=killer, daemon=True,
+            args=(server, t0, args.kill_every_s, args.duration_s + (1.0 if args.burst else 0.0),
+                  stop, kills, victims, np.random.default_rng(args.seed + 1))))
     for thread in background:
         thread.start()
 
@@ -502,11 +524,12 @@ def markdown(result: dict) -> str:
              f"burst {a['burst']}, kills every {a['kill_every_s']} s, "
              f"cancel share {a['cancel_share']}, seed {a['seed']}", "",
              "| requests | ok (exact) | failed | cancelled | router retries | fallbacks | "
-             "tokens lost / duplicated / changed | elapsed s |", "|" + "---|" * 8,
+             "migrations | tokens lost / duplicated / changed | elapsed s |", "|" + "---|" * 9,
              f"| {result['requests']} | {result['ok']} ({result['completed_exact']}) | "
              f"{result['failed']} | {result['cancelled']} | "
              f"{result['router']['pdtrt_router_retries_total']:g} | "
              f"{result['router']['pdtrt_router_fallbacks_total']:g} | "
+             f"{result['router'].get('pdtrt_router_migrations_total', 0):g} | "
              f"{result['tokens_lost_completed']} / {result['tokens_duplicated']} / "
              f"{result['tokens_changed']} | {result['elapsed_s']} |", "",
              "| window from s | requests | ok | failed | TTFT p50 / p99 ms | ITL p50 / p99 ms |",
@@ -525,7 +548,7 @@ def markdown(result: dict) -> str:
                      f"{s['server']['sockets']} | {rss} | {s['client']['sockets']} | "
                      f"{s['kv_held']:g} | {s['shm']['files']} ({s['shm']['mib']}) |")
     if result["kills"]:
-        lines += ["", "| kill at s | phase | ready again after s |", "|---|---|---|"]
+        lines += ["", "| kill at s | phase model | ready again after s |", "|---|---|---|"]
         lines += [f"| {k['t_s']} | {k['phase']} | {k.get('ready_again_s', k.get('skipped'))} |"
                   for k in result["kills"]]
     if len(result.get("by_target", {})) > 1:
@@ -545,8 +568,10 @@ def verdict(result: dict) -> list[str]:
         why.append(f"{result['unexplained_stub_deaths']} stub(s) died that were not killed")
     if result["kernel_faults"]:
         why.append(f"{len(result['kernel_faults'])} Triton fault(s) in the kernel log")
-    if not result["args"]["kill_every_s"] and result["failed"]:
-        why.append(f"{result['failed']} request(s) failed without a kill")
+    if result["failed"] and (result["args"]["pools"] or not result["args"]["kill_every_s"]):
+        why.append(f"{result['failed']} request(s) failed "
+                   + ("(pools: a kill must cost no request)" if result["args"]["pools"]
+                      else "without a kill"))
     if result["tokens_lost_completed"] or result["tokens_duplicated"] or result["tokens_changed"]:
         why.append("tokens lost, duplicated or changed")
     return why
@@ -554,7 +579,9 @@ def verdict(result: dict) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--spec", type=Path, default=ROOT / "docs/examples/reference-cpu.yaml")
+    p.add_argument("--spec", type=Path, default=None,
+                   help="default: docs/examples/reference-cpu.yaml (with --pools: "
+                        "reference-cpu-pools.yaml)")
     p.add_argument("--duration-s", type=float, default=1800)
     p.add_argument("--rate", type=float, default=2.0, help="arrivals per second (Poisson)")
     p.add_argument("--streams", type=int, default=64, help="most requests in flight")
@@ -571,7 +598,13 @@ def main() -> None:
     p.add_argument("--mix", action="store_true",
                    help="router streams and both ensembles, streaming and not")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/soak")
+    p.add_argument("--pools", action="store_true",
+                   help="serve pools; each kill hits one endpoint at random; no request may "
+                        "fail")
     args = p.parse_args()
+    if args.spec is None:
+        args.spec = ROOT / "docs/examples" / ("reference-cpu-pools.yaml" if args.pools
+                                              else "reference-cpu.yaml")
     rng = np.random.default_rng(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="pdtrt-soak-"))
     faults_before = _triton_faults()
