@@ -16,13 +16,14 @@ from pdtrt.endpoints import EndpointSpec
 from pdtrt.engine_io import KV_CAPACITY_CURSOR, KV_EVENTS_OUTPUT, Param, Role
 from pdtrt.enums import Routing
 from pdtrt.runtime.request_parsing import KV_EVENTS_CURSOR
-from pdtrt.runtime.router.kv_capacity import KvCapacity, capacity_cost
+from pdtrt.runtime.router.kv_capacity import KvCapacity
+from pdtrt.runtime.router.kv_upkeep import capacity_cost
 from pdtrt.runtime.router.pool import Endpoint, EndpointPool, eject, outstanding
-from tests.runtime.fake_triton import tokens_out
 from tests.runtime.test_engine_model import ended_once as engine_ended_once
 from tests.runtime.test_engine_model import engine_model, kv_events  # noqa: F401 -- fixture
 from tests.runtime.test_engine_model import request as engine_request
-from tests.runtime.test_router_model import OUTPUT, PARAMS, ended_once, route
+from tests.runtime.test_kv_routing import phase_answer
+from tests.runtime.test_router_model import OUTPUT, ended_once, route
 
 TPB = 16
 SMALL_BLOCKS, LARGE_BLOCKS = 16, 48  # an "L40S" and an "H100": a third of the blocks
@@ -112,11 +113,7 @@ def capacity_fleet(reported):
         if KV_EVENTS_CURSOR in call.inputs:
             text = json.dumps(reported.get(call.model, {}))
             return [{KV_EVENTS_OUTPUT: np.array([text.encode()], dtype=np.object_)}]
-        if call.is_stop:
-            return []
-        if call.model.startswith("prefill"):
-            return [tokens_out(OUTPUT[0], context_phase_params=PARAMS)]
-        return [tokens_out(t) for t in OUTPUT]
+        return phase_answer(call)
     return answer
 
 

@@ -24,18 +24,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pdtrt.client.streams import StreamClient
 from pdtrt.engine_io import KV_CAPACITY_CURSOR
 from pdtrt.runtime.router.kv_index import ask
 
-if TYPE_CHECKING:
-    from pdtrt.runtime.router.pool import Endpoint
-
-__all__ = ["KvCapacity", "capacity_cost", "poll_capacity"]
+__all__ = ["KvCapacity", "poll_capacity"]
 
 
 @dataclass
@@ -76,16 +71,6 @@ class KvCapacity:
         tpb = self.tokens_per_block
         used = max(self.used_blocks * instances, math.ceil(reserved_tokens / tpb))
         return (used + math.ceil(need_tokens / tpb)) / (self.max_blocks * instances)
-
-
-def capacity_cost(need_tokens: int) -> Callable[[Endpoint], float]:
-    """The ``kv_capacity`` cost of a call that needs ``need_tokens`` of KV at an endpoint: its
-    used fraction after the call (see the module docstring)."""
-    def cost(e: Endpoint) -> float:
-        return e.capacity.used_fraction(instances=e.spec.instances,
-                                        reserved_tokens=e.reserved_tokens,
-                                        need_tokens=need_tokens)
-    return cost
 
 
 async def poll_capacity(client: StreamClient, model: str, capacity: KvCapacity, *,

@@ -23,11 +23,11 @@ from pdtrt.runtime.metrics import Metrics
 from pdtrt.runtime.request_parsing import RouterRequest
 from pdtrt.runtime.router.config import RouterConfig
 from pdtrt.runtime.router.health import Prober
-from pdtrt.runtime.router.kv_capacity import capacity_cost, poll_capacity
+from pdtrt.runtime.router.kv_capacity import poll_capacity
 from pdtrt.runtime.router.kv_index import poll
 from pdtrt.runtime.router.pool import Endpoint, EndpointPool, Routing
 
-__all__ = ["KV_POLLED", "KvUpkeep"]
+__all__ = ["KV_POLLED", "KvUpkeep", "capacity_cost"]
 
 KV_POLLED = (Routing.KV_AWARE, Routing.KV_CAPACITY)  # routings that poll the engines
 
@@ -130,3 +130,13 @@ class KvUpkeep:
     def forget(self, request: RouterRequest) -> None:
         """The request has ended: its block hashes go."""
         self._hashes.pop(id(request), None)
+
+
+def capacity_cost(need_tokens: int) -> Callable[[Endpoint], float]:
+    """The ``kv_capacity`` cost of a call that needs ``need_tokens`` of KV at an endpoint: its
+    used fraction after the call (:mod:`pdtrt.runtime.router.kv_capacity`)."""
+    def cost(e: Endpoint) -> float:
+        return e.capacity.used_fraction(instances=e.spec.instances,
+                                        reserved_tokens=e.reserved_tokens,
+                                        need_tokens=need_tokens)
+    return cost
