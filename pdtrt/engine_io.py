@@ -378,6 +378,13 @@ KV_EVENTS_OUTPUT = "kv_events"
 blocks they hold, as JSON in this output (:mod:`pdtrt.runtime.engine.kv_events`): what a
 router's KV index is fed from."""
 
+KV_CAPACITY_CURSOR = "capacity"
+"""The ``kv_events_cursor`` that asks for the engine's KV capacity instead of its blocks: the
+answer (JSON in :data:`KV_EVENTS_OUTPUT`) is ``{"max_blocks", "used_blocks",
+"tokens_per_block"}`` from the LLM API's latest ``kvCacheStats`` (``{}`` before it has any),
+with or without block reuse -- what ``kv_capacity`` routing reads
+(:mod:`pdtrt.runtime.router.kv_capacity`)."""
+
 KV_EVENT_BUFFER = 4096
 """KV cache events an engine keeps between two drains (``event_buffer_max_size``, which
 LlmArgs defaults to 0: none) when block reuse is on; the engine model drains every 50 ms."""

@@ -124,6 +124,7 @@ class Routing(StrEnum):
     LEAST_LOAD = "least_load"  # least outstanding tokens, then calls, per instance
     ROUND_ROBIN = "round_robin"  # the least recently chosen
     KV_AWARE = "kv_aware"  # least cost: net-new prompt tokens there, weighted, plus load
+    KV_CAPACITY = "kv_capacity"  # the least used fraction of its KV blocks after the request
 
 
 class Sampler(StrEnum):

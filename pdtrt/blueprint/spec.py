@@ -336,8 +336,11 @@ class RouterSection(_Section):
         "per instance), round_robin, or kv_aware (least net-new prompt tokens there -- the "
         "prompt minus the prefix its KV cache holds, from the engines' KV events -- times "
         "kv_overlap_weight, plus outstanding tokens per instance; needs "
-        "engine.enable_block_reuse on a pool). kv_aware also gives conditional "
-        "disaggregation its net-new count. docs/serve.md, KV-aware routing.")] = \
+        "engine.enable_block_reuse on a pool), or kv_capacity (the least used fraction of "
+        "the endpoint's KV blocks once the request is there, from the engines' KV stats: "
+        "endpoints of different sizes, a decode pool mixing GPU types, fill in proportion). "
+        "kv_aware also gives conditional disaggregation its net-new count. docs/serve.md, "
+        "KV-aware routing.")] = \
         Routing.LEAST_LOAD
     kv_overlap_weight: float = Field(
         default=1.0, ge=0, description="kv_aware routing: what one prompt token to prefill "

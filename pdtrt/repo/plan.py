@@ -195,7 +195,12 @@ def _check_conditional(spec: DeploymentSpec, decode: PhaseLimits) -> None:
 
 def _check_kv_routing(spec: DeploymentSpec) -> None:
     """KV-aware routing reads the engines' KV events: block reuse on a pool, an engine model
-    that publishes them (pdtrt's LLM-API one), and one block size to hash prompts by."""
+    that publishes them (pdtrt's LLM-API one), and one block size to hash prompts by; KV-capacity
+    routing reads their KV stats, which only pdtrt's LLM-API engine model answers with."""
+    if spec.router.routing is Routing.KV_CAPACITY and spec.target is Target.TRTLLM_0_21:
+        raise RepoError("router.routing kv_capacity is not supported on trtllm-0.21: NVIDIA's "
+                        "tensorrt_llm model does not answer KV-capacity requests",
+                        hint="use target trtllm-1.2, or router.routing least_load")
     if spec.router.routing is not Routing.KV_AWARE:
         return
     if spec.target is Target.TRTLLM_0_21:

@@ -12,6 +12,7 @@ from pdtrt.enums import ServingMode
 from pdtrt.errors import InfeasibleError
 from pdtrt.perf.estimate import ServingConfig
 from pdtrt.perf.factors import EfficiencyFactors
+from pdtrt.perf.hardware import Instance
 from pdtrt.sim.scheduling import BatchPolicy, RoutingPolicy
 from pdtrt.sim.workload import SimWorkload
 from pdtrt.workload.slo import SLO
@@ -39,8 +40,15 @@ class SimConfig:
     # a request whose prompt fits the decode engine's step is prefilled there too; 0: never
     # (both only for a disaggregated configuration)
     max_prefill_queue_depth: float = 0.0
+    # a mixed decode pool: (instance, count) of other GPU types beside the serving config's
+    # decode replicas (disaggregated only), and how a decode replica is chosen
+    extra_decode: tuple[tuple[Instance, int], ...] = ()
+    decode_routing: RoutingPolicy = RoutingPolicy.LEAST_LOADED
 
     def __post_init__(self) -> None:
+        if self.extra_decode and self.serving.mode is not ServingMode.DISAGGREGATED:
+            raise InfeasibleError("extra_decode (a mixed decode pool) needs a disaggregated "
+                                  "serving configuration")
         if self.num_requests < 1:
             raise InfeasibleError(f"num_requests must be >= 1, got {self.num_requests}")
         if self.max_local_prefill_tokens < 0:

@@ -87,6 +87,7 @@ class Replica:
     num_steps: int = 0
     num_paused: int = 0  # requests paused to free KV blocks (max-utilization)
     peak_running: int = 0  # most requests it ran at once
+    peak_used_blocks: int = 0  # most KV blocks it held at once
     prefix_warm: bool = False  # holds the workload's shared prefix (block reuse)
     held: dict[int, int] = field(default_factory=dict)
     outstanding_tokens: int = 0  # tokens its requests still stand for (kv-aware routing)
@@ -115,6 +116,7 @@ class Replica:
             return False
         self.used_blocks += need
         req.blocks += need
+        self.peak_used_blocks = max(self.peak_used_blocks, self.used_blocks)
         return True
 
     def release(self, req: Request) -> None:

@@ -22,7 +22,9 @@ Prefill replicas reserve the prompt only.
 Routing: ``round-robin`` or ``least-loaded`` (fewest requests held, then the least recently
 chosen, as the router's pools break ties); ``kv-aware`` is least-loaded with a cost first (each
 request's net-new tokens per replica, which the state knows: :meth:`pdtrt.sim.state.SimState.
-choose`).
+choose`). ``kv-capacity`` (decode only; the router's ``kv_capacity``) is least-loaded with the
+used fraction of the replica's KV blocks after the request first, so a decode pool mixing GPU
+types (:attr:`pdtrt.sim.config.SimConfig.extra_decode`) fills in proportion.
 
 A decode replica's ``local_waiting`` requests (conditional disaggregation: it prefills them
 itself) are admitted like an aggregated replica's new requests.
@@ -51,6 +53,7 @@ class RoutingPolicy(StrEnum):
     ROUND_ROBIN = "round-robin"
     LEAST_LOADED = "least-loaded"
     KV_AWARE = "kv-aware"  # least net-new prompt tokens x weight + outstanding tokens
+    KV_CAPACITY = "kv-capacity"  # decode: the least used fraction of its KV blocks after it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,4 +195,5 @@ class _LeastLoaded:
 ROUTERS: dict[RoutingPolicy, Callable[[], Router]] = {
     RoutingPolicy.ROUND_ROBIN: _RoundRobin,
     RoutingPolicy.LEAST_LOADED: _LeastLoaded,
+    RoutingPolicy.KV_CAPACITY: _LeastLoaded,  # with its cost first (State.choose)
 }

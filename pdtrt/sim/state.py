@@ -13,6 +13,7 @@ from collections import deque
 
 from pdtrt.enums import ServingMode
 from pdtrt.perf.link import kv_transfer_s
+from pdtrt.perf.scheduling import kv_blocks
 from pdtrt.prefill_policy import PrefillPath, PrefillPolicy, Reason, choose_path
 from pdtrt.sim.config import SimConfig
 from pdtrt.sim.entities import Link, Replica, ReplicaRole, Request
@@ -42,14 +43,17 @@ class SimState:
             self.replicas[ReplicaRole.PREFILL] = [
                 Replica(index=i, role=ReplicaRole.PREFILL, instance=s.prefill, kv_blocks=kv_p)
                 for i in range(s.prefill_instances)]
+            decodes = [s.decode] * s.decode_instances + [
+                inst for inst, n in config.extra_decode for _ in range(n)]
             self.replicas[ReplicaRole.DECODE] = [
-                Replica(index=i, role=ReplicaRole.DECODE, instance=s.decode, kv_blocks=kv_d)
-                for i in range(s.decode_instances)]
+                Replica(index=i, role=ReplicaRole.DECODE, instance=inst,
+                        kv_blocks=kv_d if inst is s.decode else inst.memory(seq).kv_blocks)
+                for i, inst in enumerate(decodes)]
         self.links = [Link(index=i) for i in range(len(self.replicas.get(ReplicaRole.DECODE,
                                                                           [])))]
         # kv-aware is least-loaded with its cost first (State.choose)
         self.route_entry = ROUTERS.get(config.routing, ROUTERS[RoutingPolicy.LEAST_LOADED])()
-        self.route_decode = ROUTERS[RoutingPolicy.LEAST_LOADED]()
+        self.route_decode = ROUTERS[config.decode_routing]()
         self.requests: list[Request] = []
         self.closed_loop_backlog: deque[Conversation] = deque()
         self.conversations: dict[int, Conversation] = {}  # the turns still to send
@@ -90,10 +94,14 @@ class SimState:
     def choose(self, role: ReplicaRole, req: Request) -> Replica:
         """The replica of ``role`` that gets ``req``: with kv-aware routing the least
         ``(isl - cached there) x kv_overlap_weight + outstanding tokens`` (the router's
-        ``_kv_cost``), then the least loaded, then the least recently chosen; otherwise the
-        entry pool's policy, and least-loaded for decode."""
+        ``_kv_cost``), then the least loaded, then the least recently chosen; for decode with
+        kv-capacity routing the least :func:`capacity_used` first; otherwise the entry pool's
+        policy, and the decode routing for decode."""
         replicas = self.replicas[role]
         route = self.route_decode if role is ReplicaRole.DECODE else self.route_entry
+        if role is ReplicaRole.DECODE and \
+                self.config.decode_routing is RoutingPolicy.KV_CAPACITY:
+            return route(replicas, lambda r: capacity_used(r, req))
         if self.config.routing is RoutingPolicy.KV_AWARE:
             w = self.config.kv_overlap_weight
             return route(replicas, lambda r: (
@@ -153,3 +161,14 @@ class SimState:
     def record_itl(self, itl_s: float) -> None:
         self.itl_time_s.append(self.now_s)
         self.itl_s.append(itl_s)
+
+
+def capacity_used(replica: Replica, req: Request) -> float:
+    """The router's ``kv_capacity`` cost (:mod:`pdtrt.runtime.router.kv_capacity`): the used
+    fraction of ``replica``'s KV blocks once ``req`` is there -- the larger of its used blocks
+    and the whole length of every request it holds, plus ``req``'s whole length."""
+    tpb = replica.instance.tokens_per_block
+    held = (*replica.waiting, *replica.local_waiting, *replica.prefilling, *replica.decoding)
+    reserved = sum(kv_blocks(q.isl + q.osl, tpb) for q in held)
+    return (max(replica.used_blocks, reserved) + kv_blocks(req.isl + req.osl, tpb)) \
+        / replica.kv_blocks

@@ -350,3 +350,18 @@ def test_grpc_phase_transport_is_refused_on_trtllm_0_21(tmp_path):
     spec.write_text(text.replace("\nrouter:\n", "\nrouter:\n  phase_transport: grpc\n", 1))
     with pytest.raises(RepoError, match="phase_transport grpc is not supported on trtllm-0.21"):
         plan_repo(load_deployment(spec), mode=RepoMode.BOTH, engines_root=tmp_path)
+
+
+def test_kv_capacity_routing_reaches_the_router_and_is_refused_on_trtllm_0_21(tmp_path):
+    for example in ("reference-cpu.yaml", "llama3-8b-h100-l40s-trtllm-0.21.yaml"):
+        text = (EXAMPLES / example).read_text()
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(text.replace("\nrouter:\n", "\nrouter:\n  routing: kv_capacity\n", 1))
+        if "0.21" in example:
+            with pytest.raises(RepoError, match="kv_capacity is not supported on trtllm-0.21"):
+                plan_repo(load_deployment(spec), mode=RepoMode.DISAGGREGATED,
+                          engines_root=tmp_path)
+        else:
+            plan = plan_repo(load_deployment(spec), mode=RepoMode.DISAGGREGATED,
+                             engines_root=tmp_path)
+            assert _params(plan, "router")["routing"] == "kv_capacity"

@@ -70,12 +70,18 @@ def fleet(engines, dead=()):
             cursor = call.inputs[KV_EVENTS_CURSOR].reshape(-1)[0].decode()
             text = engines[call.model].log.answer(cursor)
             return [{KV_EVENTS_OUTPUT: np.array([text.encode()], dtype=np.object_)}]
-        if call.is_stop:
-            return []
-        if call.model.startswith("prefill"):
-            return [tokens_out(OUTPUT[0], context_phase_params=PARAMS)]
-        return [tokens_out(t) for t in OUTPUT]
+        return phase_answer(call)
     return answer
+
+
+def phase_answer(call):
+    """A phase call's answer, as pdtrt's engine models give it: a stop ends at once, a prefill
+    answers the first token and the hand-off, a decode the whole output."""
+    if call.is_stop:
+        return []
+    if call.model.startswith("prefill"):
+        return [tokens_out(OUTPUT[0], context_phase_params=PARAMS)]
+    return [tokens_out(t) for t in OUTPUT]
 
 
 def work(triton, model):

@@ -80,6 +80,8 @@ class StatsPublisher:
         self.submitted = False
         self._lock = threading.Lock()
         self._last: dict[str, float] = {}
+        # the latest kvCacheStats' blocks, for kv_capacity routing ({}: none read yet)
+        self.kv_capacity: dict[str, int] = {}
 
     def detach(self) -> None:
         """The LLM is shut down: publish only what the engine model itself counts."""
@@ -110,6 +112,9 @@ class StatsPublisher:
         kv = stats.get("kvCacheStats") or {}
         if kv.get("maxNumBlocks"):
             self.metrics.set("kv_usage", kv.get("usedNumBlocks", 0) / kv["maxNumBlocks"])
+            self.kv_capacity = {"max_blocks": int(kv["maxNumBlocks"]),
+                                "used_blocks": int(kv.get("usedNumBlocks", 0)),
+                                "tokens_per_block": int(kv.get("tokensPerBlock", 0))}
         self._grow({f"kvCacheStats.{k}": kv[k] for k in _KV_COUNTERS if k in kv},
                    {f"kvCacheStats.{k}": m for k, m in _KV_COUNTERS.items()})
 

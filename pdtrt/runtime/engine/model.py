@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import threading
@@ -42,7 +43,12 @@ from typing import Any
 
 import numpy as np
 
-from pdtrt.engine_io import KV_EVENTS_OUTPUT, REFERENCE_ENGINE_IO, RequestType
+from pdtrt.engine_io import (
+    KV_CAPACITY_CURSOR,
+    KV_EVENTS_OUTPUT,
+    REFERENCE_ENGINE_IO,
+    RequestType,
+)
 from pdtrt.errors import InvalidRequestError, KVTransferError
 from pdtrt.llmapi import LLMApi, load_llm_api
 from pdtrt.llmapi.check import PINNED_VERSION, ApiSurface, check_llm_api
@@ -282,13 +288,18 @@ class TritonPythonModel:
         self.triton.send(incoming, {}, final=True)
 
     def _kv_events(self, incoming: Incoming, request: KvEventsRequest) -> None:
-        """The blocks this instance holds, since the router's cursor (``kv_events``)."""
-        if self.kv_events is None:
+        """The blocks this instance holds, since the router's cursor (``kv_events``); for the
+        cursor :data:`~pdtrt.engine_io.KV_CAPACITY_CURSOR`, its KV capacity instead."""
+        if request.cursor == KV_CAPACITY_CURSOR:
+            self.publish()  # as fresh as the LLM's stats
+            answer = json.dumps(self.stats.kv_capacity)
+        elif self.kv_events is None:
             raise InvalidRequestError(  # NO_EVENTS of pdtrt.runtime.router.kv_index
                 "this engine records no KV cache events (kv_cache_config.enable_block_reuse "
                 "and event_buffer_max_size are off): enable block reuse in the pool's engine "
                 "section, or route without the KV index (router.routing least_load)")
-        answer = self.kv_events.answer(request.cursor)
+        else:
+            answer = self.kv_events.answer(request.cursor)
         self.triton.send(incoming, {KV_EVENTS_OUTPUT: np.array([answer.encode()],
                                                                dtype=np.object_)}, final=True)
 

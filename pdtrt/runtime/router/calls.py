@@ -131,7 +131,7 @@ class PhaseCalls:
             raise PhaseError(f"{role} failed: no healthy {role} endpoint left to try: "
                              f"{pool.describe()}" if pool.endpoints
                              else f"this router has no {role} endpoint")
-        if cost is not None:
+        if self.kv.active:
             self.metrics.add("kv_prompt_tokens", len(request.prompt), phase=str(role))
             self.metrics.add("kv_cached_tokens", self.kv.cached(request, endpoint),
                              phase=str(role))
@@ -181,11 +181,11 @@ class PhaseCalls:
     # -- the calls ---------------------------------------------------------------------------
     async def stream(self, endpoint: Endpoint, request_type: RequestType,
                      inputs: dict[str, np.ndarray], phase_id: str, *, tokens: int = 0,
-                     is_stop: bool = False, log_probs: bool = False
+                     kv_tokens: int = 0, is_stop: bool = False, log_probs: bool = False
                      ) -> AsyncIterator[StreamResponse]:
         """One call's responses, watched by the liveness deadline; counted as outstanding
-        work of ``endpoint`` while it runs (``tokens``: what it stands for; ``log_probs``:
-        ask for the tokens' log-probabilities too)."""
+        work of ``endpoint`` while it runs (``tokens``: what it stands for; ``kv_tokens``: the
+        KV it holds at its end; ``log_probs``: ask for the tokens' log-probabilities too)."""
         outputs = _PHASE_OUTPUTS + (
             ["context_phase_params"] if request_type is RequestType.CONTEXT_ONLY else []) + (
             ["output_log_probs"] if log_probs else [])
@@ -213,7 +213,7 @@ class PhaseCalls:
             endpoint.spec.model, inputs, request_id=phase_id,
             parameters={REQUEST_TYPE_PARAMETER: request_type.value}, outputs=outputs,
             error_output=self.config.error_output)
-        with outstanding(endpoint, 0 if is_stop else tokens):
+        with outstanding(endpoint, 0 if is_stop else tokens, 0 if is_stop else kv_tokens):
             first_within_s = self.config.kv_transfer_deadline_s \
                 if request_type is RequestType.GENERATION_ONLY else 0.0
             async with aclosing(watched(stream, liveness_s=self.config.liveness_s, alive=alive,
@@ -236,6 +236,7 @@ class PhaseCalls:
         stopping = False
         async with aclosing(self.stream(endpoint, request_type, inputs, phase_id,
                                         tokens=request.max_new_tokens,
+                                        kv_tokens=len(request.prompt) + request.max_new_tokens,
                                         log_probs=request.return_log_probs)) as responses:
             async for r in responses:
                 if r.error is not None:

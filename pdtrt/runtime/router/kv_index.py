@@ -38,7 +38,7 @@ from pdtrt.client.streams import StreamClient, probe_inputs
 from pdtrt.engine_io import KV_EVENTS_OUTPUT
 from pdtrt.runtime.request_parsing import KV_EVENTS_CURSOR
 
-__all__ = ["NO_EVENTS", "KvIndex", "kv_events_inputs", "poll"]
+__all__ = ["NO_EVENTS", "KvIndex", "ask", "kv_events_inputs", "poll"]
 
 log = logging.getLogger(__name__)
 
@@ -131,11 +131,11 @@ def kv_events_inputs(cursor: str) -> dict[str, np.ndarray]:
     return inputs
 
 
-async def poll(client: StreamClient, model: str, index: KvIndex, *,
-               error_output: str = "") -> str | None:
-    """Ask ``model`` for its blocks since ``index``'s cursor and apply the answer: None when
-    it did, else what went wrong (the index is left as it was)."""
-    stream = client.stream(model, kv_events_inputs(index.cursor()),
+async def ask(client: StreamClient, model: str, cursor: str, *,
+              error_output: str = "") -> tuple[str | None, str | None]:
+    """One KV-events request to ``model`` with ``cursor``: (its answer, None), or (None, what
+    went wrong)."""
+    stream = client.stream(model, kv_events_inputs(cursor),
                            request_id=KV_EVENTS_ID_PREFIX + secrets.token_hex(6),
                            parameters={}, outputs=[KV_EVENTS_OUTPUT], error_output=error_output,
                            fail_fast=True)
@@ -143,14 +143,22 @@ async def poll(client: StreamClient, model: str, index: KvIndex, *,
     async with aclosing(stream) as responses:
         async for r in responses:
             if r.error is not None:
-                if NO_EVENTS in r.error:  # block reuse is off there: not asked again
-                    index.publishes = False
-                return r.error
+                return None, r.error
             if KV_EVENTS_OUTPUT in r.outputs:
                 raw = r.outputs[KV_EVENTS_OUTPUT].reshape(-1)[0]
                 answer = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return (answer, None) if answer is not None else (None, "no KV-events answer")
+
+
+async def poll(client: StreamClient, model: str, index: KvIndex, *,
+               error_output: str = "") -> str | None:
+    """Ask ``model`` for its blocks since ``index``'s cursor and apply the answer: None when
+    it did, else what went wrong (the index is left as it was)."""
+    answer, problem = await ask(client, model, index.cursor(), error_output=error_output)
     if answer is None:
-        return "no KV-events answer"
+        if problem is not None and NO_EVENTS in problem:  # block reuse is off: not asked again
+            index.publishes = False
+        return problem
     try:
         index.apply(answer)
     except ValueError as exc:

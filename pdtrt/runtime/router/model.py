@@ -139,7 +139,8 @@ class TritonPythonModel:
         self.triton.release()  # last: the metrics go while the stub can still delete them
 
     async def refresh_kv_index(self) -> None:
-        """Read every healthy endpoint's KV events into its index (kv_aware routing only)."""
+        """Read every healthy endpoint's KV events into its index (kv_aware routing), or its
+        KV capacity (kv_capacity routing)."""
         await self.calls.kv.refresh()
 
     # -- one request -------------------------------------------------------------------------

@@ -12,7 +12,10 @@ routing (:class:`Routing`): by default the one with the least outstanding work p
 equals, so load spreads over the pool; round robin; or KV-aware: the least cost the router
 computes from the endpoint's KV index (:mod:`pdtrt.runtime.router.kv_index`: the prompt's tokens
 it would have to prefill there) and its load, so a request goes where its prefix is cached
-unless that endpoint is loaded more than the prefill it saves. An endpoint is **ejected** when a
+unless that endpoint is loaded more than the prefill it saves; or by KV capacity: the least
+fraction of its KV blocks in use after the request (:mod:`pdtrt.runtime.router.kv_capacity`),
+so endpoints of different sizes -- a decode pool mixing GPU types -- fill in proportion and
+none gets a request it cannot hold while another can. An endpoint is **ejected** when a
 health probe fails (it did not answer a cheap request in time, or answered it with an error -- a
 dead Python-backend stub answers "Stub process ... is not healthy") and **re-admitted** when a
 probe succeeds again. Probing itself is :mod:`pdtrt.runtime.router.health`'s business; this
@@ -29,6 +32,7 @@ from enum import StrEnum
 
 from pdtrt.endpoints import EndpointSpec
 from pdtrt.enums import Routing
+from pdtrt.runtime.router.kv_capacity import KvCapacity
 from pdtrt.runtime.router.kv_index import KvIndex
 
 __all__ = ["Endpoint", "EndpointPool", "EndpointState", "Routing", "eject", "outstanding",
@@ -55,6 +59,8 @@ class Endpoint:
     num_chosen: int = 0  # requests sent to it
     last_chosen: int = -1  # the pool's choice counter when it was last chosen
     kv: KvIndex = field(default_factory=KvIndex)  # its blocks, when the pool routes by KV
+    reserved_tokens: int = 0  # KV tokens its calls in flight will hold at their end
+    capacity: KvCapacity = field(default_factory=KvCapacity)  # kv_capacity routing's view
 
     def __post_init__(self) -> None:
         self.kv.instances = self.spec.instances
@@ -72,6 +78,9 @@ class Endpoint:
                 self.num_outstanding / self.spec.instances)
 
 
+_BY_COST = (Routing.KV_AWARE, Routing.KV_CAPACITY)  # routings that rank by the router's cost
+
+
 @dataclass(kw_only=True)
 class EndpointPool:
     """The endpoints of one phase; see the module docstring for the choice."""
@@ -84,8 +93,9 @@ class EndpointPool:
     def choose(self, exclude: Iterable[Endpoint] = (),
                cost: Callable[[Endpoint], float] | None = None) -> Endpoint | None:
         """The healthy endpoint not in ``exclude`` that the pool's routing picks -- for
-        ``kv_aware``, the least ``cost`` (the router's: net-new tokens weighted plus load),
-        then the least load -- or None when there is none."""
+        ``kv_aware`` and ``kv_capacity``, the least ``cost`` (the router's: net-new tokens
+        weighted plus load; the used fraction of its KV blocks after the request), then the
+        least load -- or None when there is none."""
         best = self.pick(exclude, cost)
         if best is not None:
             best.last_chosen = self._num_choices
@@ -102,7 +112,7 @@ class EndpointPool:
             return None
         if self.routing is Routing.ROUND_ROBIN:
             return min(candidates, key=lambda e: e.last_chosen)
-        if self.routing is Routing.KV_AWARE and cost is not None:
+        if self.routing in _BY_COST and cost is not None:
             return min(candidates, key=lambda e: (cost(e), *e.load(), e.last_chosen))
         return min(candidates, key=lambda e: (*e.load(), e.last_chosen))
 
@@ -121,15 +131,18 @@ class EndpointPool:
 
 
 @contextmanager
-def outstanding(endpoint: Endpoint, tokens: int) -> Iterator[None]:
-    """Count one phase call (standing for ``tokens`` tokens) as in flight at ``endpoint``."""
+def outstanding(endpoint: Endpoint, tokens: int, kv_tokens: int = 0) -> Iterator[None]:
+    """Count one phase call (standing for ``tokens`` tokens, holding ``kv_tokens`` of KV at its
+    end) as in flight at ``endpoint``."""
     endpoint.num_outstanding += 1
     endpoint.outstanding_tokens += tokens
+    endpoint.reserved_tokens += kv_tokens
     try:
         yield
     finally:
         endpoint.num_outstanding -= 1
         endpoint.outstanding_tokens -= tokens
+        endpoint.reserved_tokens -= kv_tokens
 
 
 def eject(endpoint: Endpoint, problem: str, now_s: float) -> bool:
@@ -140,6 +153,7 @@ def eject(endpoint: Endpoint, problem: str, now_s: float) -> bool:
         return False
     endpoint.state, endpoint.changed_s = EndpointState.EJECTED, now_s
     endpoint.kv.clear()  # its engine may come back empty (or as another epoch)
+    endpoint.capacity.clear()  # or another size
     return True
 
 

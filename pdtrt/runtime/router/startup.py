@@ -3,9 +3,9 @@
 Triton calls ``initialize`` before the router's event loop runs, so the background tasks start
 with the first ``execute``: the health probes of every endpoint
 (:func:`pdtrt.runtime.router.health.health_loop`, every ``probe_interval_s``; none when 0) and,
-with ``kv_aware`` routing, the KV-index polls (:meth:`~pdtrt.runtime.router.kv_upkeep.KvUpkeep.
-loop`, restarted if it ended). The router's drain cancels them (:attr:`Background.tasks`),
-and starts nothing after.
+with ``kv_aware`` or ``kv_capacity`` routing, the KV polls
+(:meth:`~pdtrt.runtime.router.kv_upkeep.KvUpkeep.loop`, restarted if it ended). The router's
+drain cancels them (:attr:`Background.tasks`), and starts nothing after.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import asyncio
 
 from pdtrt.runtime.router.calls import PhaseCalls
 from pdtrt.runtime.router.health import health_loop
-from pdtrt.runtime.router.pool import Routing
+from pdtrt.runtime.router.kv_upkeep import KV_POLLED
 
 __all__ = ["Background"]
 
@@ -33,7 +33,7 @@ class Background:
             endpoints = [e for pool in self.calls.pools.values() for e in pool.endpoints]
             self._health = loop.create_task(health_loop(
                 self.calls.prober, endpoints, interval_s=config.probe_interval_s))
-        if (self._kv is None or self._kv.done()) and config.routing is Routing.KV_AWARE:
+        if (self._kv is None or self._kv.done()) and config.routing in KV_POLLED:
             self._kv = loop.create_task(self.calls.kv.loop())
 
     @property
