@@ -19,6 +19,11 @@ a per-request timeout) and in count (rate x duration + burst).
 endpoints on one server) and kills, every `--kill-every-s`, one endpoint drawn at random (seeded)
 from every phase model of the pools: the router retries a prefill elsewhere and migrates a
 decode's streams to the other endpoint, so here a failed request is a failed soak, kills or not.
+`--layout servers` puts every endpoint of the pools in a `pdtrt serve --mode pools` server of its
+own (free loopback ports) and the router, the ensembles and the aggregated baseline in a front
+server that dials them over gRPC -- the one-server-per-host layout on one host: Triton 2.51 can
+abort a whole server when a stub dies mid-response (docs/design/serve.md, "owner-dead mutex"),
+which takes one endpoint there, never the router and the streams it holds.
 
 `--mix` (issue 24) sends a seeded mix instead: token-id streams to the router (the only ones a
 client cancels), and text requests to `ensemble` and `ensemble_aggregated`, streaming and not
@@ -90,10 +95,12 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def start_server(spec: Path, workdir: Path, timeout_s: float) -> Server:
+def start_server(spec: Path, workdir: Path, timeout_s: float, *, engines: Path | None = None,
+                 extra: tuple[str, ...] = ()) -> Server:
+    workdir.mkdir(parents=True, exist_ok=True)
     cmd = [str(Path(sys.executable).parent / "pdtrt"), "serve", str(spec), "--workdir",
-           str(workdir), "--engines-dir", str(workdir / "engines"), "--json",
-           "--timeout", str(timeout_s)]
+           str(workdir), "--engines-dir", str(engines or workdir / "engines"), "--json",
+           "--timeout", str(timeout_s), *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(workdir / "serve.err", "w"),
                             text=True, cwd=ROOT)
     text = ""
@@ -131,6 +138,88 @@ def stop_server(server: Server, timeout_s: float = 60) -> dict:
             "shm_left": sorted(p.name for p in Path("/dev/shm").glob(f"{prefix}*"))}
 
 
+@dataclass
+class Fleet:
+    """The servers of one soak: the front (router, ensembles) and, with ``--layout servers``,
+    one server per pool endpoint (model name -> its server); else every model is the front's."""
+
+    front: Server
+    workdir: Path
+    hosts: dict[str, Server] = field(default_factory=dict)
+    pids: set[int] = field(default_factory=set)  # every Triton process seen: faults are theirs
+
+    @property
+    def servers(self) -> list[Server]:
+        return [self.front, *self.hosts.values()]
+
+    def host(self, model: str) -> Server:
+        return self.hosts.get(model, self.front)
+
+    def watch(self) -> None:
+        """Remember the Triton processes now alive (kernel-log faults are counted for them)."""
+        for server in self.servers:
+            try:
+                self.pids.update([server.pid, *_children(server.pid)])
+            except StopIteration:  # a server between its death and its restart
+                pass
+
+
+def split_specs(spec: Path, into: Path) -> tuple[Path, dict[str, Path]]:
+    """``--layout servers``: the front's spec (every pool endpoint remote, each on a free
+    loopback port) and, per endpoint, the spec its ``--mode pools`` server serves."""
+    import copy
+
+    import yaml
+
+    from pdtrt.serve.triton_server import free_port
+
+    raw = yaml.safe_load(spec.read_text())
+    pools = {phase: [e["model"] for e in raw[phase]["endpoints"]] for phase in PHASES}
+    urls = {m: f"127.0.0.1:{free_port('127.0.0.1')}" for models in pools.values()
+            for m in models}
+    front = copy.deepcopy(raw)
+    for phase, models in pools.items():
+        front[phase]["endpoints"] = [{"model": m, "url": urls[m]} for m in models]
+    into.mkdir(parents=True, exist_ok=True)
+    (front_path := into / "front.yaml").write_text(yaml.safe_dump(front, sort_keys=False))
+    per: dict[str, Path] = {}
+    for phase, models in pools.items():
+        other = next(p for p in PHASES if p != phase)
+        for m in models:
+            one = copy.deepcopy(raw)
+            one[phase]["endpoints"] = [{"model": m, "url": urls[m]}]
+            one[other]["endpoints"] = [{"model": other}]  # local: not served by --mode pools
+            per[m] = into / f"{m}.yaml"
+            per[m].write_text(yaml.safe_dump(one, sort_keys=False))
+    return front_path, per
+
+
+def start_fleet(args: argparse.Namespace, workdir: Path) -> Fleet:
+    if args.layout == "one":
+        return Fleet(start_server(args.spec, workdir / "front", 600, engines=workdir / "engines"),
+                     workdir)
+    front_spec, per = split_specs(args.spec, workdir / "specs")
+    hosts: dict[str, Server] = {}
+    try:  # the endpoints first (the first one builds the engines): the front finds them up
+        for model, spec in per.items():
+            hosts[model] = start_server(spec, workdir / model, 600, engines=workdir / "engines",
+                                        extra=("--mode", "pools", "--no-openai"))
+        front = start_server(front_spec, workdir / "front", 600, engines=workdir / "engines")
+    except BaseException:
+        for server in hosts.values():
+            stop_server(server)
+        raise
+    return Fleet(front, workdir, hosts)
+
+
+def stop_fleet(fleet: Fleet) -> dict:
+    """The front first (its router stops calling), then each endpoint's server."""
+    out = stop_server(fleet.front)
+    if fleet.hosts:
+        out["endpoint_servers"] = {m: stop_server(s) for m, s in fleet.hosts.items()}
+    return out
+
+
 def _segfaults() -> set[str] | None:
     """The kernel log's segfault lines (None: not readable here)."""
     out = subprocess.run(["dmesg"], capture_output=True, text=True, check=False)
@@ -148,11 +237,12 @@ def _triton_faults() -> set[str] | None:
             and any(w in ln for w in ("segfault", "general protection", "trap", "error"))}
 
 
-def stub_deaths(workdir: Path) -> list[str]:
-    """The supervisor's "stub died" lines in `pdtrt serve`'s log."""
-    log = workdir / "serve.err"
-    text = log.read_text(errors="replace") if log.exists() else ""
-    return [ln for ln in text.splitlines() if "stub died" in ln]
+def stub_deaths(fleet: Fleet) -> list[str]:
+    """The supervisors' "stub died" lines in the `pdtrt serve` logs."""
+    out = []
+    for log in fleet.workdir.glob("*/serve.err"):
+        out += [ln for ln in log.read_text(errors="replace").splitlines() if "stub died" in ln]
+    return out
 
 
 def _shm_prefix(server_pid: int) -> str:
@@ -317,36 +407,52 @@ def _proc_stats(pid: int) -> dict | None:
     return {"rss_mib": round(rss / 1024, 1), "threads": threads, "sockets": sockets}
 
 
-def sample(server: Server, t0: float) -> dict:
-    metrics = server.info["endpoints"]["metrics"]
-    out = {"t_s": round(time.monotonic() - t0, 1), "server": _proc_stats(server.pid),
-           "client": _proc_stats(os.getpid())}
-    for pid in _children(server.pid):
-        name = next((a for a in _cmdline(pid).split() if a.endswith("_0_0")), str(pid))
-        try:
-            if (stats := _proc_stats(pid)) is not None:  # a killed stub is a zombie a while
-                out[name.removesuffix("_0_0")] = stats
-        except OSError:  # a stub that just died
-            pass
-    prefix = _shm_prefix(server.pid)
-    regions = [p for p in Path("/dev/shm").glob(f"{prefix}*")]
-    out["shm"] = {"files": len(regions),
-                  "mib": round(sum(p.stat().st_size for p in regions) / 2**20, 1)}
-    out["kv_held"] = _metric(metrics, "pdtrt_kv_held_buffers")
-    out["active_sequences"] = _metric(metrics, "pdtrt_engine_active_sequences")
+def sample(fleet: Fleet, t0: float) -> dict:
+    """The front server's process, every stub's, and the fleet's shared memory and KV."""
+    fleet.watch()
+    out = {"t_s": round(time.monotonic() - t0, 1), "server": _proc_stats(fleet.front.pid),
+           "client": _proc_stats(os.getpid()), "kv_held": 0.0, "active_sequences": 0.0}
+    regions = []
+    for server in fleet.servers:
+        for pid in _children(server.pid):
+            name = next((a for a in _cmdline(pid).split() if a.endswith("_0_0")), str(pid))
+            try:
+                if (stats := _proc_stats(pid)) is not None:  # a killed stub: a zombie a while
+                    out[name.removesuffix("_0_0")] = stats
+            except OSError:  # a stub that just died
+                pass
+        regions += list(Path("/dev/shm").glob(f"{_shm_prefix(server.pid)}*"))
+        metrics = server.info["endpoints"]["metrics"]
+        out["kv_held"] += _metric(metrics, "pdtrt_kv_held_buffers")
+        out["active_sequences"] += _metric(metrics, "pdtrt_engine_active_sequences")
+    sizes = [_size(p) for p in regions]
+    out["shm"] = {"files": sum(n is not None for n in sizes),
+                  "mib": round(sum(n or 0 for n in sizes) / 2**20, 1)}
     return out
+
+
+def _size(path: Path) -> int | None:
+    """A region's size; None: it went between the listing and now."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return None
 
 
 # Sampling and killing run on plain threads: asyncio.to_thread next to grpc.aio's poller
 # stalled the event loop here (a finished worker's result never woke it).
-def sampler(server: Server, t0: float, every_s: float, stop: threading.Event,
+def sampler(fleet: Fleet, t0: float, every_s: float, stop: threading.Event,
             samples: list[dict]) -> None:
+    next_s = 0.0
     while not stop.is_set():
-        try:
-            samples.append(sample(server, t0))
-        except Exception as exc:  # a sample is a measurement, not a reason to stop
-            samples.append({"t_s": round(time.monotonic() - t0, 1), "error": repr(exc)})
-        stop.wait(every_s)
+        if time.monotonic() - t0 >= next_s:
+            next_s += every_s
+            try:
+                samples.append(sample(fleet, t0))
+            except Exception as exc:  # a sample is a measurement, not a reason to stop
+                samples.append({"t_s": round(time.monotonic() - t0, 1), "error": repr(exc)})
+        fleet.watch()  # short-lived stubs too: a kernel-log fault is attributed by its pid
+        stop.wait(1.0)
 
 
 def pool_models(spec: Path) -> tuple[str, ...]:
@@ -359,7 +465,7 @@ def pool_models(spec: Path) -> tuple[str, ...]:
                  for e in loaded.pool_endpoints(phase) if not e.url)
 
 
-def killer(server: Server, t0: float, every_s: float, until_s: float, stop: threading.Event,
+def killer(fleet: Fleet, t0: float, every_s: float, until_s: float, stop: threading.Event,
            kills: list[dict], victims: tuple[str, ...] | None = None,
            rng: np.random.Generator | None = None) -> None:
     """Kill prefill and decode in turn every ``every_s`` until ``until_s`` (the arrivals' end:
@@ -372,6 +478,7 @@ def killer(server: Server, t0: float, every_s: float, until_s: float, stop: thre
         else:
             phase = PHASES[turn % 2]
         turn += 1
+        server = fleet.host(phase)
         pid = server.stub(phase)
         if pid is None:
             kills.append({"t_s": round(time.monotonic() - t0, 1), "phase": phase,
@@ -382,7 +489,8 @@ def killer(server: Server, t0: float, every_s: float, until_s: float, stop: thre
         kill = {"t_s": round(killed - t0, 1), "phase": phase, "pid": pid}
         kills.append(kill)
         stop.wait(1.5)  # the supervisor needs two rounds to see it gone
-        while not _ready(server.info["endpoints"]["http"]):
+        while not (_ready(fleet.front.info["endpoints"]["http"])
+                   and server.stub(phase) is not None):
             if time.monotonic() - killed > 300 or stop.wait(0.5):
                 break
         else:
@@ -409,11 +517,12 @@ def schedule(args: argparse.Namespace, rng: np.random.Generator) -> list[Record]
     return recs
 
 
-async def soak(args: argparse.Namespace, server: Server,
+async def soak(args: argparse.Namespace, fleet: Fleet,
                prompts: list[tuple[list[int], list[int]]], recs: list[Record]) -> dict:
     import grpc
     from tritonclient.grpc import service_pb2_grpc
 
+    server = fleet.front
     channel = grpc.aio.insecure_channel(server.info["endpoints"]["grpc"])
     stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
     metrics = server.info["endpoints"]["metrics"]
@@ -427,12 +536,12 @@ async def soak(args: argparse.Namespace, server: Server,
     slots = asyncio.Semaphore(max(args.streams, args.burst))
     t0 = time.monotonic()
     background = [threading.Thread(target=sampler, daemon=True,
-                                   args=(server, t0, args.sample_every_s, stop, samples))]
+                                   args=(fleet, t0, args.sample_every_s, stop, samples))]
     if args.kill_every_s > 0:
         victims = pool_models(args.spec) if args.pools else None
         background.append(threading.Thread(
             target=killer, daemon=True,
-            args=(server, t0, args.kill_every_s, args.duration_s + (1.0 if args.burst else 0.0),
+            args=(fleet, t0, args.kill_every_s, args.duration_s + (1.0 if args.burst else 0.0),
                   stop, kills, victims, np.random.default_rng(args.seed + 1))))
     for thread in background:
         thread.start()
@@ -458,7 +567,7 @@ async def soak(args: argparse.Namespace, server: Server,
     stop.set()
     for thread in background:
         thread.join(60)
-    samples.append(sample(server, t0))
+    samples.append(sample(fleet, t0))
     await channel.close()
     after = {name: _metric(metrics, name) for name in counters}
     return {"elapsed_s": round(time.monotonic() - t0, 1), "samples": samples, "kills": kills,
@@ -601,30 +710,38 @@ def main() -> None:
     p.add_argument("--pools", action="store_true",
                    help="serve pools; each kill hits one endpoint at random; no request may "
                         "fail")
+    p.add_argument("--layout", choices=("one", "servers"), default="one",
+                   help="servers (with --pools): each pool endpoint in a Triton server of its "
+                        "own, the router in a front server")
     args = p.parse_args()
+    if args.layout == "servers" and not args.pools:
+        p.error("--layout servers needs --pools (it splits the pools' endpoints)")
     if args.spec is None:
         args.spec = ROOT / "docs/examples" / ("reference-cpu-pools.yaml" if args.pools
                                               else "reference-cpu.yaml")
     rng = np.random.default_rng(args.seed)
     workdir = Path(tempfile.mkdtemp(prefix="pdtrt-soak-"))
     faults_before = _triton_faults()
-    server = start_server(args.spec, workdir, timeout_s=600)
+    fleet = start_fleet(args, workdir)
+    fleet.watch()
     stop: dict = {}
     try:
-        prompts = make_prompts(Path(server.info["repository"]), args.prompts, args.max_tokens,
-                               rng)
+        prefill_host = fleet.host(pool_models(args.spec)[0])  # its repository names the engine
+        prompts = make_prompts(Path(prefill_host.info["repository"]), args.prompts,
+                               args.max_tokens, rng)
         recs = schedule(args, rng)
-        run = asyncio.run(soak(args, server, prompts, recs))
+        run = asyncio.run(soak(args, fleet, prompts, recs))
     finally:
-        stop = stop_server(server)
+        stop = stop_fleet(fleet)
     faults_after = _triton_faults()
-    deaths = stub_deaths(workdir)
+    deaths = stub_deaths(fleet)
     killed = sum("pid" in k for k in run.get("kills", []))
     result = summarize(args, recs, prompts, run | {
         "stop": stop, "workdir": str(workdir), "stub_deaths": deaths,
         "unexplained_stub_deaths": max(0, len(deaths) - killed),
         "kernel_faults": None if faults_before is None or faults_after is None
-        else sorted(faults_after - faults_before)})
+        else sorted(ln for ln in faults_after - faults_before
+                     if any(f"[{pid}]" in ln for pid in fleet.pids))})
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "soak.json").write_text(json.dumps(result, indent=1) + "\n")
     (args.out / "soak.md").write_text(markdown(result))
