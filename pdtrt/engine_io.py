@@ -29,6 +29,11 @@ from pdtrt.enums import Phase
 __all__ = [
     "CORE_ENGINE_IO",
     "ERROR_OUTPUT",
+    "DRAINING",
+    "DRAIN_OUTPUT",
+    "DRAIN_PARAMETER",
+    "DrainAction",
+    "PROBE_ID_PREFIX",
     "KV_EVENTS_OUTPUT",
     "KV_EVENT_BUFFER",
     "KV_TRANSFER_DEADLINE_MARGIN_S",
@@ -385,6 +390,33 @@ answer (JSON in :data:`KV_EVENTS_OUTPUT`) is ``{"max_blocks", "used_blocks",
 with or without block reuse -- what ``kv_capacity`` routing reads
 (:mod:`pdtrt.runtime.router.kv_capacity`)."""
 
+PROBE_ID_PREFIX = "pdtrt-probe-"
+"""The request id of a health probe starts with this (:func:`pdtrt.client.streams.probe`)."""
+
+DRAIN_PARAMETER = "pdtrt_drain"
+"""Request parameter that makes a request to a pdtrt engine model a drain request
+(:class:`DrainAction`; the inputs of a health probe besides, as Triton requires them): the
+model answers with its drain state as JSON in :data:`DRAIN_OUTPUT` (:mod:`pdtrt.runtime.engine.
+drain`, docs/drain.md)."""
+
+DRAIN_OUTPUT = "drain_state"
+"""What a pdtrt engine model answers a drain request with: ``{"draining", "num_in_flight",
+"num_held", "drained"}`` as JSON."""
+
+DRAINING = "the endpoint is draining"
+"""The start of the error a draining engine model answers health probes and new requests with:
+a router takes the endpoint out of its pools as *draining* (not a failure), and ``pdtrt serve``'s
+supervisor counts it as an answer, not as silence."""
+
+
+class DrainAction(StrEnum):
+    """What a drain request asks (the value of :data:`DRAIN_PARAMETER`)."""
+
+    DRAIN = "drain"  # take no new requests, finish those in flight
+    RESUME = "resume"  # take new requests again
+    STATUS = "status"  # only say how far the drain is
+
+
 KV_EVENT_BUFFER = 4096
 """KV cache events an engine keeps between two drains (``event_buffer_max_size``, which
 LlmArgs defaults to 0: none) when block reuse is on; the engine model drains every 50 ms."""
@@ -392,9 +424,11 @@ LlmArgs defaults to 0: none) when block reuse is on; the engine model drains eve
 REFERENCE_ENGINE_IO = ModelIO(
     inputs=_CORE_INPUTS + _ALIAS_INPUTS + _COUNT_INPUTS + (scalar_spec("kv_events_cursor", STR),),
     outputs=_CORE_OUTPUTS + _COUNT_OUTPUTS + (tensor_spec(ERROR_OUTPUT, STR, 1),
-                                              tensor_spec(KV_EVENTS_OUTPUT, STR, 1)))
+                                              tensor_spec(KV_EVENTS_OUTPUT, STR, 1),
+                                              tensor_spec(DRAIN_OUTPUT, STR, 1)))
 """pdtrt's LLM-API engine model: the core contract plus :data:`ERROR_OUTPUT` and the KV-events
-request (``kv_events_cursor`` in, :data:`KV_EVENTS_OUTPUT` out), the :data:`INPUT_ALIASES` and
+request (``kv_events_cursor`` in, :data:`KV_EVENTS_OUTPUT` out), the drain request's answer
+(:data:`DRAIN_OUTPUT`), the :data:`INPUT_ALIASES` and
 the :data:`TOKEN_COUNT_TENSORS`."""
 
 ROUTER_IO = ModelIO(inputs=CORE_ENGINE_IO.inputs + _ALIAS_INPUTS + _COUNT_INPUTS,

@@ -39,7 +39,8 @@ and exits with status 2; anything else is a bug and keeps its traceback.
     └── ClientError               talking to a running server failed (``pdtrt infer`` / ``bench``)
         ├── ServerUnavailableError    nothing answers at the URL, or it is not ready
         ├── ModelNotFoundError        the server has no such model, or it is not ready
-        └── RequestError              the server rejected or failed one request
+        ├── RequestError              the server rejected or failed one request
+        └── DrainTimeoutError         an endpoint still had work when ``pdtrt drain`` gave up
 
 :class:`InvalidRequestError` and :class:`PhaseError` are raised inside Triton's Python backend
 (:mod:`pdtrt.runtime`): each becomes the error response of the one request it concerns, and the
@@ -63,6 +64,7 @@ __all__ = [
     "ConfigParseError",
     "DeployError",
     "DeployInvalidError",
+    "DrainTimeoutError",
     "ClientError",
     "GPUMismatchError",
     "IncompatibleEnginesError",
@@ -272,6 +274,10 @@ class ModelNotFoundError(ClientError):
 
 class RequestError(ClientError):
     """The server rejected or failed one request (bad input, model error, timeout)."""
+
+
+class DrainTimeoutError(ClientError):
+    """An endpoint being drained still had requests in flight (or KV held) at the deadline."""
 
 
 class BenchError(PdtrtError):

@@ -18,6 +18,7 @@ from pdtrt.cli import (
     build,
     deploy,
     doctor,
+    drain,
     engines,
     estimate,
     front,
@@ -88,6 +89,7 @@ cli.add_command(repo.repo)
 cli.add_command(serve.serve)
 cli.add_command(preflight.preflight)
 cli.add_command(serve.stop)
+cli.add_command(drain.drain)
 cli.add_command(front.front)
 cli.add_command(estimate.estimate_cmd)
 cli.add_command(simulate.simulate_cmd)

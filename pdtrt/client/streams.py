@@ -31,10 +31,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pdtrt.engine_io import PROBE_ID_PREFIX
+
 __all__ = ["PROBE_ID_PREFIX", "GrpcStreamClient", "StreamClient", "StreamResponse", "probe",
            "probe_inputs"]
-
-PROBE_ID_PREFIX = "pdtrt-probe-"
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import hashlib
 from pdtrt import envvars
 from pdtrt.deploy.layout import (
     ENGINES_DIR,
+    GRPC_PORT,
     MODELS_DIR,
     OPENAI_PORT,
     OPENAI_PORT_NAME,
@@ -45,8 +46,12 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_TAINT = "nvidia.com/gpu"  # GPU node pools are commonly tainted so only GPU pods land there
 SPEC_HASH_ANNOTATION = "pdtrt/spec-sha256"
 # Seconds between a pod leaving the Service's endpoints and Triton stopping: streams in flight
-# end, and kube-proxy stops sending new connections first.
+# end, and kube-proxy stops sending new connections first (pods without pdtrt engine models).
 PRE_STOP_SLEEP_S = 10
+# The most seconds a pool pod's preStop waits for `pdtrt drain` (its engine models take no new
+# requests, the routers choose them no more, those in flight finish: docs/drain.md); below
+# TERMINATION_GRACE_S, which also has to cover Triton's own stop after it.
+PRE_STOP_DRAIN_S = 60
 TERMINATION_GRACE_S = 90
 HOME = str(TMP_DIR)  # the root filesystem is read-only: caches go to the writable /tmp
 API_KEY_SECRET_KEY = "api-key"
@@ -121,9 +126,19 @@ def _main_container(plan: DeployPlan, rp: RolePlan) -> Obj:
         env += _api_key_env(plan)
     return {"name": "triton", "image": rp.image, "command": command, "args": args, "env": env,
             "ports": ports, **probes(startup_budget_s=rp.startup_budget_s),
-            "lifecycle": {"preStop": {"exec": {"command": ["sleep", str(PRE_STOP_SLEEP_S)]}}},
+            "lifecycle": {"preStop": {"exec": {"command": _pre_stop(rp)}}},
             "resources": rp.resources.to_k8s(), "volumeMounts": _mounts(),
             "securityContext": _container_security(rdma=rp.rdma)}
+
+
+def _pre_stop(rp: RolePlan) -> list[str]:
+    """A pool pod served by ``pdtrt serve`` drains its engine models before it stops, so that
+    scaling a pool down loses no request in flight; other pods wait for the Service to forget
+    them."""
+    if rp.launcher is Launcher.LAUNCH_SCRIPT or rp.role is PodRole.FRONT:
+        return ["sleep", str(PRE_STOP_SLEEP_S)]
+    return ["pdtrt", "drain", "--url", f"127.0.0.1:{GRPC_PORT}", "--repository", str(REPO_DIR),
+            "--timeout", str(PRE_STOP_DRAIN_S)]
 
 
 def _ports(role: PodRole) -> dict[str, int]:

@@ -3,8 +3,9 @@
 A request arrives as named input arrays and request parameters
 (:class:`~pdtrt.runtime.triton_io.Incoming`). Before anything is allocated or sent anywhere the
 router turns it into a :class:`RouterRequest`, an engine model into an :class:`EngineRequest`
-or a :class:`StopRequest` (TensorRT-LLM's stop contract) or a :class:`KvEventsRequest`
-(pdtrt's: a router's KV index asking for the blocks the engine holds); bad input is refused
+or a :class:`StopRequest` (TensorRT-LLM's stop contract) or one of pdtrt's: a
+:class:`KvEventsRequest` (a router's KV index asking for the blocks the engine holds) or a
+:class:`DrainRequest` (docs/drain.md); bad input is refused
 here, with an :class:`~pdtrt.errors.InvalidRequestError` that becomes that request's error
 response and nothing else. The rest of each model works on these frozen objects only. This
 module calls no Triton API (the seam in :mod:`~pdtrt.runtime.triton_io` does) and holds no
@@ -32,10 +33,12 @@ import numpy as np
 
 from pdtrt.engine_dir import KVLayout
 from pdtrt.engine_io import (
+    DRAIN_PARAMETER,
     INPUT_ALIASES,
     REQUEST_TYPE_PARAMETER,
     ROUTER_IO,
     TOKEN_COUNT_TENSORS,
+    DrainAction,
     RequestSampling,
     RequestType,
     Role,
@@ -45,8 +48,8 @@ from pdtrt.errors import InvalidRequestError
 from pdtrt.runtime.phase_params import ContextPhaseParams
 from pdtrt.runtime.triton_io import Incoming
 
-__all__ = ["DISAGGREGATED_MAX_BEAM_WIDTH", "KV_EVENTS_CURSOR", "EngineLimits", "EngineRequest",
-           "KvEventsRequest", "RouterRequest", "StopRequest", "canonical_inputs",
+__all__ = ["DISAGGREGATED_MAX_BEAM_WIDTH", "KV_EVENTS_CURSOR", "DrainRequest", "EngineLimits",
+           "EngineRequest", "KvEventsRequest", "RouterRequest", "StopRequest", "canonical_inputs",
            "check_sampling", "one_prompt", "parse_engine_request", "parse_router_request",
            "word_list"]
 
@@ -314,6 +317,27 @@ def _stop_request(request: Incoming) -> StopRequest | None:
     return StopRequest(request.request_id)
 
 
+@dataclass(frozen=True)
+class DrainRequest:
+    """pdtrt's drain request (the request parameter :data:`~pdtrt.engine_io.DRAIN_PARAMETER`:
+    start a drain, end it, or only ask how far it is; :mod:`pdtrt.runtime.engine.drain`). It
+    carries the inputs of a health probe besides and never reaches the engine."""
+
+    action: DrainAction
+
+
+def _drain_request(request: Incoming) -> DrainRequest | None:
+    value = request.parameters.get(DRAIN_PARAMETER)
+    if value is None:
+        return None
+    try:
+        return DrainRequest(DrainAction(str(value)))
+    except ValueError:
+        raise InvalidRequestError(
+            f"request parameter {DRAIN_PARAMETER!r} is {value!r}; it takes one of: "
+            + ", ".join(a.value for a in DrainAction)) from None
+
+
 KV_EVENTS_CURSOR = "kv_events_cursor"  # the input that makes a request a KvEventsRequest
 
 
@@ -327,9 +351,11 @@ class KvEventsRequest:
 
 
 def parse_engine_request(request: Incoming, limits: EngineLimits
-                         ) -> EngineRequest | StopRequest | KvEventsRequest:
+                         ) -> EngineRequest | StopRequest | KvEventsRequest | DrainRequest:
     """Raises :class:`InvalidRequestError` for input the engine cannot serve, and
     :class:`~pdtrt.errors.KVTransferError` for malformed ``context_phase_params``."""
+    if drain := _drain_request(request):
+        return drain
     if (cursor := request.scalar(KV_EVENTS_CURSOR)) is not None:
         return KvEventsRequest(cursor.decode() if isinstance(cursor, bytes) else str(cursor))
     if stop := _stop_request(request):

@@ -96,9 +96,18 @@ class ParentWatch:
     stub would run again, so the watch is a small process of its own: a shell loop that reads
     the stub's parent from ``/proc`` every ``interval_s`` and kills the stub once it changed;
     it ends by itself when the stub ends.
+
+    The watch ignores SIGTERM, SIGINT and SIGHUP (and so does its ``sleep``: an ignored signal
+    stays ignored across ``exec``): it runs in the server's process group, which an orderly
+    stop sends SIGTERM first. A watch that died of that SIGTERM left its stub unguarded when
+    the stop went no further -- ``pdtrt serve`` SIGKILLed 2 s after its SIGTERM takes
+    ``tritonserver`` with it (``PR_SET_PDEATHSIG``), and a stub stuck with the GIL held then ran
+    on, re-parented, for good (issue 43: five stubs seen 15 minutes later). Only the SIGKILL
+    at the end of a stop ends the watch early, and that one kills its stub too.
     """
 
-    SCRIPT = ('while read -r _ _ _ ppid _ < "/proc/$2/stat" && [ "$ppid" = "$1" ]; '
+    SCRIPT = ("trap '' TERM INT HUP; "
+              'while read -r _ _ _ ppid _ < "/proc/$2/stat" && [ "$ppid" = "$1" ]; '
               'do sleep "$3"; done; [ -e "/proc/$2" ] && kill -9 "$2"')
 
     def __init__(self, *, interval_s: float = 2.0) -> None:

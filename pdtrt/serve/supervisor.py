@@ -19,7 +19,8 @@ request to that model fails. Once a second the supervisor:
    (:data:`~pdtrt.engine_io.READINESS_PATH`) is the honest readiness -- before the reload;
 4. reloads (model-control ``load``) each model whose stub was missing in two rounds running,
    without restarting the server; the router's background probes re-admit its endpoints;
-5. kills the stub of a local model that is alive but has not answered its probe for
+5. kills the stub of a local model that is alive but has not answered its probe (a draining
+   model's "draining" is an answer, docs/drain.md) for
    :data:`HUNG_ROUNDS` rounds running, so that step 4 reloads it: such a model never recovers
    by itself. Why: when a router's stub dies, a phase model still streaming to it blocks for
    good on its next response, because Triton 2.51 hands a BLS response to the caller's stub
@@ -49,7 +50,7 @@ from typing import Any, TypeVar
 
 from pdtrt.client.streams import GrpcStreamClient, probe
 from pdtrt.endpoints import EndpointSpec
-from pdtrt.engine_io import PHASE_ROLES, ModelName, Param, Role
+from pdtrt.engine_io import DRAINING, PHASE_ROLES, ModelName, Param, Role
 from pdtrt.enums import TritonBackend
 from pdtrt.errors import PdtrtError, ServerError
 from pdtrt.repo.pbtxt import ModelConfig, parse_config
@@ -254,7 +255,9 @@ class Supervisor:
         silent: dict[str, bool] = {}
         for endpoint, problem in answers:
             if endpoint.is_local and endpoint.model in self.topology.stubs:
-                silent[endpoint.model] = silent.get(endpoint.model, True) and problem is not None
+                # a draining model answers its probe with DRAINING: an answer, not silence
+                answered = problem is None or DRAINING in problem
+                silent[endpoint.model] = silent.get(endpoint.model, True) and not answered
         for model, quiet in silent.items():
             if quiet and model not in dead:
                 self._silent[model] = self._silent.get(model, 0) + 1

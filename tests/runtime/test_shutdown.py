@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from pdtrt.runtime.shutdown import ParentWatch
 from tests.conftest import ROOT
 
 CHILD = """
@@ -81,3 +82,23 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError):
         return False
+
+
+def test_the_parent_watch_outlives_the_sigterm_of_its_process_group():
+    """An orderly stop sends SIGTERM to the server's whole process group, the watches
+    included: a watch must not die of it, or its stub goes unguarded when the server is then
+    killed."""
+    watched = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                               process_group=0)
+    watch = subprocess.Popen(["sh", "-c", ParentWatch.SCRIPT, "pdtrt-parent-watch",
+                              str(os.getpid()), str(watched.pid), "0.1"],
+                             process_group=watched.pid)
+    try:
+        time.sleep(0.5)
+        os.killpg(watched.pid, signal.SIGTERM)  # the group: the watched process and its watch
+        time.sleep(0.5)
+        assert watch.poll() is None, "the watch died of the group's SIGTERM"
+    finally:
+        for proc in (watch, watched):
+            proc.kill()
+            proc.wait(10)

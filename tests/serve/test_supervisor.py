@@ -275,3 +275,15 @@ def test_a_router_whose_event_loop_does_not_answer_is_not_ready_then_killed_and_
     assert sup.tick().dead == ("router",)
     assert sup.tick().reloaded == ("router",) and ("load", "router") in control.calls
     assert sup.tick().ready and control.calls[-1] == ("load", "health")
+
+
+def test_a_draining_model_is_not_ready_but_never_killed_as_hung(tmp_path):
+    """A drained endpoint answers its probe with "draining" (docs/drain.md): an answer, so its
+    stub is left alone however long the drain takes; it serves no path meanwhile."""
+    from pdtrt.runtime.engine.drain import PROBED
+
+    sup, _control = supervisor(_repo(tmp_path), probe_errors={"decode": PROBED})
+    sup.kill = lambda model: pytest.fail(f"{model} killed")
+    rounds = [sup.tick() for _ in range(5)]
+    assert all(h.killed == () and not h.ready for h in rounds)
+    assert "draining" in rounds[-1].problems[0]

@@ -20,7 +20,9 @@ hand-offs until their timeout (``pdtrt_kv_held_buffers``). A context result that
 end id hands nothing on (:class:`~pdtrt.runtime.engine.responder.Responder`).
 Per-instance stats (in flight, queued, KV usage, KV transfers) become Prometheus metrics. On
 SIGTERM every request in flight ends with "the server is shutting down" and new ones are refused
-(:meth:`TritonPythonModel.drain`); ``finalize`` shuts the LLM down and releases the seam.
+(:meth:`TritonPythonModel.drain`); ``finalize`` shuts the LLM down and releases the seam. A
+drain *request* instead lets the requests in flight finish and only refuses new ones
+(:mod:`~pdtrt.runtime.engine.drain`).
 All of Triton goes through the injected seam (:class:`~pdtrt.runtime.triton_io.Triton`).
 
 A request setting an input the configured sampler would ignore (TorchSampler: penalties, bad
@@ -44,15 +46,19 @@ from typing import Any
 import numpy as np
 
 from pdtrt.engine_io import (
+    DRAIN_OUTPUT,
     KV_CAPACITY_CURSOR,
     KV_EVENTS_OUTPUT,
+    PROBE_ID_PREFIX,
     REFERENCE_ENGINE_IO,
+    DrainAction,
     RequestType,
 )
 from pdtrt.errors import InvalidRequestError, KVTransferError
 from pdtrt.llmapi import LLMApi, load_llm_api
 from pdtrt.llmapi.check import PINNED_VERSION, ApiSurface, check_llm_api
 from pdtrt.runtime.engine.config import LLMEngineConfig, engine_limits
+from pdtrt.runtime.engine.drain import NOT_ADMITTED, PROBED, DrainState
 from pdtrt.runtime.engine.inflight import InflightRequests
 from pdtrt.runtime.engine.kv_events import KvEventLog, events_enabled
 from pdtrt.runtime.engine.metrics import METRICS, StatsPublisher
@@ -61,6 +67,7 @@ from pdtrt.runtime.engine.sampler import check_sampler
 from pdtrt.runtime.faults import FaultInjection
 from pdtrt.runtime.metrics import Metrics
 from pdtrt.runtime.request_parsing import (
+    DrainRequest,
     EngineRequest,
     KvEventsRequest,
     StopRequest,
@@ -132,6 +139,7 @@ class TritonPythonModel:
         self.kv_events = KvEventLog(lambda: llm.get_kv_cache_events(0)) \
             if events_enabled(config.options) else None
         self.draining = False  # the server is stopping: nothing new is admitted
+        self.retiring = False  # drained on request: nothing new, those in flight finish
         self._live: set[Responder] = set()  # requests without their final response yet
         self._by_engine_id: dict[int, str] = {}  # the LLM's request id -> Triton's
         self._lock = threading.Lock()
@@ -164,6 +172,8 @@ class TritonPythonModel:
                     self._stop(incoming, request)
                 elif isinstance(request, KvEventsRequest):
                     self._kv_events(incoming, request)
+                elif isinstance(request, DrainRequest):
+                    self._drain_request(incoming, request)
                 else:
                     admitted.append(self._admit(incoming, request, arrival_ns))
             except (InvalidRequestError, KVTransferError) as exc:
@@ -182,9 +192,9 @@ class TritonPythonModel:
         handle = self.inflight.register(request.request_id)
         out = Responder(self, incoming, request, arrival_ns=arrival_ns, handle=handle)
         with self._lock:
-            if self.draining:
+            if self.draining or self.retiring:
                 self.inflight.finished(handle)
-                raise InvalidRequestError(SHUTTING_DOWN)
+                raise InvalidRequestError(SHUTTING_DOWN if self.draining else NOT_ADMITTED)
             self._live.add(out)
         return out
 
@@ -285,7 +295,22 @@ class TritonPythonModel:
         log.info("stop %s: %d sequence(s) stopped; %d held KV left to its timeout",
                  stop.request_id, result.sequences, result.held)
         self.publish()
-        self.triton.send(incoming, {}, final=True)
+        if self.retiring and stop.request_id.startswith(PROBE_ID_PREFIX):
+            self.triton.send_error(incoming, PROBED)  # routers: alive, but choose it no more
+        else:
+            self.triton.send(incoming, {}, final=True)
+
+    def _drain_request(self, incoming: Incoming, request: DrainRequest) -> None:
+        """Start a drain, end it, or say how far it is (:mod:`pdtrt.runtime.engine.drain`)."""
+        if request.action is not DrainAction.STATUS:
+            with self._lock:
+                self.retiring = request.action is DrainAction.DRAIN
+            log.warning("drain: %s", "taking no new requests; finishing those in flight"
+                        if self.retiring else "taking new requests again")
+        state = DrainState(draining=self.retiring, num_in_flight=self.inflight.num_live,
+                           num_held=self.inflight.num_held(self.clock()))
+        self.triton.send(incoming, {DRAIN_OUTPUT: np.array([state.to_json().encode()],
+                                                           dtype=np.object_)}, final=True)
 
     def _kv_events(self, incoming: Incoming, request: KvEventsRequest) -> None:
         """The blocks this instance holds, since the router's cursor (``kv_events``); for the

@@ -30,7 +30,7 @@ from pdtrt.runtime.router.bls_client import BlsPhaseClient
 from pdtrt.runtime.router.config import RouterConfig
 from pdtrt.runtime.router.health import STOPPED_ANSWERING, Prober, watched
 from pdtrt.runtime.router.kv_upkeep import KvUpkeep
-from pdtrt.runtime.router.pool import Endpoint, EndpointPool, outstanding
+from pdtrt.runtime.router.pool import Endpoint, EndpointPool, EndpointState, outstanding
 from pdtrt.runtime.router.reply import Reply
 from pdtrt.runtime.router.retry import (
     Action,
@@ -112,7 +112,8 @@ class PhaseCalls:
     def _health_changed(self, endpoint: Endpoint, healthy: bool) -> None:
         labels = self.labels(endpoint)
         self.metrics.set("healthy", 1 if healthy else 0, **labels)
-        self.metrics.add("readmissions" if healthy else "ejections", **labels)
+        if healthy or endpoint.state is EndpointState.EJECTED:  # a drain is no failure
+            self.metrics.add("readmissions" if healthy else "ejections", **labels)
 
     # -- which endpoint, and after a failure ------------------------------------------------
     async def choose(self, role: Role, tried: list[Endpoint],

@@ -22,6 +22,10 @@ answering on a connection that stays open. So the router never waits on a phase 
   takes about a second to answer a request to a dead stub (a reader thread waits that long),
   so the router also probes an ejected endpoint on demand, when its pool has no healthy one
   left.
+- An endpoint that answers a probe (or a call) with
+  :data:`~pdtrt.engine_io.DRAINING` is being drained (docs/drain.md): it is taken out of its
+  pools as draining, but it *is* alive -- its calls in flight keep their deadline's patience --
+  and it is probed every interval, so it comes back as soon as the drain ends.
 - An error that says the callee's stub is dead
   (:data:`~pdtrt.runtime.router.bls_client.STUB_GONE`, Triton's own words) ejects its endpoint at
   once, without a probe.
@@ -36,8 +40,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from pdtrt.client.streams import StreamClient, StreamResponse, probe
+from pdtrt.engine_io import DRAINING
 from pdtrt.runtime.router.bls_client import STUB_GONE, ResponseStream
-from pdtrt.runtime.router.pool import Endpoint, eject, readmit
+from pdtrt.runtime.router.pool import Endpoint, eject, mark_draining, readmit
 
 __all__ = ["STOPPED_ANSWERING", "Prober", "health_loop", "probe_due", "watched"]
 
@@ -64,7 +69,8 @@ class Prober:
         self._last: dict[int, tuple[float, str | None]] = {}  # id(endpoint) -> (when, result)
 
     async def check(self, endpoint: Endpoint) -> str | None:
-        """None when ``endpoint`` answers probes, else why not (and it is ejected)."""
+        """None when ``endpoint`` answers probes (draining or not), else why not (and it is
+        ejected)."""
         key = id(endpoint)
         running = self._running.get(key)
         if running is None:
@@ -78,8 +84,11 @@ class Prober:
 
     def failed(self, endpoint: Endpoint, problem: str) -> None:
         """A call to ``endpoint`` failed with ``problem``: eject it now when that says its
-        stub is dead (no probe needed, nor cheap), else leave it to :meth:`check`."""
-        if STUB_GONE in problem and eject(endpoint, problem, self.clock()):
+        stub is dead (no probe needed, nor cheap), or as draining when it says so, else leave
+        it to :meth:`check`."""
+        if DRAINING in problem:
+            self._draining(endpoint, problem, self.clock())
+        elif STUB_GONE in problem and eject(endpoint, problem, self.clock()):
             log.warning("endpoint %s ejected: %s", endpoint.label, problem)
             self.on_change(endpoint, False)
 
@@ -90,6 +99,10 @@ class Prober:
         finally:
             self._running.pop(id(endpoint), None)
         now = self.clock()
+        if problem is not None and DRAINING in problem:
+            self._last[id(endpoint)] = (now, None)  # alive: what it has in flight goes on
+            self._draining(endpoint, problem, now)
+            return None
         self._last[id(endpoint)] = (now, problem)
         if problem is None:
             if readmit(endpoint, now):
@@ -99,6 +112,11 @@ class Prober:
             log.warning("endpoint %s ejected: %s", endpoint.label, problem)
             self.on_change(endpoint, False)
         return problem
+
+    def _draining(self, endpoint: Endpoint, problem: str, now: float) -> None:
+        if mark_draining(endpoint, problem, now):
+            log.warning("endpoint %s is draining: no new requests go to it", endpoint.label)
+            self.on_change(endpoint, False)
 
 
 async def watched(stream: AsyncIterator[StreamResponse], *, liveness_s: float,

@@ -18,7 +18,10 @@ so endpoints of different sizes -- a decode pool mixing GPU types -- fill in pro
 none gets a request it cannot hold while another can. An endpoint is **ejected** when a
 health probe fails (it did not answer a cheap request in time, or answered it with an error -- a
 dead Python-backend stub answers "Stub process ... is not healthy") and **re-admitted** when a
-probe succeeds again. Probing itself is :mod:`pdtrt.runtime.router.health`'s business; this
+probe succeeds again. An endpoint that answers its probe with "draining" (docs/drain.md) is
+out of its pools as well, as **draining** -- not a failure: it finishes what it has in flight,
+its probes are not backed off, and it comes back when it answers a probe plainly again.
+Probing itself is :mod:`pdtrt.runtime.router.health`'s business; this
 module is plain state, owned by the router's event loop, with times passed in (``now_s``) -- no
 Triton, no clock, no threads.
 """
@@ -35,13 +38,14 @@ from pdtrt.enums import Routing
 from pdtrt.runtime.router.kv_capacity import KvCapacity
 from pdtrt.runtime.router.kv_index import KvIndex
 
-__all__ = ["Endpoint", "EndpointPool", "EndpointState", "Routing", "eject", "outstanding",
-           "readmit"]
+__all__ = ["Endpoint", "EndpointPool", "EndpointState", "Routing", "eject", "mark_draining",
+           "outstanding", "readmit"]
 
 
 class EndpointState(StrEnum):
     HEALTHY = "healthy"
-    EJECTED = "ejected"
+    EJECTED = "ejected"  # a failure: it did not answer, or answered with an error
+    DRAINING = "draining"  # it answers, but takes no new requests (docs/drain.md)
 
 
 @dataclass(eq=False, kw_only=True)
@@ -126,7 +130,7 @@ class EndpointPool:
 
     def describe(self) -> str:
         """Each endpoint and its state, for an error message: ``decode (ejected: ...)``."""
-        return ", ".join(e.label if e.healthy else f"{e.label} (ejected: {e.problem})"
+        return ", ".join(e.label if e.healthy else f"{e.label} ({e.state}: {e.problem})"
                          for e in self.endpoints)
 
 
@@ -155,6 +159,17 @@ def eject(endpoint: Endpoint, problem: str, now_s: float) -> bool:
     endpoint.kv.clear()  # its engine may come back empty (or as another epoch)
     endpoint.capacity.clear()  # or another size
     return True
+
+
+def mark_draining(endpoint: Endpoint, problem: str, now_s: float) -> bool:
+    """Take ``endpoint`` out of its pools as draining (``problem``: what it answered), not as a
+    failure; True when it was healthy until now."""
+    endpoint.num_failed_probes, endpoint.problem = 0, problem
+    if endpoint.state is EndpointState.DRAINING:
+        return False
+    was_healthy = endpoint.healthy
+    endpoint.state, endpoint.changed_s = EndpointState.DRAINING, now_s
+    return was_healthy
 
 
 def readmit(endpoint: Endpoint, now_s: float) -> bool:
