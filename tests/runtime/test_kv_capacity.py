@@ -155,8 +155,9 @@ def _twin(tiny_model, max_blocks):
 async def _serve(llms, routing, num_requests):
     """``num_requests`` requests of :data:`NEED` tokens sent at once through a pool of the
     ``llms`` routed by ``routing`` (capacity read from each LLM's get_stats, the engine
-    model's answer); per endpoint the most queued requests and the largest used fraction of
-    its KV blocks seen while they ran."""
+    model's answer); per endpoint the most requests seen queued while its KV blocks were all
+    in use (a request just submitted waits for the next iteration too, blocks or not) and the
+    largest used fraction of its KV blocks seen while they ran."""
     from pdtrt.llmapi.reference import SamplingParams
 
     pool = EndpointPool(phase="decode", routing=routing, endpoints=[
@@ -171,7 +172,8 @@ async def _serve(llms, routing, num_requests):
             by_label[name].capacity.apply(json.dumps({
                 "max_blocks": stats["maxNumBlocks"], "used_blocks": stats["usedNumBlocks"],
                 "tokens_per_block": stats["tokensPerBlock"]}))
-            peak[name][0] = max(peak[name][0], kv["numQueuedRequests"])
+            if stats["usedNumBlocks"] >= stats["maxNumBlocks"]:  # queued for want of blocks
+                peak[name][0] = max(peak[name][0], kv["numQueuedRequests"])
             peak[name][1] = max(peak[name][1], stats["usedNumBlocks"] / stats["maxNumBlocks"])
 
     async def one(i):
