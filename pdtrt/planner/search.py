@@ -129,17 +129,19 @@ class Plan:
         }
 
 
-def _sim_config(req: PlanRequest, c: PlanCandidate) -> SimConfig:
-    """How candidate ``c`` is simulated (a mixed decode pool routed by KV capacity)."""
-    return SimConfig(serving=c.config, factors_prefill=req.factors, factors_decode=req.factors,
+def _sim_config(req: PlanRequest, config: ServingConfig,
+                extra_decode: ExtraDecode = ()) -> SimConfig:
+    """How ``config`` is simulated (with ``extra_decode``: a mixed decode pool, routed by KV
+    capacity)."""
+    return SimConfig(serving=config, factors_prefill=req.factors, factors_decode=req.factors,
                      workload=req.workload, num_requests=req.sim_requests, seed=req.seed,
-                     slo=req.slo, routing=req.routing, extra_decode=c.extra_decode,
-                     decode_routing=RoutingPolicy.KV_CAPACITY if c.extra_decode
+                     slo=req.slo, routing=req.routing, extra_decode=extra_decode,
+                     decode_routing=RoutingPolicy.KV_CAPACITY if extra_decode
                      else RoutingPolicy.LEAST_LOADED)
 
 
 def _sim(req: PlanRequest, c: PlanCandidate) -> SimResult:
-    return simulate(_sim_config(req, c))
+    return simulate(_sim_config(req, c.config, c.extra_decode))
 
 
 def _verdict(ranked: list[PlanCandidate], screened: list[PlanCandidate],
@@ -249,12 +251,13 @@ def plan(req: PlanRequest) -> Plan:
     if ranked and req.shape.reuses:
         chosen = ranked[0]
         assert chosen.sim is not None
-        routing = compare_routing(_sim_config(req, chosen), chosen.sim, simulate)
+        routing = compare_routing(_sim_config(req, chosen.config, chosen.extra_decode),
+                                  chosen.sim, simulate)
     disagg = next((c for c in ranked if c.config.mode is ServingMode.DISAGGREGATED), None)
     if disagg is not None:
         assert disagg.sim is not None
-        local = sweep_local_prefill(_sim_config(req, disagg), disagg.sim, req.shape,
-                                    simulate)
+        local = sweep_local_prefill(_sim_config(req, disagg.config, disagg.extra_decode),
+                                    disagg.sim, req.shape, simulate)
     without = plan(replace(req, fleet=None)) if req.fleet is not None else None
     return Plan(request=req, candidates=tuple(everything), ranked=tuple(ranked),
                 verdict=_verdict(ranked, screened, everything, req), routing=routing,

@@ -58,7 +58,7 @@ def test_a_mixed_pool_is_simulated_routed_by_kv_capacity(pays):
     from pdtrt.planner.search import _sim_config
 
     c = pays.chosen
-    sim = _sim_config(pays.request, c)
+    sim = _sim_config(pays.request, c.config, c.extra_decode)
     assert sim.extra_decode == c.extra_decode
     assert sim.decode_routing is RoutingPolicy.KV_CAPACITY
 
@@ -75,8 +75,13 @@ def test_the_written_spec_describes_the_mixed_pool_and_validates(pays, tmp_path)
     assert data["decode"]["endpoints"] == [
         {"url": "decode-l40s-host:8001", "instances": 8},
         {"url": "decode-h100-sxm-host:8001", "instances": 1, "gpu": "h100-sxm"}]
-    spec = load_deployment(out, catalog=pays.request.catalog).spec
-    assert spec.decode.instances_by_gpu() == {"l40s": 8, "h100-sxm": 1}
+    dep = load_deployment(out, catalog=pays.request.catalog)
+    assert dep.spec.decode.instances_by_gpu() == {"l40s": 8, "h100-sxm": 1}
+    # `pdtrt simulate` reads kv_capacity as the decode pool's routing (it was a KeyError)
+    from pdtrt.sim.from_spec import SimOverrides, sim_configs
+
+    (sim,) = sim_configs(dep, SimOverrides(modes=(ServingMode.DISAGGREGATED,)))
+    assert sim.decode_routing is RoutingPolicy.KV_CAPACITY
     assert data["decode"]["price_per_hour_usd"] == round(
         cand.fleet_use.usd_per_gpu_hour("decode"), 4)
     assert "a mixed decode pool, routed by KV capacity" in out.read_text()
