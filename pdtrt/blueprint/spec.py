@@ -169,6 +169,11 @@ class EndpointSection(_Section):
     instances: int | None = Field(
         default=None, ge=1, description="Model instances behind this endpoint (its share of "
         "the load) [default: the pool's `instances`].")
+    gpu: str | None = Field(
+        default=None, min_length=1, description="GPU type of the server at `url` when it "
+        "differs from the pool's `gpu`: a pool mixing GPU types (e.g. rented H100 decode "
+        "beside owned L40S), which `router.routing: kv_capacity` fills in proportion to each "
+        "endpoint's KV blocks [default: the pool's `gpu`; needs `url`].")
 
     @model_validator(mode="after")
     def _names_something(self) -> EndpointSection:
@@ -223,6 +228,17 @@ class PoolSection(_Section):
                                       instances=e.instances or self.instances)
                          for e in self.endpoints)
         return (EndpointSpec(model=name, url=self.endpoint or "", instances=self.instances),)
+
+    def instances_by_gpu(self) -> dict[str, int]:
+        """Model instances per GPU type, in the order the endpoints name them: an endpoint's
+        ``gpu`` (another server's cards) when it gives one, else the pool's."""
+        if not self.endpoints:
+            return {self.gpu: self.instances}
+        out: dict[str, int] = {}
+        for e in self.endpoints:
+            key = e.gpu or self.gpu
+            out[key] = out.get(key, 0) + (e.instances or self.instances)
+        return out
 
     @property
     def gpus_per_instance(self) -> int:

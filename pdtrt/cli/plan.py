@@ -42,8 +42,8 @@ def _table(p: Plan, top: int) -> Table:
     for i, c in enumerate(shown, start=1):
         d = c.to_dict()
         table.add_row(
-            str(i) if c.meets_slo else "x", f"{c.config.label()}\n{_limits(c)}",
-            str(c.config.num_gpus), f"{c.cost_per_hour_usd:.2f}",
+            str(i) if c.meets_slo else "x", f"{c.label()}\n{_limits(c)}",
+            str(c.num_gpus), f"{c.cost_per_hour_usd:.2f}",
             f"{c.goodput_req_per_s:.2f}", f"{c.goodput_per_usd_hour:.3f}",
             _ms(d["ttft_ms_at_slo"], ".0f"), _ms(d["tpot_ms_at_slo"], ".1f"),
             "\n".join(c.reasons()))
@@ -67,6 +67,22 @@ def _render_owned(result: Plan) -> None:
                f"{mtok(s['rented_usd_per_mtok'])} per million output tokens (all rented)")
 
 
+def _render_mixed(result: Plan) -> None:
+    s = result.mixed_summary()
+
+    def line(d: object) -> str:
+        if not isinstance(d, dict):
+            return "none meets the SLOs"
+        mtok = "-" if d["usd_per_mtok"] is None else f"${d['usd_per_mtok']:.3f}"
+        return f"{d['config']}, ${d['cost_per_hour_usd']:.2f}/h, {mtok} per million output tokens"
+
+    pays = s["mixed_pays"]
+    verdict = ("nothing to compare" if pays is None else "the mixed pool pays" if pays
+               else "a single-type pool is cheaper")
+    click.echo(f"mixed decode pool (kv_capacity routing): {line(s['mixed'])}; best "
+               f"single-type decode pool: {line(s['single_type'])} -- {verdict}")
+
+
 def _render(result: Plan, top: int, spec: PlanCandidate | None, output: Path | None,
             plot_path: Path | None) -> None:
     req = result.request
@@ -80,6 +96,8 @@ def _render(result: Plan, top: int, spec: PlanCandidate | None, output: Path | N
     click.echo(f"verdict: {result.verdict}")
     if req.fleet is not None:
         _render_owned(result)
+    if any(c.extra_decode for c in result.candidates):
+        _render_mixed(result)
     if result.routing is not None:
         r = result.routing
         kv, ll = r.runs["kv_aware"], r.runs["least_load"]
@@ -96,7 +114,7 @@ def _render(result: Plan, top: int, spec: PlanCandidate | None, output: Path | N
                    f"max_prefill_queue_depth {result.local_prefill.chosen_queue_depth:g} "
                    f"({result.local_prefill.why})")
     if spec is not None:
-        click.echo(f"wrote {output} ({spec.config.label()})")
+        click.echo(f"wrote {output} ({spec.label()})")
     if plot_path is not None:
         click.echo(f"wrote {plot_path}")
 
@@ -198,7 +216,7 @@ def plan_cmd(model_ref: str, gpus: str | None, have: str | None, power_price: fl
                     chosen=result.chosen)
     if as_json:
         emit_json({**result.to_dict(), "spec": str(output) if spec else None,
-                   "spec_config": spec.config.label() if spec else None,
+                   "spec_config": spec.label() if spec else None,
                    "plot": str(plot_path) if plot_path else None})
         return
     _render(result, top, spec, output, plot_path)

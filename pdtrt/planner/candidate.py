@@ -6,7 +6,9 @@ A candidate meets the SLO only by simulation, judged by :func:`pdtrt.workload.ev
 (:data:`SCREEN_SLACK`). This module describes candidates; it does not search
 (:mod:`pdtrt.planner.search`). With owned cards (``--have``) a candidate's cost is its
 :class:`~pdtrt.planner.fleet.FleetUse`'s (owned cards at their power, the rest rented);
-``rent_per_hour_usd`` is what it would cost all rented.
+``rent_per_hour_usd`` is what it would cost all rented. A mixed decode pool
+(:mod:`pdtrt.planner.mixed`) is the config plus ``extra_decode``: its label, GPUs and cost
+count them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pdtrt.enums import ServingMode
 from pdtrt.perf.estimate import ServingConfig
 from pdtrt.perf.point import OperatingPoint
 from pdtrt.planner.fleet import FleetUse
+from pdtrt.planner.mixed import ExtraDecode, extra_label
 from pdtrt.sim.metrics import SimResult
 from pdtrt.workload.latency import Dist
 from pdtrt.workload.slo import SLO
@@ -49,6 +52,17 @@ class PlanCandidate:
     osl: int
     slo: SLO
     fleet_use: FleetUse | None = None  # with owned cards: which ones, and the cost
+    # a mixed decode pool: replicas of other GPU types beside the config's decode pool,
+    # routed by KV capacity (pdtrt.planner.mixed)
+    extra_decode: ExtraDecode = ()
+
+    def label(self) -> str:
+        """The configuration's label, a mixed pool's other decode replicas included."""
+        return self.config.label() + extra_label(self.extra_decode)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.config.num_gpus + sum(i.num_gpus * n for i, n in self.extra_decode)
 
     @property
     def meets_slo(self) -> bool:
@@ -59,12 +73,13 @@ class PlanCandidate:
         """What the configuration costs per hour: owned cards at their power, when given."""
         if self.fleet_use is not None:
             return self.fleet_use.cost_per_hour_usd
-        return self.config.cost_per_hour_usd()
+        return self.rent_per_hour_usd
 
     @property
     def rent_per_hour_usd(self) -> float:
         """What it would cost with every card rented."""
-        return self.config.cost_per_hour_usd()
+        return self.config.cost_per_hour_usd() + sum(
+            inst.price_per_hour_usd() * n for inst, n in self.extra_decode)
 
     def usd_per_mtok(self, cost_per_hour_usd: float | None = None) -> float | None:
         """USD per million output tokens at the target rate (of ``cost_per_hour_usd``,
@@ -129,6 +144,9 @@ class PlanCandidate:
                        f"{p.decode_step_s * 1e3:.1f} ms/step, KV {p.kv_transfer_s * 1e3:.1f} ms "
                        f"over {c.link.name} ({p.link_util:.0%} busy)")
         out.append(f"bottleneck: {p.bottleneck}")
+        if self.extra_decode:
+            out.append("mixed decode pool, kv_capacity routing: each replica takes the share "
+                       "its KV blocks hold (the analytical figures: its slower type)")
         pct = self.slo.percentile.label
         for name, value, target in (("TTFT", self.ttft_ms_at_slo, self.slo.ttft_ms),
                                     ("TPOT", self.tpot_ms_at_slo, self.slo.itl_ms)):
@@ -147,8 +165,8 @@ class PlanCandidate:
     def to_dict(self) -> dict[str, object]:
         stable = self.point.stable
         return {
-            "config": self.config.label(), "mode": str(self.config.mode),
-            "num_gpus": self.config.num_gpus,
+            "config": self.label(), "mode": str(self.config.mode),
+            "num_gpus": self.num_gpus,
             "cost_per_hour_usd": round(self.cost_per_hour_usd, 4),
             "screen_ok": self.screen_ok, "simulated": self.sim is not None,
             "meets_slo": self.meets_slo,
@@ -161,4 +179,7 @@ class PlanCandidate:
             "reasons": self.reasons(),
             "simulation": self.sim.to_dict() if self.sim is not None else None,
             **({"fleet": self.fleet_use.to_dict()} if self.fleet_use is not None else {}),
+            **({"mixed_decode": [{"gpu": inst.gpu.key, "tp": inst.tp, "instances": n}
+                                 for inst, n in self.extra_decode],
+                "decode_routing": "kv_capacity"} if self.extra_decode else {}),
         }

@@ -15,6 +15,7 @@ phase), the rest of each pool is rented. :meth:`Fleet.use` says which; the plann
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pdtrt.enums import ServingMode
@@ -96,6 +97,12 @@ class FleetUse:
     def pool(self, phase: str) -> PoolUse:
         return next(p for p in self.pools if p.phase == phase)
 
+    def usd_per_gpu_hour(self, phase: str) -> float:
+        """``phase``'s blended price of one GPU-hour over its GPU types (a mixed pool has
+        several): what its written spec says."""
+        mine = [p for p in self.pools if p.phase == phase]
+        return sum(p.usd_per_hour for p in mine) / sum(p.owned + p.rented for p in mine)
+
     def describe(self) -> str:
         return "; ".join(p.describe() for p in self.pools)
 
@@ -124,17 +131,21 @@ class Fleet:
                                  "its electricity cannot be priced",
                                  hint="rent it instead (--gpus) or add tdp_w to the catalog")
 
-    def _pools(self, config: ServingConfig) -> list[tuple[str, Instance, int]]:
+    def _pools(self, config: ServingConfig, extra_decode: Sequence[tuple[Instance, int]]
+               ) -> list[tuple[str, Instance, int]]:
         if config.mode is ServingMode.AGGREGATED or config.decode is None:
             return [("aggregated", config.prefill, config.prefill_instances)]
         return [("decode", config.decode, config.decode_instances),
+                *(("decode", inst, n) for inst, n in extra_decode),
                 ("prefill", config.prefill, config.prefill_instances)]
 
-    def use(self, config: ServingConfig) -> FleetUse:
-        """The owned cards each pool of ``config`` gets (decode first), the rest rented."""
+    def use(self, config: ServingConfig,
+            extra_decode: Sequence[tuple[Instance, int]] = ()) -> FleetUse:
+        """The owned cards each pool of ``config`` gets (decode first, its ``extra_decode``
+        replicas of other types -- a mixed pool -- included), the rest rented."""
         left = dict(self.owned)
         out = []
-        for phase, inst, n in self._pools(config):
+        for phase, inst, n in self._pools(config, extra_decode):
             cards = inst.num_gpus * n
             owned = min(cards, left.get(inst.gpu.key, 0))
             left[inst.gpu.key] = left.get(inst.gpu.key, 0) - owned
@@ -143,4 +154,4 @@ class Fleet:
             out.append(PoolUse(phase=phase, gpu=inst.gpu.key, owned=owned,
                                rented=cards - owned,
                                usd_per_hour=owned * power + (cards - owned) * rent))
-        return FleetUse(pools=tuple(reversed(out)))  # prefill first, as in labels
+        return FleetUse(pools=tuple(out[-1:] + out[:-1]))  # prefill first, as in labels

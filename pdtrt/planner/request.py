@@ -73,6 +73,16 @@ class PlanRequest:
                                  followup_isl=self.followup_isl)
 
     @property
+    def bounded_gpus(self) -> dict[str, int]:
+        """The cards a plan may use per bounded GPU type: the owned ones (``--have``) and the
+        per-type caps (``--max-gpus TYPE:N``), the fewer where both bound one type; a mixed
+        decode pool puts a bounded type's cards first (:mod:`pdtrt.planner.mixed`)."""
+        out = dict(self.bounds.max_gpus_per_type)
+        for key, n in (self.fleet.owned if self.fleet else {}).items():
+            out[key] = min(n, out.get(key, n))
+        return out
+
+    @property
     def routing(self) -> RoutingPolicy:
         """kv_aware when block reuse has something to find (the plan then writes block reuse
         on and ``router.routing: kv_aware``), the router's default otherwise."""

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from pdtrt.planner.mixed import extra_label
 from pdtrt.sim.config import SimConfig
 from pdtrt.sim.metrics import SimResult
 from pdtrt.sim.scheduling import RoutingPolicy
@@ -106,6 +107,11 @@ class LocalPrefillSweep:
                 "queue_runs": {str(k): v.to_dict() for k, v in self.queue_runs.items()}}
 
 
+def _label(base: SimConfig) -> str:
+    """The simulated configuration's label, a mixed decode pool's other replicas included."""
+    return base.serving.label() + extra_label(base.extra_decode)
+
+
 def compare_routing(base: SimConfig, kv_aware: SimResult,
                     simulate: Simulate) -> RoutingComparison:
     """``base`` (already simulated with kv_aware routing: ``kv_aware``) again with
@@ -114,7 +120,7 @@ def compare_routing(base: SimConfig, kv_aware: SimResult,
     least = simulate(replace(base, routing=RoutingPolicy.LEAST_LOADED))
     choice = config.prefill_instances > 1 or (config.decode is not None
                                               and config.decode_instances > 1)
-    return RoutingComparison(config=config.label(), has_choice=choice, runs={
+    return RoutingComparison(config=_label(base), has_choice=choice, runs={
         "kv_aware": SimRun.of(kv_aware), "least_load": SimRun.of(least)})
 
 
@@ -138,7 +144,7 @@ def sweep_local_prefill(base: SimConfig, verified: SimResult, shape: Conversatio
     config = base.serving
     assert config.decode is not None and not base.conditional
     limit = config.decode.max_num_tokens
-    label = config.label()
+    label = _label(base)
     if shape.isl > limit:  # turn 0 is every conversation's shortest prompt
         return LocalPrefillSweep(
             config=label, decode_max_num_tokens=limit, runs={}, chosen=0,

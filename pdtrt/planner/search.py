@@ -32,7 +32,9 @@ from dataclasses import dataclass, replace
 from pdtrt.enums import ServingMode, WeightQuant
 from pdtrt.perf.estimate import ServingConfig, operating_point
 from pdtrt.perf.hardware import Instance
+from pdtrt.perf.point import OperatingPoint
 from pdtrt.planner.candidate import PlanCandidate, screen
+from pdtrt.planner.mixed import ExtraDecode, mixed_configs, mixed_point
 from pdtrt.planner.request import PlanRequest
 from pdtrt.planner.reuse import (
     LocalPrefillSweep,
@@ -43,6 +45,7 @@ from pdtrt.planner.reuse import (
 from pdtrt.planner.space import candidate_configs
 from pdtrt.sim.config import SimConfig
 from pdtrt.sim.metrics import SimResult
+from pdtrt.sim.scheduling import RoutingPolicy
 from pdtrt.sim.simulator import simulate
 
 __all__ = ["Plan", "PlanCandidate", "PlanRequest", "plan"]
@@ -83,7 +86,29 @@ class Plan:
             "routing": self.routing.to_dict() if self.routing else None,
             "local_prefill": self.local_prefill.to_dict() if self.local_prefill else None,
             **({"owned": self.owned_summary()} if self.request.fleet is not None else {}),
+            **({"mixed_decode": self.mixed_summary()}
+               if any(c.extra_decode for c in self.candidates) else {}),
         }
+
+    def mixed_summary(self) -> dict[str, object]:
+        """The best mixed decode pool that met the SLOs against the best single-type
+        disaggregated one: configurations, cost per hour and per million output tokens, and
+        whether the mixed pool is the cheaper per SLO-meeting request (None: one is missing)."""
+        dis = [c for c in self.ranked if c.config.mode is ServingMode.DISAGGREGATED]
+        mixed = next((c for c in dis if c.extra_decode), None)
+        pure = next((c for c in dis if not c.extra_decode), None)
+
+        def describe(c: PlanCandidate | None) -> dict[str, object] | None:
+            if c is None:
+                return None
+            mtok = c.usd_per_mtok()
+            return {"config": c.label(), "cost_per_hour_usd": round(c.cost_per_hour_usd, 4),
+                    "usd_per_mtok": None if mtok is None else round(mtok, 4),
+                    "goodput_per_usd_hour": round(c.goodput_per_usd_hour, 5)}
+
+        pays = None if mixed is None or pure is None else \
+            mixed.goodput_per_usd_hour > pure.goodput_per_usd_hour
+        return {"mixed": describe(mixed), "single_type": describe(pure), "mixed_pays": pays}
 
     def owned_summary(self) -> dict[str, object]:
         """With --have: the chosen configuration's cards (owned / rented per phase) and the
@@ -99,19 +124,24 @@ class Plan:
         return {
             "use": chosen.fleet_use.to_dict() if chosen and chosen.fleet_use else None,
             "usd_per_mtok": mtok(chosen),
-            "rented_config": rented.config.label() if rented else None,
+            "rented_config": rented.label() if rented else None,
             "rented_usd_per_mtok": mtok(rented),
         }
 
 
-def _sim_config(req: PlanRequest, config: ServingConfig) -> SimConfig:
+def _sim_config(req: PlanRequest, config: ServingConfig,
+                extra_decode: ExtraDecode = ()) -> SimConfig:
+    """How ``config`` is simulated (with ``extra_decode``: a mixed decode pool, routed by KV
+    capacity)."""
     return SimConfig(serving=config, factors_prefill=req.factors, factors_decode=req.factors,
                      workload=req.workload, num_requests=req.sim_requests, seed=req.seed,
-                     slo=req.slo, routing=req.routing)
+                     slo=req.slo, routing=req.routing, extra_decode=extra_decode,
+                     decode_routing=RoutingPolicy.KV_CAPACITY if extra_decode
+                     else RoutingPolicy.LEAST_LOADED)
 
 
-def _sim(req: PlanRequest, config: ServingConfig) -> SimResult:
-    return simulate(_sim_config(req, config))
+def _sim(req: PlanRequest, c: PlanCandidate) -> SimResult:
+    return simulate(_sim_config(req, c.config, c.extra_decode))
 
 
 def _verdict(ranked: list[PlanCandidate], screened: list[PlanCandidate],
@@ -130,51 +160,64 @@ def _verdict(ranked: list[PlanCandidate], screened: list[PlanCandidate],
         closest = min(everything, key=lambda c: c.cost_per_hour_usd, default=None)
         why = "; ".join(closest.reasons()) if closest else "no configuration fits in memory"
         return (f"nothing within the bounds meets the SLOs at {req.rate_per_s:g} req/s "
-                f"(cheapest tried, {closest.config.label() if closest else '-'}: {why})")
+                f"(cheapest tried, {closest.label() if closest else '-'}: {why})")
 
     def per_usd(c: PlanCandidate) -> str:
         return f"{c.goodput_per_usd_hour:.3f} req/s per $/h"
 
     if dis is not None and (agg is None or dis.goodput_per_usd_hour > agg.goodput_per_usd_hour):
         if agg is None:
-            return (f"disaggregate: {dis.config.label()} meets the SLOs ({per_usd(dis)}); no "
+            return (f"disaggregate: {dis.label()} meets the SLOs ({per_usd(dis)}); no "
                     "aggregated configuration within the bounds does")
         gain = dis.goodput_per_usd_hour / agg.goodput_per_usd_hour - 1
-        return (f"disaggregate: {dis.config.label()} gives {per_usd(dis)} vs {per_usd(agg)} "
-                f"for {agg.config.label()} (+{gain:.0%} goodput per dollar)")
+        return (f"disaggregate: {dis.label()} gives {per_usd(dis)} vs {per_usd(agg)} "
+                f"for {agg.label()} (+{gain:.0%} goodput per dollar)")
     assert agg is not None
     if dis is None:
         tried = [c for c in everything if c.config.mode is ServingMode.DISAGGREGATED]
         sim_fail = [c for c in tried if c.sim is not None]
         example = min(sim_fail or tried, key=lambda c: c.cost_per_hour_usd, default=None)
         why = "; ".join(example.reasons()) if example else "no disaggregated configuration fits"
-        return (f"do not disaggregate: {agg.config.label()} meets the SLOs ({per_usd(agg)}) "
+        return (f"do not disaggregate: {agg.label()} meets the SLOs ({per_usd(agg)}) "
                 f"and no disaggregated configuration within the bounds does (cheapest, "
-                f"{example.config.label() if example else '-'}: {why})")
+                f"{example.label() if example else '-'}: {why})")
     loss = 1 - dis.goodput_per_usd_hour / agg.goodput_per_usd_hour
-    return (f"do not disaggregate: {agg.config.label()} gives {per_usd(agg)} vs {per_usd(dis)} "
-            f"for the best disaggregated {dis.config.label()} ({loss:.0%} less goodput per "
+    return (f"do not disaggregate: {agg.label()} gives {per_usd(agg)} vs {per_usd(dis)} "
+            f"for the best disaggregated {dis.label()} ({loss:.0%} less goodput per "
             f"dollar: ${dis.cost_per_hour_usd:.2f}/h vs ${agg.cost_per_hour_usd:.2f}/h for "
             "the same load)")
 
 
 def _candidates(req: PlanRequest) -> list[PlanCandidate]:
     """Every point of the space with its analytical operating point and screen (a chat
-    workload's: at the tokens its prefills compute, see module doc)."""
-    shape, out = req.shape, []
+    workload's: at the tokens its prefills compute, see module doc), then the mixed decode
+    pools of its bounded GPU types (:mod:`pdtrt.planner.mixed`)."""
+    shape = req.shape
     isl = (max(1, round(shape.mean_computed_tokens(block=Instance.tokens_per_block)))
            if shape.reuses else req.isl)  # what a prefill computes, on average
-    for config in candidate_configs(
-            req.model, req.gpus, req.factors, isl=shape.longest_prompt, osl=req.osl,
-            rate_per_s=req.rate_per_s, weights=req.weights, kv_dtype=req.kv_dtype,
-            bounds=req.bounds, same_node=req.same_node,
-            itl_target_s=req.slo.itl_ms / 1e3 if req.slo.itl_ms else None,
-            prefill_isl=isl, context=shape.mean_prompt + req.osl / 2):
-        p = operating_point(config, req.factors, req.factors, isl=isl, osl=req.osl,
-                            rate_per_s=req.rate_per_s)
-        out.append(PlanCandidate(config=config, point=p, screen_ok=screen(p, req.slo),
-                                 rate_per_s=req.rate_per_s, osl=req.osl, slo=req.slo,
-                                 fleet_use=req.fleet.use(config) if req.fleet else None))
+    configs = list(candidate_configs(
+        req.model, req.gpus, req.factors, isl=shape.longest_prompt, osl=req.osl,
+        rate_per_s=req.rate_per_s, weights=req.weights, kv_dtype=req.kv_dtype,
+        bounds=req.bounds, same_node=req.same_node,
+        itl_target_s=req.slo.itl_ms / 1e3 if req.slo.itl_ms else None,
+        prefill_isl=isl, context=shape.mean_prompt + req.osl / 2))
+
+    def candidate(config: ServingConfig, p: OperatingPoint,
+                  extra: ExtraDecode = ()) -> PlanCandidate:
+        return PlanCandidate(config=config, point=p, screen_ok=screen(p, req.slo),
+                             rate_per_s=req.rate_per_s, osl=req.osl, slo=req.slo,
+                             fleet_use=req.fleet.use(config, extra) if req.fleet else None,
+                             extra_decode=extra)
+
+    out = [candidate(c, operating_point(c, req.factors, req.factors, isl=isl, osl=req.osl,
+                                        rate_per_s=req.rate_per_s)) for c in configs]
+    if shape.reuses:  # kv_aware routing and a mixed pool's kv_capacity: one spec setting
+        return out
+    for config, extra in mixed_configs(configs, req.bounded_gpus, req.bounds,
+                                       same_node=req.same_node):
+        out.append(candidate(config, mixed_point(
+            config, extra, req.factors, isl=isl, osl=req.osl, rate_per_s=req.rate_per_s,
+            same_node=req.same_node), extra))
     return out
 
 
@@ -189,7 +232,7 @@ def _verify(req: PlanRequest, everything: list[PlanCandidate]) -> list[PlanCandi
                                      everything[i].point.ttft_p90_s))
         met = 0
         for i in mine[: req.max_sims_per_mode]:
-            out[i] = replace(everything[i], sim=_sim(req, everything[i].config))
+            out[i] = replace(everything[i], sim=_sim(req, everything[i]))
             met += out[i].meets_slo
             if met >= req.verify_per_mode:
                 break
@@ -203,17 +246,18 @@ def plan(req: PlanRequest) -> Plan:
     everything = _verify(req, everything)
     ranked = sorted((c for c in everything if c.meets_slo),
                     key=lambda c: (-c.goodput_per_usd_hour, c.cost_per_hour_usd,
-                                   c.config.label()))
+                                   c.label()))
     routing = local = None
     if ranked and req.shape.reuses:
         chosen = ranked[0]
         assert chosen.sim is not None
-        routing = compare_routing(_sim_config(req, chosen.config), chosen.sim, simulate)
+        routing = compare_routing(_sim_config(req, chosen.config, chosen.extra_decode),
+                                  chosen.sim, simulate)
     disagg = next((c for c in ranked if c.config.mode is ServingMode.DISAGGREGATED), None)
     if disagg is not None:
         assert disagg.sim is not None
-        local = sweep_local_prefill(_sim_config(req, disagg.config), disagg.sim, req.shape,
-                                    simulate)
+        local = sweep_local_prefill(_sim_config(req, disagg.config, disagg.extra_decode),
+                                    disagg.sim, req.shape, simulate)
     without = plan(replace(req, fleet=None)) if req.fleet is not None else None
     return Plan(request=req, candidates=tuple(everything), ranked=tuple(ranked),
                 verdict=_verdict(ranked, screened, everything, req), routing=routing,

@@ -41,21 +41,29 @@ class SearchBounds:
     budget_usd_per_hour: float | None = None
     max_gpus_per_type: dict[str, int] = field(default_factory=dict)  # GPU key -> cards
 
-    def allows(self, config: ServingConfig) -> bool:
-        if self.max_gpus is not None and config.num_gpus > self.max_gpus:
+    def allows(self, config: ServingConfig,
+               extra_decode: Sequence[tuple[Instance, int]] = ()) -> bool:
+        """Whether ``config`` (with ``extra_decode`` replicas beside its decode pool: a mixed
+        pool) is within every bound."""
+        extra_gpus = sum(inst.num_gpus * n for inst, n in extra_decode)
+        if self.max_gpus is not None and config.num_gpus + extra_gpus > self.max_gpus:
             return False
-        if self.max_gpus_per_type and not self._per_type_ok(config):
+        if self.max_gpus_per_type and not self._per_type_ok(config, extra_decode):
             return False
+        extra_cost = sum(inst.price_per_hour_usd() * n for inst, n in extra_decode)
         if self.budget_usd_per_hour is not None and (
-                config.cost_per_hour_usd() > self.budget_usd_per_hour + 1e-9):
+                config.cost_per_hour_usd() + extra_cost > self.budget_usd_per_hour + 1e-9):
             return False
         return True
 
-    def _per_type_ok(self, config: ServingConfig) -> bool:
-        used = {config.prefill.gpu.key: config.prefill.num_gpus * config.prefill_instances}
+    def _per_type_ok(self, config: ServingConfig,
+                     extra_decode: Sequence[tuple[Instance, int]]) -> bool:
+        pools = [(config.prefill, config.prefill_instances), *extra_decode]
         if config.decode is not None and config.mode is ServingMode.DISAGGREGATED:
-            key = config.decode.gpu.key
-            used[key] = used.get(key, 0) + config.decode.num_gpus * config.decode_instances
+            pools.append((config.decode, config.decode_instances))
+        used: dict[str, int] = {}
+        for inst, n in pools:
+            used[inst.gpu.key] = used.get(inst.gpu.key, 0) + inst.num_gpus * n
         return all(n <= self.max_gpus_per_type.get(key, n) for key, n in used.items())
 
 

@@ -12,7 +12,9 @@ in disaggregated serving can hang a transfer (TensorRT-LLM #12542). Conditional 
 ``router.max_local_prefill_tokens`` and ``max_prefill_queue_depth`` are the plan's sweep
 (:mod:`pdtrt.planner.reuse`) when it chose them above 0. With owned cards (``--have``) each
 pool's ``price_per_hour_usd`` is its blended GPU-hour (owned cards at their power, the rest
-rented) and the header says which cards are owned and which to rent.
+rented) and the header says which cards are owned and which to rent. A mixed decode pool
+(:mod:`pdtrt.planner.mixed`) is written as decode ``endpoints`` of two GPU types -- each
+another server, the second naming its ``gpu`` -- with ``router.routing: kv_capacity``.
 """
 
 from __future__ import annotations
@@ -76,6 +78,31 @@ def _router(p: Plan) -> dict[str, object]:
     return router
 
 
+def _mixed_price(cand: PlanCandidate) -> float:
+    """A mixed decode pool's blended GPU-hour, every card rented."""
+    c = cand.config
+    assert c.decode is not None
+    pools = [(c.decode, c.decode_instances), *cand.extra_decode]
+    cost = sum(inst.price_per_hour_usd() * n for inst, n in pools)
+    return round(cost / sum(inst.num_gpus * n for inst, n in pools), 4)
+
+
+def _mixed_decode(decode: dict[str, object], cand: PlanCandidate) -> dict[str, object]:
+    """The decode pool of a mixed candidate: one endpoint per GPU type (another server, its
+    ``gpu`` named where it is not the pool's), the engine's batch limit the larger type's
+    (each engine's KV cache bounds its own batch; kv_capacity routing keeps it within)."""
+    c = cand.config
+    assert c.decode is not None
+    pools = [(c.decode, c.decode_instances), *cand.extra_decode]
+    engine = decode["engine"]
+    assert isinstance(engine, dict)
+    endpoints = [{"url": f"decode-{inst.gpu.key}-host:8001", "instances": n,
+                  **({"gpu": inst.gpu.key} if inst.gpu.key != c.decode.gpu.key else {})}
+                 for inst, n in pools]
+    return {**decode, "engine": {**engine, "max_batch_size": max(
+        inst.max_batch_size for inst, _ in pools)}, "endpoints": endpoints}
+
+
 def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str:
     """YAML text of the spec for :func:`spec_candidate` (validated by the caller)."""
     cand = spec_candidate(p)
@@ -99,12 +126,17 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
     def price(phase: str, inst: Instance) -> float | None:
         if use is None:
             return inst.gpu.price_per_hour_usd
-        return round(use.pool(phase).usd_per_gpu_hour, 4)
+        return round(use.usd_per_gpu_hour(phase), 4)
 
-    decode = _pool(c.decode, c.decode_instances, isl, seq, reuse, price("decode", c.decode))
+    mixed = cand.extra_decode
+    decode = _pool(c.decode, c.decode_instances, isl, seq, reuse,
+                   _mixed_price(cand) if mixed and use is None else price("decode", c.decode))
     two_hosts = target is Target.TRTLLM_1_2 and c.decode.gpu.key != c.prefill.gpu.key
-    if two_hosts:  # trtllm-1.2 serves a pool on another GPU type from its own host's server
+    if mixed:  # every decode endpoint is a server on its own GPU type
+        decode = _mixed_decode(decode, cand)
+    elif two_hosts:  # trtllm-1.2 serves a pool on another GPU type from its own host's server
         decode = {**decode, "endpoint": f"{c.decode.gpu.key}-host:8001"}
+    two_hosts = two_hosts or bool(mixed)
     spec = {
         "version": 1, "name": name, "target": str(target), "model": model,
         "prefill": _pool(c.prefill, c.prefill_instances, isl, seq, reuse,
@@ -116,7 +148,7 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
         "slo": req.slo.to_dict(),
         "workload": {"isl": req.isl, "osl": req.osl, "request_rate_per_s": req.rate_per_s},
     }
-    if router := _router(p):
+    if router := {**_router(p), **({"routing": "kv_capacity"} if mixed else {})}:
         spec = {**spec, "router": router}
     if two_hosts:  # the other host's router calls this server, and it calls the decode host's
         spec = {**spec, "serving": {"host": "0.0.0.0"}}
@@ -124,16 +156,20 @@ def spec_text(p: Plan, *, model_name: str, model_path: str | None = None) -> str
     header = [
         "# Written by `pdtrt plan`; check it with `pdtrt spec validate`.",
         f"# verdict: {p.verdict}",
-        f"# this spec: {c.label()} -- ${cand.cost_per_hour_usd:.2f}/h, goodput "
+        f"# this spec: {cand.label()} -- ${cand.cost_per_hour_usd:.2f}/h, goodput "
         f"{cand.goodput_req_per_s:.2f} req/s at {req.rate_per_s:g} req/s (simulated)",
     ]
     if use is not None:
         header.append(f"# owned and rented cards: {use.describe()}; price_per_hour_usd is "
                       "each pool's blended GPU-hour (owned cards at their board power)")
     if chosen is not None and chosen is not cand:
-        header.append(f"# the overall best is {chosen.config.label()} (aggregated serving, "
+        header.append(f"# the overall best is {chosen.label()} (aggregated serving, "
                       "which this disaggregated spec format does not describe)")
-    if two_hosts:
+    if mixed:
+        header.append("# decode.endpoints: a mixed decode pool, routed by KV capacity "
+                      "(router.routing: kv_capacity); set each decode host's address -- each "
+                      "serves `pdtrt repo SPEC --mode pools` (docs/repo.md) on its GPU type")
+    elif two_hosts:
         header.append(f"# decode.endpoint: set the {c.decode.gpu.key} host's address; it serves "
                       "`pdtrt repo SPEC --mode pools` (docs/repo.md)")
     if reuse:

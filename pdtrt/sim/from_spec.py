@@ -34,8 +34,10 @@ from pdtrt.workload.trace import read_trace
 __all__ = ["ROUTING", "SimOverrides", "sim_configs", "spec_slo"]
 
 # the router's routings (spec router.routing) as the simulator's policies
+# (kv-capacity: the decode pool's routing; the entry pool is least-loaded, SimState.choose)
 ROUTING = {Routing.LEAST_LOAD: RoutingPolicy.LEAST_LOADED,
-           Routing.ROUND_ROBIN: RoutingPolicy.ROUND_ROBIN, Routing.KV_AWARE: RoutingPolicy.KV_AWARE}
+           Routing.ROUND_ROBIN: RoutingPolicy.ROUND_ROBIN, Routing.KV_AWARE: RoutingPolicy.KV_AWARE,
+           Routing.KV_CAPACITY: RoutingPolicy.KV_CAPACITY}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,7 +125,9 @@ def sim_configs(dep: Deployment, o: SimOverrides) -> list[SimConfig]:
         out.append(SimConfig(serving=serving, factors_prefill=f, factors_decode=f,
                              workload=workload, num_requests=o.num_requests, seed=o.seed,
                              batch_policy=o.batch_policy, routing=routing,
-                             slo=spec_slo(dep),
+                             slo=spec_slo(dep), decode_routing=(
+                                 routing if routing is RoutingPolicy.KV_CAPACITY
+                                 else RoutingPolicy.LEAST_LOADED),
                              **({"max_local_prefill_tokens": local,
                                  "max_prefill_queue_depth": depth}
                                 if mode is ServingMode.DISAGGREGATED else {})))

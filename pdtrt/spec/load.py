@@ -20,7 +20,13 @@ from pdtrt.enums import Phase
 from pdtrt.errors import ModelConfigError, SpecError, SpecIssue
 from pdtrt.facts.catalog import Catalog, load_catalog
 from pdtrt.facts.model import load_model_facts
-from pdtrt.spec.rules import phase_fit, resolve_gpus, resource_issues, shape_issues
+from pdtrt.spec.rules import (
+    endpoint_gpu_issues,
+    phase_fit,
+    resolve_gpus,
+    resource_issues,
+    shape_issues,
+)
 from pdtrt.suggest import did_you_mean
 from pdtrt.yamlio import LineMap, load_yaml
 
@@ -134,7 +140,7 @@ def load_deployment(path: str | Path, *, catalog: Catalog | None = None) -> Depl
     if spec.model.path:
         model = model.renamed(spec.model.name)
     gpus, issues = resolve_gpus(spec, catalog)
-    issues += resource_issues(spec, model, gpus)
+    issues += resource_issues(spec, model, gpus) + endpoint_gpu_issues(spec, model, catalog)
     if issues:
         raise SpecError(_with_lines(issues, lines), source=source)
     return Deployment(

@@ -4,7 +4,8 @@ Each endpoint is a model of this deployment's repository or another Triton serve
 (``url``). The rules: other servers only on targets whose router can call them; several local
 models per pool (or one not named after its pool) only on targets that can serve them; local
 model names that do not clash with each other or with the repository's fixed models; no
-endpoint named twice in one pool.
+endpoint named twice in one pool; an endpoint on another GPU type than its pool's (a mixed
+pool) only in another server.
 """
 
 from __future__ import annotations
@@ -92,4 +93,22 @@ def _distinct(spec: DeploymentSpec) -> Iterator[SpecIssue]:
         seen.add(key)
 
 
-POOL_RULES = (_remote_supported, _local_pools_supported, _names, _distinct)
+def _other_gpu_is_another_server(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    """A local model runs on this server's cards, the pool's GPU type: an endpoint on another
+    type (a mixed pool) is another Triton server."""
+    entries = [(str(p), spec.pool(p).gpu, f"{p}.endpoints", spec.pool(p).endpoints)
+               for p in Phase]
+    entries.append((AGGREGATED_MODEL, spec.prefill.gpu, _AGGREGATED,
+                    spec.router.aggregated_endpoints))
+    for pool, gpu, path, endpoints in entries:
+        for i, e in enumerate(endpoints):
+            if e.gpu is not None and e.gpu != gpu and e.url is None:
+                yield SpecIssue(path=f"{path}.{i}.gpu",
+                                message=f"this {pool} endpoint is on {e.gpu}, not the pool's "
+                                f"{gpu}: a model of this server runs on the pool's GPUs, so "
+                                "an endpoint on another GPU type needs `url` (the Triton "
+                                "server on those cards)")
+
+
+POOL_RULES = (_remote_supported, _local_pools_supported, _names, _distinct,
+              _other_gpu_is_another_server)

@@ -21,7 +21,8 @@ from pdtrt.spec.pool_rules import POOL_RULES
 from pdtrt.suggest import did_you_mean
 from pdtrt.targets.registry import target_support
 
-__all__ = ["phase_fit", "resolve_gpus", "resource_issues", "shape_issues"]
+__all__ = ["endpoint_gpu_issues", "phase_fit", "resolve_gpus", "resource_issues",
+           "shape_issues"]
 
 Rule = Callable[[DeploymentSpec], Iterator[SpecIssue]]
 
@@ -154,24 +155,30 @@ def shape_issues(spec: DeploymentSpec) -> list[SpecIssue]:
     return [issue for rule in SHAPE_RULES for issue in rule(spec)]
 
 
+def _resolve(spec: DeploymentSpec, catalog: Catalog, name: str,
+             path: str) -> GPU | SpecIssue:
+    """The catalog entry of a GPU type the spec names at ``path``, or the issue with it."""
+    gpu = catalog.find(name)
+    if gpu is None:
+        return SpecIssue(path=path, message=f"unknown GPU '{name}'"
+                         f"{did_you_mean(name, catalog.keys)}; known: {', '.join(catalog.keys)}")
+    if target_support(spec.target).needs_gpu and gpu.kind is not DeviceKind.GPU:
+        return SpecIssue(path=path, message=f"target {spec.target} needs an NVIDIA GPU, not "
+                         f"'{gpu.key}'")
+    return gpu
+
+
 def resolve_gpus(spec: DeploymentSpec, catalog: Catalog) -> tuple[dict[Phase, GPU],
                                                                    list[SpecIssue]]:
     """Catalog entries of both pools, and an issue for each unknown or unusable name."""
     gpus: dict[Phase, GPU] = {}
     issues: list[SpecIssue] = []
     for phase in Phase:
-        name = spec.pool(phase).gpu
-        gpu = catalog.find(name)
-        if gpu is None:
-            issues.append(SpecIssue(path=f"{phase}.gpu", message=f"unknown GPU '{name}'"
-                                    f"{did_you_mean(name, catalog.keys)}; known: "
-                                    f"{', '.join(catalog.keys)}"))
-            continue
-        if target_support(spec.target).needs_gpu and gpu.kind is not DeviceKind.GPU:
-            issues.append(SpecIssue(path=f"{phase}.gpu", message=f"target {spec.target} needs "
-                                    f"an NVIDIA GPU, not '{gpu.key}'"))
-            continue
-        gpus[phase] = gpu
+        found = _resolve(spec, catalog, spec.pool(phase).gpu, f"{phase}.gpu")
+        if isinstance(found, SpecIssue):
+            issues.append(found)
+        else:
+            gpus[phase] = found
     return gpus, issues
 
 
@@ -198,37 +205,56 @@ def phase_fit(spec: DeploymentSpec, phase: Phase, model: ModelFacts, gpu: GPU,
     )
 
 
+def _gpu_issue(spec: DeploymentSpec, phase: Phase, model: ModelFacts, gpu: GPU, *,
+               gpu_path: str, tp_path: str) -> SpecIssue | None:
+    """The first problem of ``phase``'s pool on ``gpu``: TP vs heads, FP8 support, fit."""
+    pool = spec.pool(phase)
+    problem = model.tp_problem(pool.tp)
+    if problem:
+        return SpecIssue(path=tp_path, message=f"{problem}; valid TP for {model.name}: "
+                         f"{model.valid_tps()}")
+    if pool.tp > gpu.max_gpus_per_node:
+        return SpecIssue(path=tp_path, message=f"TP {pool.tp} > {gpu.max_gpus_per_node} "
+                         f"{gpu.key} GPUs per node")
+    if pool.pp > model.num_layers:
+        return SpecIssue(path=f"{phase}.pp", message=f"PP {pool.pp} > {model.num_layers} "
+                         f"layers of {model.name}")
+    fp8_users = [what for what, uses in (
+        ("weights", spec.weights(phase) is WeightQuant.FP8),
+        ("kv_cache_dtype", spec.kv_cache_dtype(phase) is KVDType.FP8)) if uses]
+    if fp8_users and gpu.kind is DeviceKind.GPU and not gpu.has_fp8:
+        return SpecIssue(path=gpu_path, message=f"{gpu.key} (SM {gpu.compute_capability}) has "
+                         f"no FP8 support, but {phase} uses fp8 {' and '.join(fp8_users)}")
+    mem = phase_fit(spec, phase, model, gpu)
+    if not mem.fits:
+        return SpecIssue(path=tp_path, message=_no_fit_message(spec, phase, model, gpu, mem))
+    return None
+
+
 def resource_issues(spec: DeploymentSpec, model: ModelFacts,
                     gpus: dict[Phase, GPU]) -> list[SpecIssue]:
     """Violations that need the model facts and the GPUs: TP vs heads, FP8 support, fit."""
+    found = (_gpu_issue(spec, phase, model, gpu, gpu_path=f"{phase}.gpu", tp_path=f"{phase}.tp")
+             for phase, gpu in gpus.items())
+    return [issue for issue in found if issue is not None]
+
+
+def endpoint_gpu_issues(spec: DeploymentSpec, model: ModelFacts,
+                        catalog: Catalog) -> list[SpecIssue]:
+    """The same checks for an endpoint on another GPU type than its pool's (a mixed pool):
+    the type is known and usable, and the pool's engine (TP, FP8, memory fit) runs on it."""
     issues: list[SpecIssue] = []
-    for phase, gpu in gpus.items():
+    for phase in Phase:
         pool = spec.pool(phase)
-        problem = model.tp_problem(pool.tp)
-        if problem:
-            issues.append(SpecIssue(path=f"{phase}.tp", message=f"{problem}; valid TP for "
-                                    f"{model.name}: {model.valid_tps()}"))
-            continue
-        if pool.tp > gpu.max_gpus_per_node:
-            issues.append(SpecIssue(path=f"{phase}.tp", message=f"TP {pool.tp} > "
-                                    f"{gpu.max_gpus_per_node} {gpu.key} GPUs per node"))
-            continue
-        if pool.pp > model.num_layers:
-            issues.append(SpecIssue(path=f"{phase}.pp", message=f"PP {pool.pp} > "
-                                    f"{model.num_layers} layers of {model.name}"))
-            continue
-        fp8_users = [what for what, uses in (
-            ("weights", spec.weights(phase) is WeightQuant.FP8),
-            ("kv_cache_dtype", spec.kv_cache_dtype(phase) is KVDType.FP8)) if uses]
-        if fp8_users and gpu.kind is DeviceKind.GPU and not gpu.has_fp8:
-            issues.append(SpecIssue(
-                path=f"{phase}.gpu", message=f"{gpu.key} (SM {gpu.compute_capability}) has no "
-                f"FP8 support, but {phase} uses fp8 {' and '.join(fp8_users)}"))
-            continue
-        mem = phase_fit(spec, phase, model, gpu)
-        if not mem.fits:
-            issues.append(SpecIssue(path=f"{phase}.tp", message=_no_fit_message(
-                spec, phase, model, gpu, mem)))
+        for i, e in enumerate(pool.endpoints):
+            if e.gpu is None or e.gpu == pool.gpu:
+                continue
+            path = f"{phase}.endpoints.{i}.gpu"
+            found = _resolve(spec, catalog, e.gpu, path)
+            issue = found if isinstance(found, SpecIssue) else _gpu_issue(
+                spec, phase, model, found, gpu_path=path, tp_path=path)
+            if issue is not None:
+                issues.append(issue)
     return issues
 
 

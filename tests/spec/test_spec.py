@@ -141,3 +141,22 @@ def test_pools_on_one_host_must_agree_on_their_net_devices(tmp_path):
     data["prefill"]["net_devices"] = ["eth1"]
     spec = load_deployment(write_spec(tmp_path, data)).spec
     assert spec.net_devices(Phase.PREFILL) == spec.net_devices(Phase.DECODE) == ("eth1",)
+
+
+def test_a_mixed_decode_pool_names_each_endpoint_gpu(tmp_path):
+    data = {"name": "t", "target": "trtllm-1.2",
+            "model": {"name": "meta-llama/Meta-Llama-3.1-8B", "kv_cache_dtype": "fp8"},
+            "prefill": {"gpu": "h100-sxm"},
+            "decode": {"gpu": "l40s", "instances": 2, "endpoints": [
+                {"url": "l40s-host:8001", "instances": 8},
+                {"url": "h100-sxm-host:8001", "instances": 2, "gpu": "h100-sxm"}]},
+            "router": {"routing": "kv_capacity"},
+            "workload": {"isl": 3000, "osl": 500}}
+    spec = load_deployment(write_spec(tmp_path, data)).spec
+    assert spec.decode.instances_by_gpu() == {"l40s": 8, "h100-sxm": 2}
+    assert spec.decode.num_gpus == 10 and spec.prefill.instances_by_gpu() == {"h100-sxm": 1}
+    data["decode"]["endpoints"][1]["gpu"] = "a10g"  # Ampere: no FP8 KV cache
+    with pytest.raises(SpecError) as err:
+        load_deployment(write_spec(tmp_path, data))
+    assert [i.path for i in err.value.issues] == ["decode.endpoints.1.gpu"]
+    assert "a10g" in err.value.issues[0].message and "FP8" in err.value.issues[0].message
