@@ -33,8 +33,8 @@ import numpy as np
 
 from pdtrt.engine_io import PROBE_ID_PREFIX
 
-__all__ = ["PROBE_ID_PREFIX", "GrpcStreamClient", "StreamClient", "StreamResponse", "probe",
-           "probe_inputs"]
+__all__ = ["PROBE_ID_PREFIX", "PROBE_SILENT", "GrpcStreamClient", "StreamClient",
+           "StreamResponse", "probe", "probe_inputs"]
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,9 @@ def probe_inputs() -> dict[str, np.ndarray]:
             "stop": np.array([[True]])}
 
 
+PROBE_SILENT = "no answer to a health probe"  # what :func:`probe` says of a silent endpoint
+
+
 async def probe(client: StreamClient, model: str, *, timeout_s: float,
                 error_output: str = "") -> str | None:
     """Ask ``model`` through ``client`` to stop a request nobody sent: None when it answered
@@ -167,6 +170,6 @@ async def probe(client: StreamClient, model: str, *, timeout_s: float,
     try:
         return await asyncio.wait_for(ask(), timeout_s)
     except TimeoutError:
-        return f"no answer to a health probe within {timeout_s:g} s"
+        return f"{PROBE_SILENT} within {timeout_s:g} s"
     except Exception as exc:
         return f"health probe failed: {type(exc).__name__}: {exc}"

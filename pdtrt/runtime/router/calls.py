@@ -221,6 +221,8 @@ class PhaseCalls:
                                         what=f"endpoint {endpoint.label}",
                                         first_within_s=first_within_s)) as responses:
                 async for r in responses:
+                    if r.error is None:
+                        endpoint.answered_s = self.prober.clock()  # alive, if busy (health)
                     yield r
 
     async def relay(self, endpoint: Endpoint, request_type: RequestType,

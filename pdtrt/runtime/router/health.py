@@ -26,6 +26,11 @@ answering on a connection that stays open. So the router never waits on a phase 
   :data:`~pdtrt.engine_io.DRAINING` is being drained (docs/drain.md): it is taken out of its
   pools as draining, but it *is* alive -- its calls in flight keep their deadline's patience --
   and it is probed every interval, so it comes back as soon as the drain ends.
+- A probe that times out while one of the endpoint's calls answered meanwhile
+  (:attr:`~pdtrt.runtime.router.pool.Endpoint.answered_s`) does not eject it: the endpoint is
+  alive and busy -- the survivor of a pool that just lost a member, taking all its load, on
+  cores it shares -- and ejecting it would fail every request it holds and the pool with it.
+  An endpoint that sends nothing on any call and does not answer its probe is ejected as before.
 - An error that says the callee's stub is dead
   (:data:`~pdtrt.runtime.router.bls_client.STUB_GONE`, Triton's own words) ejects its endpoint at
   once, without a probe.
@@ -39,7 +44,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-from pdtrt.client.streams import StreamClient, StreamResponse, probe
+from pdtrt.client.streams import PROBE_SILENT, StreamClient, StreamResponse, probe
 from pdtrt.engine_io import DRAINING
 from pdtrt.runtime.router.bls_client import STUB_GONE, ResponseStream
 from pdtrt.runtime.router.pool import Endpoint, eject, mark_draining, readmit
@@ -93,12 +98,19 @@ class Prober:
             self.on_change(endpoint, False)
 
     async def _probe(self, endpoint: Endpoint) -> str | None:
+        started = self.clock()
         try:
             problem = await probe(self.client_of(endpoint), endpoint.spec.model,
                                   timeout_s=self.timeout_s, error_output=self.error_output)
         finally:
             self._running.pop(id(endpoint), None)
         now = self.clock()
+        if problem is not None and problem.startswith(PROBE_SILENT) \
+                and endpoint.answered_s >= started:
+            log.info("endpoint %s: %s, but its calls answer: busy, not dead", endpoint.label,
+                     problem)
+            self._last[id(endpoint)] = (now, None)  # nor re-admitted: it did not answer
+            return None
         if problem is not None and DRAINING in problem:
             self._last[id(endpoint)] = (now, None)  # alive: what it has in flight goes on
             self._draining(endpoint, problem, now)

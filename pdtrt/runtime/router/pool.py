@@ -28,6 +28,7 @@ Triton, no clock, no threads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ class Endpoint:
     changed_s: float = 0.0  # when the state last changed (the caller's clock)
     num_failed_probes: int = 0  # failures (probes, dead stub) since it last answered a probe
     failed_s: float = 0.0  # when the last of them was
+    answered_s: float = -math.inf  # when one of its calls last sent a response
     num_chosen: int = 0  # requests sent to it
     last_chosen: int = -1  # the pool's choice counter when it was last chosen
     kv: KvIndex = field(default_factory=KvIndex)  # its blocks, when the pool routes by KV
