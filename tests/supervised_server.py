@@ -39,14 +39,17 @@ def edited_example(workdir: Path, name: str, edit: Callable[[dict], None]) -> Pa
 def serve_detached(spec: Path, engines_root: Path, workdir: Path, *,
                    timeout_s: float = 300, env: dict[str, str] | None = None,
                    extra_args: tuple[str, ...] = ()) -> dict:
-    """``pdtrt serve SPEC --detach --json`` (then ``extra_args``): the command's JSON
-    (endpoints, readiness, state), plus the state file's content under ``"state_file"``.
-    Skips without the embedded Triton server or ucxx."""
+    """``pdtrt serve SPEC --detach --json --timeout TIMEOUT_S`` (then ``extra_args``): the
+    command's JSON (endpoints, readiness, state), plus the state file's content under
+    ``"state_file"``. The command has twice ``timeout_s`` in all (its build first), so that one
+    whose deployment does not get ready gives up and stops its server itself rather than being
+    killed and leaving that server behind. Skips without the embedded Triton server or ucxx."""
     if find_embedded_triton() is None or importlib.util.find_spec("ucxx") is None:
         pytest.skip("needs the embedded Triton server (nvidia-pytriton) and ucxx")
     out = subprocess.run([PDTRT, "serve", str(spec), "--engines-dir", str(engines_root),
-                          "--workdir", str(workdir), "--detach", "--json", *extra_args],
-                         capture_output=True, text=True, timeout=timeout_s,
+                          "--workdir", str(workdir), "--detach", "--json",
+                          "--timeout", f"{timeout_s:g}", *extra_args],
+                         capture_output=True, text=True, timeout=2 * timeout_s,
                          env={**os.environ, **(env or {})})
     assert out.returncode == 0, f"pdtrt serve: {out.stderr}{out.stdout}"
     info = json.loads(out.stdout)
