@@ -6,13 +6,14 @@ two prefill and two decode endpoints on one server, started with KV-transfer fau
 (:mod:`pdtrt.runtime.faults`) for request ids the fault-free runs never use. Each case streams
 eight greedy requests and checks each against its fault-free output (one burst, the module's):
 
-- a decode endpoint's stub SIGKILLed mid-stream: its streams are migrated to the other decode;
 - a transfer's completion notice dropped (TensorRT-LLM #17665): the decode gives up its pull at
   ``kv_transfer.timeout_s``, the router retries, the prefill frees the KV at the same timeout;
 - a prefill endpoint's stub killed during the KV transfer: the decodes' pulls fail, the router
   retries on the other prefill;
-- a decode endpoint's stub SIGSTOPped (a stall): the liveness deadline fires, its streams are
-  migrated, the endpoint is ejected and, once it answers again, re-admitted;
+- a decode endpoint's stub SIGKILLed mid-stream (its streams' decode tokens reached their
+  clients): its streams are migrated to the other decode;
+- a decode endpoint's stub SIGSTOPped (a stall): the liveness deadline fires, the endpoint is
+  ejected and its streams migrated; SIGCONTed, it is reloaded (or re-admitted);
 - the router's stub SIGKILLed: every client's request ends with an error at its deadline
   (Triton 2.51 never ends a dead router's streams), and the deployment heals.
 
@@ -26,6 +27,7 @@ import queue
 import signal
 import threading
 import time
+from dataclasses import dataclass
 
 import pytest
 from conftest import EXAMPLES
@@ -49,7 +51,9 @@ MAX_TOKENS = 200  # long enough that decode_b is mid-stream when killed, short e
 PROMPTS = [f"Migration chaos stream {i} asks about item {i * 13}" for i in range(NUM_STREAMS)]
 ENDPOINTS = ("prefill", "prefill_b", "decode", "decode_b")
 KV_KILL, KV_DROP = "kvkill-", "kvdrop-"  # request ids the armed KV-transfer faults hit
-HEAL_S = 120.0  # a reload, or a Triton 2.51 abort and the supervisor's restart
+SERVE_S = 480.0  # ready within: nine models' stubs took 3.5 min to load on a loaded machine
+HEAL_S = 180.0  # a reload, or a Triton 2.51 abort and the supervisor's restart (minutes on a
+# loaded machine: a start of this server took 1.5-3 min beside other servers on 2 cores)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +62,7 @@ def served(tmp_path_factory):
     engines = tmp_path_factory.mktemp("pool-engines")  # serve builds the tiny engines
     faults = f"kv_done:prefill:{KV_DROP},kv_transfer:prefill_b:{KV_KILL}"
     info = serve_detached(EXAMPLES / "reference-cpu-pools.yaml", engines, work,
-                          env={"PDTRT_FAULT_INJECTION": faults})
+                          env={"PDTRT_FAULT_INJECTION": faults}, timeout_s=SERVE_S)
     yield info, work
     stop(work)
 
@@ -67,11 +71,10 @@ def served(tmp_path_factory):
 def expected(served) -> dict[int, str]:
     """Each prompt's fault-free output, streamed the same way."""
     info, _work = served
-    results, threads = _burst(info["endpoints"]["grpc"], "clean")
-    for t in threads:
-        t.join(120)
-    assert all(r.error is None and r.final_seen for r in results.values())
-    return {i: "".join(r.texts) for i, r in results.items()}
+    burst = _burst(info["endpoints"]["grpc"], "clean")
+    burst.join()
+    assert all(r.error is None and r.final_seen for r in burst.results.values())
+    return {i: "".join(r.texts) for i, r in burst.results.items()}
 
 
 @pytest.fixture
@@ -81,38 +84,64 @@ def case(served):
     info, work = served
     metrics_url = info["endpoints"]["metrics"]
     assert wait_for(lambda: readiness(info["endpoints"]["http"]) == 200, timeout_s=HEAL_S)
-    assert wait_for(lambda: all(metric(metrics_url, "pdtrt_router_endpoint_healthy",
-                                       endpoint=e) == 1 for e in ENDPOINTS), timeout_s=HEAL_S)
+
+    def healthy() -> dict[str, float]:
+        return {e: metric(metrics_url, "pdtrt_router_endpoint_healthy", endpoint=e)
+                for e in ENDPOINTS}
+    assert wait_for(lambda: set(healthy().values()) == {1}, timeout_s=HEAL_S), healthy()
     log, pids = kernel_log(), set(stubs_of(work / "repo"))
     yield info, work
     faults = stub_faults(log, pids | set(stubs_of(work / "repo")))
     assert not faults, faults
 
 
-def _burst(url: str, tag: str, timeout_s: float = 60
-           ) -> tuple[dict[int, object], list[threading.Thread]]:
-    """Every prompt streamed at once: (results by index, filled as each ends; the threads)."""
-    results: dict[int, object] = {}
+@dataclass
+class Burst:
+    """Every prompt streamed at once, one thread each."""
+
+    results: dict[int, Stream]  # by prompt index, filled as each stream ends
+    threads: list[threading.Thread]
+    received: list[int]  # responses with a token each client has had so far
+
+    def mid_decode(self) -> bool:
+        """Every stream has ended or had tokens of its decode reach its client (beyond the
+        first, the prefill's): a decode failing now must migrate them, not retry them."""
+        return all(i in self.results or n > 2 for i, n in enumerate(self.received))
+
+    def join(self, timeout_s: float = 120) -> None:
+        for t in self.threads:
+            t.join(timeout_s)
+
+
+def _burst(url: str, tag: str, timeout_s: float = 60) -> Burst:
+    burst = Burst({}, [], [0] * NUM_STREAMS)
 
     def one(i: int) -> None:
+        def seen(n: int) -> None:
+            burst.received[i] = n
         try:
-            results[i] = generate(url, "ensemble", ensemble_inputs(PROMPTS[i], MAX_TOKENS),
-                                  request_id=f"{tag}{i}", timeout_s=timeout_s)
+            burst.results[i] = generate(url, "ensemble", ensemble_inputs(PROMPTS[i], MAX_TOKENS),
+                                        request_id=f"{tag}{i}", timeout_s=timeout_s,
+                                        progress=seen)
         except queue.Empty:  # the client's deadline: no response for timeout_s
-            results[i] = Stream(error=f"no response within {timeout_s:g} s")
+            burst.results[i] = Stream(error=f"no response within {timeout_s:g} s")
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(NUM_STREAMS)]
-    for t in threads:
+    burst.threads = [threading.Thread(target=one, args=(i,)) for i in range(NUM_STREAMS)]
+    for t in burst.threads:
         t.start()
-    return results, threads
+    return burst
 
 
-def _all_identical(results: dict[int, object], expected: dict[int, str],
-                   threads: list[threading.Thread]) -> None:
-    for t in threads:
-        t.join(120)
-    assert sorted(results) == list(range(NUM_STREAMS))
-    for i, got in sorted(results.items()):
+def _decode_b_mid_stream(metrics_url: str, burst: Burst) -> bool:
+    """decode_b holds streams whose decode tokens reached their clients."""
+    return wait_for(lambda: burst.mid_decode() and metric(
+        metrics_url, "pdtrt_engine_active_sequences", model="decode_b") >= 2, timeout_s=60)
+
+
+def _all_identical(burst: Burst, expected: dict[int, str]) -> None:
+    burst.join()
+    assert sorted(burst.results) == list(range(NUM_STREAMS))
+    for i, got in sorted(burst.results.items()):
         assert got.error is None and got.final_seen, (i, got.error)
         assert "".join(got.texts) == expected[i], i  # each token once, none lost
 
@@ -123,29 +152,9 @@ def _kv_let_go(metrics_url: str, models=("prefill", "prefill_b")) -> bool:
                                 for m in models) == 0, timeout_s=20)
 
 
-def _count(metrics_url: str, name: str, **labels: str) -> float:
-    return metric(metrics_url, name, **labels)
-
-
-def test_a_decode_endpoint_killed_mid_stream_loses_no_request(case, expected):
-    info, work = case
-    url, metrics_url = info["endpoints"]["grpc"], info["endpoints"]["metrics"]
-    before = _count(metrics_url, "pdtrt_router_migrations_total", phase="decode")
-    results, threads = _burst(url, "chaos")
-    # decode_b holds streams that have started: kill it under them once their tokens flow
-    assert wait_for(lambda: metric(metrics_url, "pdtrt_engine_active_sequences",
-                                   model="decode_b") >= 2, timeout_s=30)
-    time.sleep(1.0)  # tokens of decode_b reached the clients: a migration, not a retry
-    kill_model(work / "repo", "decode_b")
-    _all_identical(results, expected, threads)
-    assert _count(metrics_url, "pdtrt_router_migrations_total", phase="decode") > before
-    # a request's histograms are observed after its final response went out: wait for them
-    assert wait_for(lambda: metric(metrics_url, "pdtrt_request_migration_seconds_count") >= 1,
-                    timeout_s=20)
-    assert _kv_let_go(metrics_url)
-    log = (work / "server.log").read_text()
-    assert "migrating it (died)" in log or "migrating it (stalled)" in log
-
+# The cases run in this order: those that cannot take Triton down first; a SIGKILLed or stopped
+# stub can make Triton 2.51 abort (docs/design/serve.md, "owner-dead mutex"), and a case after
+# it starts on the restarted server (the case fixture waits for it).
 
 def test_a_dropped_kv_completion_notice_hangs_nothing(case, expected):
     """TensorRT-LLM #17665's case: one transfer's "done" never arrives. The decode gives up
@@ -154,15 +163,14 @@ def test_a_dropped_kv_completion_notice_hangs_nothing(case, expected):
     timeout."""
     info, _work = case
     url, metrics_url = info["endpoints"]["grpc"], info["endpoints"]["metrics"]
-    retries = _count(metrics_url, "pdtrt_router_retries_total", phase="decode")
-    expired = sum(_count(metrics_url, "pdtrt_kv_expired_total", model=m)
+    retries = metric(metrics_url, "pdtrt_router_retries_total", phase="decode")
+    expired = sum(metric(metrics_url, "pdtrt_kv_expired_total", model=m)
                   for m in ("prefill", "prefill_b"))
     started = time.monotonic()
-    results, threads = _burst(url, KV_DROP)
-    _all_identical(results, expected, threads)
+    _all_identical(_burst(url, KV_DROP), expected)
     assert time.monotonic() - started < 40  # nothing hung
-    assert _count(metrics_url, "pdtrt_router_retries_total", phase="decode") >= retries + 1
-    assert wait_for(lambda: sum(_count(metrics_url, "pdtrt_kv_expired_total", model=m)
+    assert metric(metrics_url, "pdtrt_router_retries_total", phase="decode") >= retries + 1
+    assert wait_for(lambda: sum(metric(metrics_url, "pdtrt_kv_expired_total", model=m)
                                 for m in ("prefill", "prefill_b")) >= expired + 1, timeout_s=20)
     assert _kv_let_go(metrics_url)
 
@@ -173,55 +181,73 @@ def test_a_prefill_killed_during_the_kv_transfer_loses_no_request(case, expected
     info, work = case
     url, metrics_url = info["endpoints"]["grpc"], info["endpoints"]["metrics"]
     victim = stubs_of(work / "repo", "prefill_b")
-    retries = _count(metrics_url, "pdtrt_router_retries_total", phase="decode")
+    retries = metric(metrics_url, "pdtrt_router_retries_total", phase="decode")
     started = time.monotonic()
-    results, threads = _burst(url, KV_KILL)
-    _all_identical(results, expected, threads)
+    _all_identical(_burst(url, KV_KILL), expected)
     assert time.monotonic() - started < 40
     # it died mid-transfer (a reaped stub, or a zombie, has no command line of a stub)
     assert wait_for(lambda: not set(victim) & set(stubs_of(work / "repo", "prefill_b")))
-    assert _count(metrics_url, "pdtrt_router_retries_total", phase="decode") >= retries + 1
+    assert metric(metrics_url, "pdtrt_router_retries_total", phase="decode") >= retries + 1
     assert _kv_let_go(metrics_url, ("prefill",))  # the survivor
     assert "KV transfer failed" in (work / "server.log").read_text()
 
 
+def test_a_decode_endpoint_killed_mid_stream_loses_no_request(case, expected):
+    info, work = case
+    url, metrics_url = info["endpoints"]["grpc"], info["endpoints"]["metrics"]
+    before = metric(metrics_url, "pdtrt_router_migrations_total", phase="decode")
+    burst = _burst(url, "chaos")
+    assert _decode_b_mid_stream(metrics_url, burst)
+    kill_model(work / "repo", "decode_b")
+    _all_identical(burst, expected)
+    assert metric(metrics_url, "pdtrt_router_migrations_total", phase="decode") > before
+    # a request's histograms are observed after its final response went out: wait for them
+    assert wait_for(lambda: metric(metrics_url, "pdtrt_request_migration_seconds_count") >= 1,
+                    timeout_s=20)
+    assert _kv_let_go(metrics_url)
+    log = (work / "server.log").read_text()
+    assert "migrating it (died)" in log or "migrating it (stalled)" in log
+
+
 def test_a_stalled_decode_endpoint_is_ejected_its_streams_migrated(case, expected):
     """SIGSTOP, not a death: decode_b's stub stops answering with streams in flight. The
-    liveness deadline fires, its probe goes unanswered, the streams are migrated; once the
-    stub runs again (SIGCONT, or the supervisor's reload of a model that never answers) the
-    endpoint is re-admitted."""
+    liveness deadline fires, its probe goes unanswered, the endpoint is ejected and its
+    streams are migrated. What follows is Triton 2.51's: its Python backend declares the
+    stopped stub unhealthy, and the stub aborts once it runs again (SIGCONT; ``std::length_error``
+    in the server log), or the supervisor kills it after HUNG_ROUNDS unanswered probes. Either
+    way it is reloaded and re-admitted -- or, when its death takes Triton down (the owner-dead
+    mutex), the server is restarted. The streams are done before it runs again."""
     info, work = case
     url, metrics_url = info["endpoints"]["grpc"], info["endpoints"]["metrics"]
     server = server_pid(work)
-    stalled = _count(metrics_url, "pdtrt_router_migrations_total", phase="decode",
+    stalled = metric(metrics_url, "pdtrt_router_migrations_total", phase="decode",
                      reason="stalled")
-    ejections = _count(metrics_url, "pdtrt_router_endpoint_ejections_total",
+    ejections = metric(metrics_url, "pdtrt_router_endpoint_ejections_total",
                        endpoint="decode_b")
-    readmissions = _count(metrics_url, "pdtrt_router_endpoint_readmissions_total",
+    readmissions = metric(metrics_url, "pdtrt_router_endpoint_readmissions_total",
                           endpoint="decode_b")
-    results, threads = _burst(url, "stall")
-    assert wait_for(lambda: metric(metrics_url, "pdtrt_engine_active_sequences",
-                                   model="decode_b") >= 2, timeout_s=30)
-    time.sleep(1.0)
+    burst = _burst(url, "stall")
+    assert _decode_b_mid_stream(metrics_url, burst)
     pids = stubs_of(work / "repo", "decode_b")
     try:
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
-        _all_identical(results, expected, threads)
+        _all_identical(burst, expected)
+        # read while the server surely runs: decode_b's death may yet take it down
+        assert metric(metrics_url, "pdtrt_router_migrations_total", phase="decode",
+                      reason="stalled") > stalled
+        assert metric(metrics_url, "pdtrt_router_endpoint_ejections_total",
+                      endpoint="decode_b") > ejections
     finally:
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:  # the supervisor killed it to reload the model
                 pass
-    assert _count(metrics_url, "pdtrt_router_migrations_total", phase="decode",
-                  reason="stalled") > stalled
-    assert _count(metrics_url, "pdtrt_router_endpoint_ejections_total",
-                  endpoint="decode_b") > ejections
     assert wait_for(lambda: readiness(info["endpoints"]["http"]) == 200, timeout_s=HEAL_S)
-    if restarted_after_abort(work, server):  # Triton 2.51 aborted when the stub was killed
-        return  # (docs/design/serve.md, "owner-dead mutex"): its counters started again
-    assert wait_for(lambda: _count(metrics_url, "pdtrt_router_endpoint_readmissions_total",
+    if restarted_after_abort(work, server):  # the server died with the stub: its counters
+        return  # started again
+    assert wait_for(lambda: metric(metrics_url, "pdtrt_router_endpoint_readmissions_total",
                                    endpoint="decode_b") > readmissions, timeout_s=HEAL_S)
     assert _kv_let_go(metrics_url)
 
@@ -229,24 +255,23 @@ def test_a_stalled_decode_endpoint_is_ejected_its_streams_migrated(case, expecte
 def test_a_killed_router_ends_every_stream_with_an_error_and_heals(case, expected):
     """No migration can save a dead router's requests (it holds their streams), and Triton 2.51
     never ends them: each client's request ends with its deadline's error -- never a hang --
-    and the supervisor reloads the router."""
+    and the supervisor reloads the router (or restarts the server when Triton aborts)."""
     info, work = case
     url, metrics_url = info["endpoints"]["grpc"], info["endpoints"]["metrics"]
     pid = server_pid(work)
-    deadline_s = 10.0
-    results, threads = _burst(url, "router-dies", timeout_s=deadline_s)
+    deadline_s = 10.0  # the client's: no response for this long ends its request
+    burst = _burst(url, "router-dies", timeout_s=deadline_s)
     assert wait_for(lambda: metric(metrics_url, "pdtrt_router_requests_in_flight") >= 4,
                     timeout_s=30)
     kill_model(work / "repo", "router")
     killed = time.monotonic()
-    for t in threads:
-        t.join(deadline_s + 30)
-    assert not any(t.is_alive() for t in threads)  # no client hangs
+    burst.join(deadline_s + 30)
+    assert not any(t.is_alive() for t in burst.threads)  # no client hangs
     assert time.monotonic() - killed < deadline_s + 15
-    assert sorted(results) == list(range(NUM_STREAMS))
-    assert any(got.error is not None for got in results.values()), "no stream was cut"
+    assert sorted(burst.results) == list(range(NUM_STREAMS))
+    assert any(got.error is not None for got in burst.results.values()), "no stream was cut"
     # a stream either completed before the kill, identical, or ended with an error
-    for i, got in results.items():
+    for i, got in burst.results.items():
         assert got.error is not None or "".join(got.texts) == expected[i], i
     assert wait_for(lambda: readiness(info["endpoints"]["http"]) == 200, timeout_s=HEAL_S)
     again = generate(url, "ensemble", ensemble_inputs(PROMPTS[0], MAX_TOKENS),
@@ -255,3 +280,4 @@ def test_a_killed_router_ends_every_stream_with_an_error_and_heals(case, expecte
     if not restarted_after_abort(work, pid):  # the same server: the reloaded router counts
         assert wait_for(lambda: metric(metrics_url, "pdtrt_router_lost_to_reload_total") >= 1,
                         timeout_s=10)
+        assert _kv_let_go(metrics_url)
