@@ -33,6 +33,7 @@ import pytest
 from conftest import EXAMPLES
 from e2e_client import Stream, ensemble_inputs, generate, metric, wait_for
 from supervised_server import (
+    TRITON_ABORT,
     kernel_log,
     kill_model,
     readiness,
@@ -156,6 +157,17 @@ def _kv_let_go(metrics_url: str, models=("prefill", "prefill_b")) -> bool:
 # stub can make Triton 2.51 abort (docs/design/serve.md, "owner-dead mutex"), and a case after
 # it starts on the restarted server (the case fixture waits for it).
 
+def _crashed(work, pid: int) -> str:
+    """How the server ``pid`` died, when the supervisor restarted it ("" when it runs):
+    Triton 2.51's owner-dead mutex abort, or a SIGSEGV in its Python backend (seen once in
+    ``TRITONBACKEND_ModelInstanceExecute``, just after decode_b had been stopped)."""
+    if not wait_for(lambda: server_pid(work) != pid, timeout_s=15):
+        return ""
+    logs = "".join(p.read_text(errors="replace") for p in work.glob("server.log.restart*"))
+    return next((how for how in (TRITON_ABORT, "Signal (11) received") if how in logs),
+                "died")
+
+
 def test_a_dropped_kv_completion_notice_hangs_nothing(case, expected):
     """TensorRT-LLM #17665's case: one transfer's "done" never arrives. The decode gives up
     its pull at kv_transfer.timeout_s (5 s here), the router retries the request (a fresh
@@ -216,7 +228,9 @@ def test_a_stalled_decode_endpoint_is_ejected_its_streams_migrated(case, expecte
     stopped stub unhealthy, and the stub aborts once it runs again (SIGCONT; ``std::length_error``
     in the server log), or the supervisor kills it after HUNG_ROUNDS unanswered probes. Either
     way it is reloaded and re-admitted -- or, when its death takes Triton down (the owner-dead
-    mutex), the server is restarted. The streams are done before it runs again."""
+    mutex, or a SIGSEGV seen once), the server is restarted. The streams are done before it
+    runs again; a Triton that dies before they are takes them with it, and the case xfails
+    then, naming the crash."""
     info, work = case
     url, metrics_url = info["endpoints"]["grpc"], info["endpoints"]["metrics"]
     server = server_pid(work)
@@ -232,6 +246,10 @@ def test_a_stalled_decode_endpoint_is_ejected_its_streams_migrated(case, expecte
     try:
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
+        burst.join()
+        if any(got.error for got in burst.results.values()) and (crash := _crashed(work, server)):
+            pytest.xfail(f"Triton 2.51 itself died with decode_b stopped ({crash}), and the "
+                         "migrated streams with it")
         _all_identical(burst, expected)
         # read while the server surely runs: decode_b's death may yet take it down
         assert metric(metrics_url, "pdtrt_router_migrations_total", phase="decode",
@@ -244,12 +262,19 @@ def test_a_stalled_decode_endpoint_is_ejected_its_streams_migrated(case, expecte
                 os.kill(pid, signal.SIGCONT)
             except ProcessLookupError:  # the supervisor killed it to reload the model
                 pass
+
+    def settled() -> bool:  # decode_b re-admitted, or the server died (and was restarted)
+        if server_pid(work) != server:
+            return True
+        try:
+            return metric(metrics_url, "pdtrt_router_endpoint_readmissions_total",
+                          endpoint="decode_b") > readmissions
+        except OSError:  # the server is going down: the supervisor restarts it
+            return False
+    assert wait_for(settled, timeout_s=HEAL_S)
     assert wait_for(lambda: readiness(info["endpoints"]["http"]) == 200, timeout_s=HEAL_S)
-    if restarted_after_abort(work, server):  # the server died with the stub: its counters
-        return  # started again
-    assert wait_for(lambda: metric(metrics_url, "pdtrt_router_endpoint_readmissions_total",
-                                   endpoint="decode_b") > readmissions, timeout_s=HEAL_S)
-    assert _kv_let_go(metrics_url)
+    if server_pid(work) == server:  # else its counters and KV started again
+        assert _kv_let_go(metrics_url)
 
 
 def test_a_killed_router_ends_every_stream_with_an_error_and_heals(case, expected):
