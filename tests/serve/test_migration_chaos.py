@@ -133,10 +133,20 @@ def _burst(url: str, tag: str, timeout_s: float = 60) -> Burst:
     return burst
 
 
-def _decode_b_mid_stream(metrics_url: str, burst: Burst) -> bool:
-    """decode_b holds streams whose decode tokens reached their clients."""
-    return wait_for(lambda: burst.mid_decode() and metric(
-        metrics_url, "pdtrt_engine_active_sequences", model="decode_b") >= 2, timeout_s=60)
+def _decode_mid_stream(metrics_url: str, burst: Burst) -> str:
+    """A decode endpoint (decode_b when it qualifies) holding streams whose decode tokens
+    reached their clients ("" when none did within 60 s): the router spreads the burst as it
+    likes, at times all but one stream on one endpoint."""
+    victim = ""
+
+    def found() -> bool:
+        nonlocal victim
+        if burst.mid_decode():
+            victim = next((m for m in ("decode_b", "decode") if metric(
+                metrics_url, "pdtrt_engine_active_sequences", model=m) >= 2), "")
+        return bool(victim)
+    wait_for(found, timeout_s=60)
+    return victim
 
 
 def _all_identical(burst: Burst, expected: dict[int, str]) -> None:
@@ -209,8 +219,9 @@ def test_a_decode_endpoint_killed_mid_stream_loses_no_request(case, expected):
     url, metrics_url = info["endpoints"]["grpc"], info["endpoints"]["metrics"]
     before = metric(metrics_url, "pdtrt_router_migrations_total", phase="decode")
     burst = _burst(url, "chaos")
-    assert _decode_b_mid_stream(metrics_url, burst)
-    kill_model(work / "repo", "decode_b")
+    victim = _decode_mid_stream(metrics_url, burst)
+    assert victim
+    kill_model(work / "repo", victim)
     _all_identical(burst, expected)
     assert metric(metrics_url, "pdtrt_router_migrations_total", phase="decode") > before
     # a request's histograms are observed after its final response went out: wait for them
@@ -222,27 +233,27 @@ def test_a_decode_endpoint_killed_mid_stream_loses_no_request(case, expected):
 
 
 def test_a_stalled_decode_endpoint_is_ejected_its_streams_migrated(case, expected):
-    """SIGSTOP, not a death: decode_b's stub stops answering with streams in flight. The
-    liveness deadline fires, its probe goes unanswered, the endpoint is ejected and its
-    streams are migrated. What follows is Triton 2.51's: its Python backend declares the
-    stopped stub unhealthy, and the stub aborts once it runs again (SIGCONT; ``std::length_error``
-    in the server log), or the supervisor kills it after HUNG_ROUNDS unanswered probes. Either
-    way it is reloaded and re-admitted -- or, when its death takes Triton down (the owner-dead
-    mutex, or a SIGSEGV seen once), the server is restarted. The streams are done before it
-    runs again; a Triton that dies before they are takes them with it, and the case xfails
-    then, naming the crash."""
+    """SIGSTOP, not a death: a decode endpoint's stub (decode_b's, unless the router gave it
+    fewer than two streams) stops answering with streams in flight. The liveness deadline
+    fires, its probe goes unanswered, the endpoint is ejected and its streams are migrated.
+    What follows is Triton 2.51's: its Python backend declares the stopped stub unhealthy, and
+    the stub aborts once it runs again (SIGCONT; ``std::length_error`` in the server log), or
+    the supervisor kills it after HUNG_ROUNDS unanswered probes. Either way it is reloaded and
+    re-admitted -- or, when its death takes Triton down (the owner-dead mutex, or a SIGSEGV
+    seen once), the server is restarted. The streams are done before it runs again; a Triton
+    that dies before they are takes them with it, and the case xfails then, naming the crash."""
     info, work = case
     url, metrics_url = info["endpoints"]["grpc"], info["endpoints"]["metrics"]
     server = server_pid(work)
     stalled = metric(metrics_url, "pdtrt_router_migrations_total", phase="decode",
                      reason="stalled")
-    ejections = metric(metrics_url, "pdtrt_router_endpoint_ejections_total",
-                       endpoint="decode_b")
-    readmissions = metric(metrics_url, "pdtrt_router_endpoint_readmissions_total",
-                          endpoint="decode_b")
     burst = _burst(url, "stall")
-    assert _decode_b_mid_stream(metrics_url, burst)
-    pids = stubs_of(work / "repo", "decode_b")
+    victim = _decode_mid_stream(metrics_url, burst)
+    assert victim
+    ejections = metric(metrics_url, "pdtrt_router_endpoint_ejections_total", endpoint=victim)
+    readmissions = metric(metrics_url, "pdtrt_router_endpoint_readmissions_total",
+                          endpoint=victim)
+    pids = stubs_of(work / "repo", victim)
     try:
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
@@ -255,7 +266,7 @@ def test_a_stalled_decode_endpoint_is_ejected_its_streams_migrated(case, expecte
         assert metric(metrics_url, "pdtrt_router_migrations_total", phase="decode",
                       reason="stalled") > stalled
         assert metric(metrics_url, "pdtrt_router_endpoint_ejections_total",
-                      endpoint="decode_b") > ejections
+                      endpoint=victim) > ejections
     finally:
         for pid in pids:
             try:
@@ -263,12 +274,12 @@ def test_a_stalled_decode_endpoint_is_ejected_its_streams_migrated(case, expecte
             except ProcessLookupError:  # the supervisor killed it to reload the model
                 pass
 
-    def settled() -> bool:  # decode_b re-admitted, or the server died (and was restarted)
+    def settled() -> bool:  # the victim re-admitted, or the server died (and was restarted)
         if server_pid(work) != server:
             return True
         try:
             return metric(metrics_url, "pdtrt_router_endpoint_readmissions_total",
-                          endpoint="decode_b") > readmissions
+                          endpoint=victim) > readmissions
         except OSError:  # the server is going down: the supervisor restarts it
             return False
     assert wait_for(settled, timeout_s=HEAL_S)
