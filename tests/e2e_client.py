@@ -62,8 +62,10 @@ def sampling_inputs(**values) -> list:
 
 def generate(url: str, model: str, inputs: list, *, request_id: str = "r",
              parameters: dict | None = None, output: str = "text_output",
-             timeout_s: float = 120.0, cancel_after: int | None = None) -> Stream:
-    """Stream one request; ``cancel_after`` N responses stops the stream cancelling it. Raises
+             timeout_s: float = 120.0, cancel_after: int | None = None,
+             progress: Callable[[int], None] | None = None) -> Stream:
+    """Stream one request; ``cancel_after`` N responses stops the stream cancelling it;
+    ``progress`` is called with the number of responses with data so far after each one. Raises
     :class:`queue.Empty` when ``timeout_s`` passes without a response (never hangs)."""
     results: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
@@ -84,6 +86,8 @@ def generate(url: str, model: str, inputs: list, *, request_id: str = "r",
                 out.texts.append(value.reshape(-1)[0].decode() if value is not None
                                  and value.dtype == object else value)
                 out.times_s.append(time.perf_counter() - start)
+                if progress is not None:
+                    progress(len(out.texts))
             if resp.parameters["triton_final_response"].bool_param:
                 out.final_seen = True
                 return out

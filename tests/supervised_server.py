@@ -39,14 +39,17 @@ def edited_example(workdir: Path, name: str, edit: Callable[[dict], None]) -> Pa
 def serve_detached(spec: Path, engines_root: Path, workdir: Path, *,
                    timeout_s: float = 300, env: dict[str, str] | None = None,
                    extra_args: tuple[str, ...] = ()) -> dict:
-    """``pdtrt serve SPEC --detach --json`` (then ``extra_args``): the command's JSON
-    (endpoints, readiness, state), plus the state file's content under ``"state_file"``.
-    Skips without the embedded Triton server or ucxx."""
+    """``pdtrt serve SPEC --detach --json --timeout TIMEOUT_S`` (then ``extra_args``): the
+    command's JSON (endpoints, readiness, state), plus the state file's content under
+    ``"state_file"``. The command has twice ``timeout_s`` in all (its build first), so that one
+    whose deployment does not get ready gives up and stops its server itself rather than being
+    killed and leaving that server behind. Skips without the embedded Triton server or ucxx."""
     if find_embedded_triton() is None or importlib.util.find_spec("ucxx") is None:
         pytest.skip("needs the embedded Triton server (nvidia-pytriton) and ucxx")
     out = subprocess.run([PDTRT, "serve", str(spec), "--engines-dir", str(engines_root),
-                          "--workdir", str(workdir), "--detach", "--json", *extra_args],
-                         capture_output=True, text=True, timeout=timeout_s,
+                          "--workdir", str(workdir), "--detach", "--json",
+                          "--timeout", f"{timeout_s:g}", *extra_args],
+                         capture_output=True, text=True, timeout=2 * timeout_s,
                          env={**os.environ, **(env or {})})
     assert out.returncode == 0, f"pdtrt serve: {out.stderr}{out.stdout}"
     info = json.loads(out.stdout)
@@ -60,9 +63,10 @@ def stop(workdir: Path) -> None:
         stop_detached(workdir)
 
 
-def stubs_of(repository: Path, model: str) -> list[int]:
-    """Pids of the Python-backend stubs of ``model`` in *this* repository (never another's)."""
-    script = f"{repository}/{model}/1/model.py".encode()
+def stubs_of(repository: Path, model: str = "") -> list[int]:
+    """Pids of the Python-backend stubs of ``model`` (every model's, when "") in *this*
+    repository (never another's)."""
+    script = f"{repository}/{model}/1/model.py".encode() if model else f"{repository}/".encode()
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -70,7 +74,8 @@ def stubs_of(repository: Path, model: str) -> list[int]:
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if argv[0].endswith(b"triton_python_backend_stub") and argv[1:2] == [script]:
+            if argv[0].endswith(b"triton_python_backend_stub") and len(argv) > 1 and (
+                    argv[1] == script or not model and argv[1].startswith(script)):
                 pids.append(int(entry.name))
     return pids
 
@@ -113,3 +118,22 @@ def restarted_after_abort(workdir: Path, pid: int) -> bool:
     logs = sorted(workdir.glob("server.log.restart*"))
     return server_pid(workdir) != pid and any(
         TRITON_ABORT in p.read_text(errors="replace") for p in logs)
+
+
+def kernel_log() -> list[str]:
+    """The kernel log's lines (``dmesg``); skips the test when it cannot be read."""
+    try:
+        out = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"the kernel log cannot be read (dmesg: {exc})")
+    if out.returncode != 0:
+        pytest.skip(f"the kernel log cannot be read (dmesg: {out.stderr.strip()})")
+    return out.stdout.splitlines()
+
+
+def stub_faults(before: list[str], pids: set[int]) -> list[str]:
+    """The kernel log's lines since ``before`` (a :func:`kernel_log`) about a fault of one of
+    the stubs ``pids`` (a segfault, a trap: ``triton_python_b[PID]: ...``)."""
+    seen = set(before)
+    return [line for line in kernel_log() if line not in seen
+            and any(f"triton_python_b[{pid}]" in line for pid in pids)]

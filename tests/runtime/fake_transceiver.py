@@ -35,7 +35,7 @@ class FakeTransceiver:
             self.counts["expired"] += 1
         return {t: kv for t, (kv, _) in self._held.items()}
 
-    def offer(self, kv, prompt_len: int) -> bytes:
+    def offer(self, kv, prompt_len: int, request_id: str = "") -> bytes:
         tid = next(self._ids)
         self._held[tid] = (kv, self.clock() + self.hold_s)
         self._lens[tid] = prompt_len

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from pdtrt.runtime.engine.inflight import InflightRequests
-from pdtrt.runtime.faults import FaultInjection, InjectedFault
+from pdtrt.runtime.faults import (
+    KV_DROP_DONE,
+    KV_KILL,
+    FaultInjection,
+    InjectedFault,
+    KVTransferFaults,
+    once_per_server,
+)
 
 
 def test_stop_marks_live_sequences_of_that_id_only():
@@ -49,6 +56,61 @@ def test_fault_rules_are_per_role_and_malformed_ones_are_refused():
     assert FaultInjection.from_env("decode", both, point="event_loop") is None
     with pytest.raises(ValueError, match="decode_step:<role>:<request-id prefix>"):
         FaultInjection.from_env("decode", {"PDTRT_FAULT_INJECTION": "explode:decode:x"})
+
+
+def test_kv_transfer_faults_name_a_role_or_a_model_and_fire_once(tmp_path, monkeypatch):
+    env = {"PDTRT_FAULT_INJECTION": "kv_transfer:prefill_b:kill-,kv_done:prefill:drop-"}
+    claimed: set[str] = set()
+
+    def claim(fault: str) -> bool:
+        first = fault not in claimed
+        claimed.add(fault)
+        return first
+
+    other = KVTransferFaults.from_env("prefill", "prefill", env)
+    assert other is not None and other.kill is None  # kv_transfer names prefill_b only
+    faults = KVTransferFaults.from_env("prefill", "prefill_b", env)
+    assert faults is not None
+    faults.claim = claim
+    assert faults.kv_transfer_fault("ok-1") is None
+    assert faults.kv_transfer_fault("drop-1~ab") == KV_DROP_DONE
+    assert faults.kv_transfer_fault("drop-1~cd") is None  # once: the retry is served
+    assert faults.kv_transfer_fault("kill-2") == KV_KILL
+    assert KVTransferFaults.from_env("decode", "decode", env) is None
+    # once per server: a marker named by the server (the stub's parent) in the temp dir
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    assert once_per_server("drop_done") and not once_per_server("drop_done")
+    assert once_per_server("kill")
+
+
+def test_a_dropped_kv_completion_leaves_the_kv_held_until_its_timeout():
+    """The prefill side of a lost "done": the pull is answered, the KV is never sent and
+    stays held (the sweep frees it at hold_s); a transfer without a fault is served."""
+    import asyncio
+
+    from pdtrt.llmapi.reference.kv_transfer import UcxKVNode
+
+    node = UcxKVNode(hold_s=60)
+    node.before_serve = lambda tid: tid != dropped
+    sent: list[int] = []
+
+    class Endpoint:
+        async def send(self, buffer, tag, force_tag):
+            sent.append(tag)
+
+    async def endpoint(_address):
+        return Endpoint()
+
+    node._endpoint = endpoint
+    dropped = node.offer(np.zeros(8, dtype=np.uint8))
+    served = node.offer(np.zeros(8, dtype=np.uint8))
+    for tid, tag in ((dropped, 10), (served, 20)):
+        message = np.zeros(64, dtype=np.uint8)
+        message[:20] = np.frombuffer(np.array([tid, tag], dtype="<u8").tobytes()
+                                     + np.array([0], dtype="<u4").tobytes(), dtype=np.uint8)
+        asyncio.run(node._answer(message))
+    assert sent == [10, 20, 21]  # status only for the dropped one; status + KV for the other
+    assert node.is_held(dropped) and not node.is_held(served)
 
 
 def test_an_engine_failure_fails_the_batch_and_the_waiting_requests_still_run(tiny_model):

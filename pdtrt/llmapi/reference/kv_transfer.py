@@ -85,6 +85,9 @@ class UcxKVNode:
         self.pull_timeout_s = pull_timeout_s
         # called on the UCX thread after held buffers were served or expired (for gauges)
         self.on_change = on_change
+        # fault injection: asked on the UCX thread when a decode pulls a held buffer; False
+        # drops the transfer's completion (the buffer is not sent and stays held)
+        self.before_serve: Callable[[int], bool] | None = None
         self.stats = TransferStats()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -173,9 +176,10 @@ class UcxKVNode:
             held = self.stats.held.get(transfer_id)
         ep = await self._endpoint(peer)
         status = np.array([_STATUS_OK if held else _STATUS_MISSING], dtype=np.uint64)
+        complete = held is None or self.before_serve is None or self.before_serve(transfer_id)
         await ep.send(status, tag=reply_tag, force_tag=True)
-        if held is None:
-            return
+        if held is None or not complete:  # not complete: the decode waits out its pull, the
+            return  # buffer stays held until hold_s (fault injection: a lost "done")
         await ep.send(held[0], tag=reply_tag + 1, force_tag=True)
         with self._lock:
             if self.stats.held.pop(transfer_id, None) is not None:

@@ -261,7 +261,7 @@ class LLM:
             disagg = caller if seq_mode is RequestType.CONTEXT_ONLY else None
             if seq_mode is RequestType.CONTEXT_ONLY and em.kv is not None \
                     and self._transceiver is not None and not result.aborted():
-                state = self._transceiver.offer(em.kv, prompt_len)
+                state = self._transceiver.offer(em.kv, prompt_len, str(result.request_id))
                 disagg = DisaggregatedParams(request_type="context_only",
                                              first_gen_tokens=list(em.tokens),
                                              ctx_request_id=result.request_id, opaque_state=state)
@@ -354,8 +354,11 @@ class LLM:
 
     def _pdtrt_set_fault_hook(self, hook: Any) -> None:
         """pdtrt's failure-path tests: ``hook.before_decode(request_ids)`` runs before every
-        batched decode step (:mod:`pdtrt.runtime.faults`). Not part of the LLM API."""
+        batched decode step, ``hook.kv_transfer_fault(request_id)`` when a KV is offered
+        (:mod:`pdtrt.runtime.faults`). Not part of the LLM API."""
         self._scheduler.faults = hook
+        if isinstance(self._transceiver, KVCacheTransceiver):
+            self._transceiver.faults = hook
 
     def shutdown(self) -> None:
         if self._closed:

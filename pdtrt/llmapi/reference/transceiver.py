@@ -17,17 +17,31 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
+import os
+import signal
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from pdtrt.engine_dir import KVLayout
 from pdtrt.errors import KVTransferError
 from pdtrt.llmapi.reference.engine import KV, pack_kv, unpack_kv
 from pdtrt.llmapi.reference.kv_transfer import UcxKVNode
 
-__all__ = ["HeldKV", "KVCacheTransceiver"]
+__all__ = ["HeldKV", "KVCacheTransceiver", "KVFaultHook"]
+
+log = logging.getLogger(__name__)
 
 _VERSION = 1
+
+
+class KVFaultHook(Protocol):
+    """Fault injection (the engine model's, :mod:`pdtrt.runtime.faults`): asked when a request's
+    KV is offered what to do when a decode pulls it -- ``"kill"`` (SIGKILL this process then),
+    ``"drop_done"`` (answer, but never complete the transfer) or None."""
+
+    def kv_transfer_fault(self, request_id: str) -> str | None: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +87,9 @@ class KVCacheTransceiver:
         self.pulled_bytes = 0
         self.pull_s = 0.0
         self._offered: dict[int, int] = {}  # transfer id -> prompt length, while held
+        self.faults: KVFaultHook | None = None
+        self._faulty: dict[int, str] = {}  # transfer id -> the fault its pull meets
+        self.node.before_serve = self._before_serve
 
     def start(self) -> None:
         self.node.start()
@@ -80,11 +97,15 @@ class KVCacheTransceiver:
     def stop(self) -> None:
         self.node.stop()
 
-    def offer(self, kv: KV, prompt_len: int) -> bytes:
-        """Hold ``kv`` for a generation worker; the ``opaque_state`` that lets it pull."""
+    def offer(self, kv: KV, prompt_len: int, request_id: str = "") -> bytes:
+        """Hold ``kv`` (of ``request_id``) for a generation worker; the ``opaque_state`` that
+        lets it pull."""
         buffer = pack_kv(kv)
+        fault = self.faults.kv_transfer_fault(request_id) if self.faults is not None else None
         transfer_id = self.node.offer(buffer)
         self._offered[transfer_id] = prompt_len
+        if fault is not None:
+            self._faulty[transfer_id] = fault
         return HeldKV(address=self.node.address, transfer_id=transfer_id,
                       kv_nbytes=int(buffer.nbytes), prompt_len=prompt_len,
                       layout=self.layout).encode()
@@ -104,6 +125,18 @@ class KVCacheTransceiver:
         self.pulled += 1
         self.pulled_bytes += held.kv_nbytes
         return unpack_kv(buffer, self.layout, held.prompt_len)
+
+    def _before_serve(self, transfer_id: int) -> bool:
+        """Whether the pull of ``transfer_id`` completes (the node asks; fault injection)."""
+        fault = self._faulty.pop(transfer_id, None)
+        if fault == "kill":
+            log.warning("fault injection: KV transfer %x pulled; SIGKILL of this process",
+                        transfer_id)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if fault == "drop_done":
+            log.warning("fault injection: KV transfer %x pulled; its completion is dropped",
+                        transfer_id)
+        return fault != "drop_done"
 
     def held_prompt_lens(self) -> list[int]:
         """The prompt length of every KV still held (neither pulled nor expired)."""

@@ -64,7 +64,7 @@ from pdtrt.runtime.engine.kv_events import KvEventLog, events_enabled
 from pdtrt.runtime.engine.metrics import METRICS, StatsPublisher
 from pdtrt.runtime.engine.responder import Responder
 from pdtrt.runtime.engine.sampler import check_sampler
-from pdtrt.runtime.faults import FaultInjection
+from pdtrt.runtime.faults import FaultInjection, KVTransferFaults
 from pdtrt.runtime.metrics import Metrics
 from pdtrt.runtime.request_parsing import (
     DrainRequest,
@@ -108,8 +108,10 @@ class TritonPythonModel:
         api = (self.load_api or load_llm_api)()
         surface = self.check(api, config)  # before the LLM starts: a mismatch stops the load
         llm = api.LLM(str(config.model), skip_tokenizer_init=True, **config.options)
-        self.setup(config, api, llm, model_name=args["model_name"],
-                   faults=FaultInjection.from_env(config.role), surface=surface)
+        name = args["model_name"]
+        self.setup(config, api, llm, model_name=name,
+                   faults=FaultInjection.from_env(config.role, model=name),
+                   kv_faults=KVTransferFaults.from_env(config.role, name), surface=surface)
 
     @staticmethod
     def check(api: LLMApi, config: LLMEngineConfig) -> ApiSurface:
@@ -124,7 +126,8 @@ class TritonPythonModel:
         return surface
 
     def setup(self, config: LLMEngineConfig, api: LLMApi, llm: Any, *, model_name: str,
-              faults: Any = None, model_config: dict[str, Any] | None = None,
+              faults: Any = None, kv_faults: KVTransferFaults | None = None,
+              model_config: dict[str, Any] | None = None,
               surface: ApiSurface | None = None) -> None:
         """Serve ``llm`` (``initialize`` builds it from ``config``; tests pass their own)."""
         self.surface = surface or self.check(api, config)
@@ -148,8 +151,8 @@ class TritonPythonModel:
                                         daemon=True)
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._poll(), self.loop)
-        if faults is not None and api.is_reference:
-            llm._pdtrt_set_fault_hook(_FaultHook(faults, self._by_engine_id))
+        if (faults is not None or kv_faults is not None) and api.is_reference:
+            llm._pdtrt_set_fault_hook(_FaultHook(faults, kv_faults, self._by_engine_id))
         self.triton.on_server_stop(self.drain)
 
     def _run_loop(self) -> None:
@@ -438,11 +441,20 @@ class _FaultHook:
     """The reference LLM's decode-step hook, by Triton request id
     (:mod:`pdtrt.runtime.faults`)."""
 
-    def __init__(self, faults: FaultInjection, by_engine_id: dict[int, str]) -> None:
-        self.faults, self.by_engine_id = faults, by_engine_id
+    def __init__(self, faults: FaultInjection | None, kv_faults: KVTransferFaults | None,
+                 by_engine_id: dict[int, str]) -> None:
+        self.faults, self.kv_faults, self.by_engine_id = faults, kv_faults, by_engine_id
 
     def before_decode(self, request_ids: list[str]) -> None:
-        self.faults.before_decode([self.by_engine_id.get(int(r), r) for r in request_ids])
+        if self.faults is not None:
+            self.faults.before_decode([self.by_engine_id.get(int(r), r) for r in request_ids])
+
+    def kv_transfer_fault(self, request_id: str) -> str | None:
+        """Asked when a finished context request's KV is offered (its id still maps)."""
+        if self.kv_faults is None:
+            return None
+        return self.kv_faults.kv_transfer_fault(
+            self.by_engine_id.get(int(request_id), request_id))
 
 
 def _unless(value: float, neutral: float) -> float | None:
