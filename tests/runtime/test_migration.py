@@ -162,3 +162,40 @@ def test_a_local_prefill_dying_mid_stream_is_continued(router):
     [continued] = work(triton, "decode")
     assert _prompt(continued)[PROMPT_LEN:] == UNINTERRUPTED[:3]
     assert metric(triton, "pdtrt_router_migrations_total", phase="decode", reason="died") == 1
+
+
+def test_a_migration_waits_for_its_pool_to_heal_rather_than_fail(router):
+    """The other decode endpoint is out (ejected: its process is being reloaded) when decode_b
+    dies mid-stream: the request waits, probing it, and goes on there once it answers again
+    -- not the error a pool with no healthy endpoint used to give at once."""
+    from pdtrt.engine_io import Role
+    from pdtrt.runtime.router.pool import eject
+
+    back_at = time.monotonic() + 1.0  # the reload takes a second
+
+    def reloading(call):
+        if is_probe(call) and time.monotonic() < back_at:
+            return [Fail(DEAD)]
+        return positional(call)
+
+    died = []
+
+    def dying(call):  # alive until its stream dies 3 tokens in
+        if is_probe(call):
+            return [Fail(DEAD)] if died else []
+        if call.is_stop:
+            return []
+        died.append(call)
+        return _dying(call, 3, None)
+
+    model, triton = router(_answers({"decode_b": dying, "decode": reloading}),
+                           **{**DECODES, Param.PROBE_INTERVAL_S: "0.2"})
+    other = next(e for e in model.calls.pools[Role.DECODE].endpoints if e.label == "decode")
+    eject(other, DEAD, time.monotonic())
+    req = request(PROMPT_LEN, MAX_NEW)
+    route(model, req)
+    assert time.monotonic() >= back_at
+    assert req.tokens == UNINTERRUPTED and ended_once(req)
+    [continued] = work(triton, "decode")
+    assert _max_new(continued) == MAX_NEW - 3
+    assert metric(triton, "pdtrt_router_migrations_total", phase="decode", reason="died") == 1

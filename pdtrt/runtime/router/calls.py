@@ -45,6 +45,8 @@ __all__ = ["FallBack", "Migrate", "PhaseCalls", "failure", "make_pools", "phase_
            "response_logprobs", "response_tokens"]
 
 log = logging.getLogger(__name__)
+
+HEAL_WAIT_S = 30.0  # how long a request to migrate waits for its pool to have a healthy endpoint
 _PHASE_OUTPUTS = ["output_ids", "arrival_time_ns", "first_scheduled_time_ns"]  # what it reads
 
 
@@ -154,6 +156,8 @@ class PhaseCalls:
             self.prober.failed(endpoint, exc.message)
             if endpoint.healthy:
                 await self.prober.check(endpoint)
+            if num_sent > 0 and reply.timeline.migrations < self.config.max_migrations:
+                await self._heal(role, endpoint, reply)
         action = decide(Failure(
             phase=role, num_sent=num_sent, cancelled=reply.cancelled(now=True),
             num_tried=len(tried), max_attempts=self.config.max_attempts,
@@ -178,6 +182,20 @@ class PhaseCalls:
                                                  stalled=STOPPED_ANSWERING in exc.message),
                           exc.message) from exc
         raise _after_tokens(exc, num_sent, migrations=reply.timeline.migrations) from None
+
+    async def _heal(self, role: Role, failed: Endpoint, reply: Reply) -> None:
+        """A request to migrate found no other healthy endpoint in ``role``'s pool (the
+        endpoint that failed, and the rest ejected too; a pool of one waits for nothing):
+        wait, probing the ejected ones every
+        probe interval, until one answers again, the client cancels, or :data:`HEAL_WAIT_S`
+        pass -- the usual case is a pool that lost one member while the other, busy with its
+        load, missed a probe, and a reload that takes seconds (docs/migration.md)."""
+        others = [e for e in self.pools[role].endpoints if e is not failed]
+        deadline = self.clock() + HEAL_WAIT_S
+        while others and not any(e.healthy for e in others) \
+                and not reply.cancelled(now=True) and self.clock() < deadline:
+            await asyncio.sleep(max(self.config.probe_interval_s, 0.5))
+            await asyncio.gather(*(self.prober.check(e) for e in others if not e.healthy))
 
     # -- the calls ---------------------------------------------------------------------------
     async def stream(self, endpoint: Endpoint, request_type: RequestType,
