@@ -10,6 +10,8 @@ from pdtrt.engine_io import (
     INPUT_ALIASES,
     PHASE_ROLES,
     ROUTER_IO,
+    TIMING_INPUT,
+    TIMING_OUTPUT,
     TOKEN_COUNT_TENSORS,
     Role,
     TritonDType,
@@ -99,10 +101,11 @@ def test_router_is_core_minus_phase_handoff():
     assert "context_phase_params" not in ROUTER_IO.output_names
     assert set(ROUTER_IO.input_names) == (
         set(CORE_ENGINE_IO.input_names) - {"context_phase_params"} | set(INPUT_ALIASES)
-        | set(TOKEN_COUNT_TENSORS))
+        | set(TOKEN_COUNT_TENSORS) | {TIMING_INPUT})
     assert set(ROUTER_IO.output_names) == (
         set(CORE_ENGINE_IO.output_names) - {"context_phase_params"}
-        | set(TOKEN_COUNT_TENSORS.values()))
+        | set(TOKEN_COUNT_TENSORS.values()) | {TIMING_OUTPUT})
+    assert ROUTER_IO.input(TIMING_INPUT).optional  # asked for, never required
 
 
 def test_step_maps_name_existing_tensors():
