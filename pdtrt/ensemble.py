@@ -229,7 +229,8 @@ ENGINE_STEP_MAP = StepMap(
 )
 """The middle step: the router (disaggregated) or the aggregated engine model. The router's
 timing (:data:`~pdtrt.engine_io.TIMING_OUTPUT`) goes from this step straight to the ensemble's
-output, never through postprocessing: the router's final response may carry it alone."""
+output, never through postprocessing (which still runs on that response: the router sends it
+with empty tokens when every token went out before it)."""
 
 
 def _has_aliases(target: Target) -> bool:

@@ -26,9 +26,11 @@ def _timed(**kwargs):
 
 
 def _timing(req) -> dict:
-    """The timing the final response carries; no other response carries one."""
+    """The timing the final response carries; no other response carries one. It has tokens,
+    if none: the ensemble's postprocessing runs on every response and needs them."""
     carrying = [r for r in req.responses if TIMING_OUTPUT in r.outputs]
     assert len(carrying) == 1 and carrying[0].final, req.responses
+    assert {"output_ids", "sequence_length"} <= set(carrying[0].outputs)
     return json.loads(carrying[0].outputs[TIMING_OUTPUT].reshape(-1)[0])
 
 
@@ -60,6 +62,9 @@ def test_with_early_first_token_the_ttft_is_queue_and_prefill(router):
     req = _timed(max_new=4)
     route(model, req)
     assert req.tokens == OUTPUT
+    final = req.responses[-1]  # every token went out before it: the timing and no token
+    assert final.outputs["output_ids"].shape == (1, 1, 0)
+    assert final.outputs["sequence_length"].tolist() == [[0]]
     timing = _timing(req)
     assert timing["ttft_ms"] == pytest.approx(200.0) and _sums_to_ttft(timing)
     assert timing["prefill_ms"] == pytest.approx(200.0)

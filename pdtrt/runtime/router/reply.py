@@ -141,8 +141,10 @@ class Reply:
             self.triton.send(self.incoming, {**self._outputs(rest, self.num_streamed),
                                              **timing}, final=True)
             self._tokens_out()
-        elif timing:  # a final response with the timing alone
-            self.triton.send(self.incoming, timing, final=True)
+        elif timing:  # the timing, with no tokens: an empty output_ids, not none, because the
+            # ensemble runs postprocessing on every response of this step and fails one that
+            # lacks its inputs ("expected 2 inputs but got 0"; Triton 2.51, measured)
+            self.triton.send(self.incoming, {**token_outputs([]), **timing}, final=True)
         else:
             self.triton.close(self.incoming)
         self.done = True
