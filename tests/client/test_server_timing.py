@@ -57,8 +57,8 @@ def test_the_timing_is_asked_only_of_a_model_that_declares_it(inputs, asked, sen
 
 
 def _timed_script(timing: str):
-    """Two tokens, then a final response carrying the timing alone (what the ensemble sends
-    when every token was streamed before the router finished)."""
+    """Two tokens, then a final response with the timing and empty text (what the ensemble
+    sends when every token was streamed before the router finished)."""
     def script(model, tensors, request_id):
         return [(0.01, StreamEvent(text=" a")), (0.01, StreamEvent(text=" b")),
                 (0.0, StreamEvent(text="", timing=timing, final=True))]
@@ -70,7 +70,7 @@ def test_the_result_carries_the_final_responses_timing():
     with LLMClient("fake", transport_factory=hub, clock=hub.clock) as client:
         result = client.generate(GenerateRequest(prompt="hi", max_tokens=2,
                                                  return_timing=True))
-    assert result.ok and result.num_chunks == 2  # the timing alone is not a token
+    assert result.ok and result.num_chunks == 2  # empty text is not a token
     assert result.timing == ServerTiming.parse(ROUTER_JSON)
 
 
