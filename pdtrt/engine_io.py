@@ -44,6 +44,8 @@ __all__ = [
     "PHASE_ROLES",
     "READINESS_PATH",
     "REQUEST_TYPE_PARAMETER",
+    "TIMING_INPUT",
+    "TIMING_OUTPUT",
     "REFERENCE_ENGINE_IO",
     "ROUTER_IO",
     "ModelIO",
@@ -216,6 +218,15 @@ class RequestType(StrEnum):
 REQUEST_TYPE_PARAMETER = "request_type"
 """Request parameter (``pb_utils.InferenceRequest(parameters=...)``) selecting the phase; absent
 means ``context_and_generation``. The C++ backend logs and treats unknown values likewise."""
+
+TIMING_INPUT = "return_timing"
+"""The router's optional input (BOOL) asking for the request's timing: where its time to first
+token went (docs/serve.md, "Per-request timing"). An input, not a request parameter, and the
+answer an output, not a response parameter: Triton 2.51's Python backend cannot set response
+parameters (``InferenceResponse(parameters=...)`` came in a later release)."""
+TIMING_OUTPUT = "pdtrt_timing"
+"""The router's output that answers :data:`TIMING_INPUT`: on the final response only, the timing
+as one JSON object (milliseconds; :mod:`pdtrt.runtime.router.timing`)."""
 
 
 # How much later than the KV's hold (kv_transfer.timeout_s) the router gives up on a decode that
@@ -431,10 +442,13 @@ request (``kv_events_cursor`` in, :data:`KV_EVENTS_OUTPUT` out), the drain reque
 (:data:`DRAIN_OUTPUT`), the :data:`INPUT_ALIASES` and
 the :data:`TOKEN_COUNT_TENSORS`."""
 
-ROUTER_IO = ModelIO(inputs=CORE_ENGINE_IO.inputs + _ALIAS_INPUTS + _COUNT_INPUTS,
-                    outputs=CORE_ENGINE_IO.outputs + _COUNT_OUTPUTS).without("context_phase_params")
+ROUTER_IO = ModelIO(inputs=CORE_ENGINE_IO.inputs + _ALIAS_INPUTS + _COUNT_INPUTS
+                    + (scalar_spec(TIMING_INPUT, B),),
+                    outputs=CORE_ENGINE_IO.outputs + _COUNT_OUTPUTS
+                    + (tensor_spec(TIMING_OUTPUT, STR, 1),)).without("context_phase_params")
 """pdtrt's router: the engine model's core I/O minus the phase hand-off it performs itself,
-plus the :data:`INPUT_ALIASES` and the :data:`TOKEN_COUNT_TENSORS`."""
+plus the :data:`INPUT_ALIASES`, the :data:`TOKEN_COUNT_TENSORS` and the request's timing
+(:data:`TIMING_INPUT` -> :data:`TIMING_OUTPUT`)."""
 
 
 # --- the request that crosses the boundary ------------------------------------------------------

@@ -18,6 +18,8 @@ from pdtrt.engine_io import (
     CORE_ENGINE_IO,
     INPUT_ALIASES,
     REFERENCE_ENGINE_IO,
+    TIMING_INPUT,
+    TIMING_OUTPUT,
     TOKEN_COUNT_TENSORS,
     ModelIO,
     TritonDType,
@@ -65,9 +67,10 @@ ENSEMBLE_IO = ModelIO(
         _t("return_num_output_tokens", B, 1, opt=True),
         _t("beam_width", I32, 1, opt=True),
         _t("stream", B, 1, opt=True),
+        _t(TIMING_INPUT, B, 1, opt=True),  # pdtrt's own: the router's timing, when asked
     ),
     outputs=(_t("text_output", STR, -1), *_LOG_PROB_OUTPUTS, _t("num_input_tokens", I32, 1),
-             _t("num_output_tokens", I32, 1)),
+             _t("num_output_tokens", I32, 1), _t(TIMING_OUTPUT, STR, 1)),
 )
 
 # --- preprocessing / postprocessing (NVIDIA's names; a subset) --------------------------------
@@ -218,12 +221,16 @@ ENGINE_STEP_MAP = StepMap(
             ("random_seed", "random_seed"), ("return_log_probs", "return_log_probs"),
             ("exclude_input_in_output", "exclude_input_in_output"), ("streaming", "stream"),
             ("min_tokens", "min_tokens"), ("seed", "seed"),
-            *((name, name) for name in TOKEN_COUNT_TENSORS)),
+            *((name, name) for name in TOKEN_COUNT_TENSORS), (TIMING_INPUT, TIMING_INPUT)),
     outputs=(("output_ids", "_TOKENS_BATCH"), ("sequence_length", "_SEQUENCE_LENGTH"),
              ("cum_log_probs", "cum_log_probs"), ("output_log_probs", "output_log_probs"),
-             *((name, name) for name in TOKEN_COUNT_TENSORS.values())),
+             *((name, name) for name in TOKEN_COUNT_TENSORS.values()),
+             (TIMING_OUTPUT, TIMING_OUTPUT)),
 )
-"""The middle step: the router (disaggregated) or the aggregated engine model."""
+"""The middle step: the router (disaggregated) or the aggregated engine model. The router's
+timing (:data:`~pdtrt.engine_io.TIMING_OUTPUT`) goes from this step straight to the ensemble's
+output, never through postprocessing (which still runs on that response: the router sends it
+with empty tokens when every token went out before it)."""
 
 
 def _has_aliases(target: Target) -> bool:
@@ -232,7 +239,10 @@ def _has_aliases(target: Target) -> bool:
     return not _ENGINE_INPUT_NAMES[target]
 
 
-_COUNT_OUTPUTS = set(TOKEN_COUNT_TENSORS.values())
+# what a middle step passes on only where its model declares it: the token counts (not
+# TensorRT-LLM 0.21's model) and the timing (the router only)
+_OPTIONAL_INPUTS = {*TOKEN_COUNT_TENSORS, TIMING_INPUT}
+_OPTIONAL_OUTPUTS = {*TOKEN_COUNT_TENSORS.values(), TIMING_OUTPUT}
 
 
 def engine_step_map(target: Target) -> StepMap:
@@ -240,27 +250,28 @@ def engine_step_map(target: Target) -> StepMap:
     aggregated ensemble's middle step). On TensorRT-LLM 0.21 the ensemble's ``min_length`` /
     ``random_seed`` feed the model's ``min_tokens`` / ``seed``, so the ensemble's own
     ``min_tokens`` / ``seed`` have nowhere to go and are left out (:func:`ensemble_io`), and so
-    are the token counts its model does not declare."""
+    are the token counts its model does not declare. No engine model answers the router's
+    timing, so no aggregated ensemble offers it."""
     io = engine_io(target)
     inputs = ENGINE_STEP_MAP.inputs if _has_aliases(target) else tuple(
         (name, tensor) for name, tensor in ENGINE_STEP_MAP.inputs if name not in INPUT_ALIASES)
     inputs = tuple((name, tensor) for name, tensor in inputs
-                   if name not in TOKEN_COUNT_TENSORS or name in io.input_names)
+                   if name not in _OPTIONAL_INPUTS or name in io.input_names)
     outputs = tuple((name, tensor) for name, tensor in ENGINE_STEP_MAP.outputs
-                    if name not in _COUNT_OUTPUTS or name in io.output_names)
+                    if name not in _OPTIONAL_OUTPUTS or name in io.output_names)
     return StepMap(inputs=tuple((engine_input_name(target, name), tensor)
                                 for name, tensor in inputs), outputs=outputs)
 
 
 def ensemble_io(middle: StepMap) -> ModelIO:
     """:data:`ENSEMBLE_IO` less the optional inputs that the ``middle`` step does not take
-    and the token counts it does not give (the aggregated ensemble on TensorRT-LLM 0.21: no
-    ``min_tokens`` / ``seed``, no counts)."""
+    and the optional outputs it does not give (the aggregated ensembles: no timing; on
+    TensorRT-LLM 0.21 also no ``min_tokens`` / ``seed``, no counts)."""
     fed = {tensor for _, tensor in middle.inputs}
     given = {tensor for _, tensor in middle.outputs}
     return ENSEMBLE_IO.without(
-        *(name for name in (*INPUT_ALIASES, *TOKEN_COUNT_TENSORS) if name not in fed),
-        *(name for name in _COUNT_OUTPUTS if name not in given))
+        *(name for name in (*INPUT_ALIASES, *_OPTIONAL_INPUTS) if name not in fed),
+        *(name for name in _OPTIONAL_OUTPUTS if name not in given))
 
 POSTPROCESSING_STEP_MAP = StepMap(
     inputs=(("TOKENS_BATCH", "_TOKENS_BATCH"), ("SEQUENCE_LENGTH", "_SEQUENCE_LENGTH")),

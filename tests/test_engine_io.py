@@ -10,6 +10,8 @@ from pdtrt.engine_io import (
     INPUT_ALIASES,
     PHASE_ROLES,
     ROUTER_IO,
+    TIMING_INPUT,
+    TIMING_OUTPUT,
     TOKEN_COUNT_TENSORS,
     Role,
     TritonDType,
@@ -60,17 +62,20 @@ NVIDIA_CURRENT_NAMES = {"min_tokens": ("TYPE_INT32", (1,), True),
 # later additions of NVIDIA's ensemble (ensemble/config.pbtxt at NVIDIA/TensorRT-LLM@2a9abd95)
 NVIDIA_TOKEN_COUNTS = {"return_num_input_tokens": ("TYPE_BOOL", (1,), True),
                        "return_num_output_tokens": ("TYPE_BOOL", (1,), True)}
+# pdtrt's own, optional: the router's timing (docs/serve.md, "Per-request timing")
+PDTRT_TIMING = {TIMING_INPUT: ("TYPE_BOOL", (1,), True)}
 
 
 def test_ensemble_matches_nvidia_contract():
     got = {t.name: (str(t.dtype), t.dims, t.optional) for t in ENSEMBLE_IO.inputs}
-    assert got == {**NVIDIA_ENSEMBLE, **NVIDIA_CURRENT_NAMES, **NVIDIA_TOKEN_COUNTS}
+    assert got == {**NVIDIA_ENSEMBLE, **NVIDIA_CURRENT_NAMES, **NVIDIA_TOKEN_COUNTS,
+                   **PDTRT_TIMING}
     assert {INPUT_ALIASES[n] for n in NVIDIA_CURRENT_NAMES} == {"min_length", "random_seed"}
     # a subset of NVIDIA's ensemble outputs, with its names, types and dims
     assert [(t.name, str(t.dtype), t.dims) for t in ENSEMBLE_IO.outputs] == [
         ("text_output", "TYPE_STRING", (-1,)), ("cum_log_probs", "TYPE_FP32", (-1,)),
         ("output_log_probs", "TYPE_FP32", (-1, -1)), ("num_input_tokens", "TYPE_INT32", (1,)),
-        ("num_output_tokens", "TYPE_INT32", (1,))]
+        ("num_output_tokens", "TYPE_INT32", (1,)), (TIMING_OUTPUT, "TYPE_STRING", (1,))]
 
 
 @pytest.mark.parametrize("target", list(Target), ids=str)
@@ -99,10 +104,19 @@ def test_router_is_core_minus_phase_handoff():
     assert "context_phase_params" not in ROUTER_IO.output_names
     assert set(ROUTER_IO.input_names) == (
         set(CORE_ENGINE_IO.input_names) - {"context_phase_params"} | set(INPUT_ALIASES)
-        | set(TOKEN_COUNT_TENSORS))
+        | set(TOKEN_COUNT_TENSORS) | {TIMING_INPUT})
     assert set(ROUTER_IO.output_names) == (
         set(CORE_ENGINE_IO.output_names) - {"context_phase_params"}
-        | set(TOKEN_COUNT_TENSORS.values()))
+        | set(TOKEN_COUNT_TENSORS.values()) | {TIMING_OUTPUT})
+    assert ROUTER_IO.input(TIMING_INPUT).optional  # asked for, never required
+
+
+def test_the_disaggregated_ensemble_carries_the_timing_past_postprocessing():
+    assert (TIMING_INPUT, TIMING_INPUT) in ENGINE_STEP_MAP.inputs
+    assert (TIMING_OUTPUT, TIMING_OUTPUT) in ENGINE_STEP_MAP.outputs  # straight out
+    assert {TIMING_INPUT, TIMING_OUTPUT} <= set(ensemble_io(ENGINE_STEP_MAP).input_names
+                                                + ensemble_io(ENGINE_STEP_MAP).output_names)
+    assert TIMING_OUTPUT not in {t for _, t in POSTPROCESSING_STEP_MAP.inputs}
 
 
 def test_step_maps_name_existing_tensors():
@@ -123,10 +137,12 @@ def test_step_maps_name_existing_tensors():
 def test_the_aggregated_step_feeds_the_engine_under_its_own_names(target):
     table, step = engine_io(target), engine_step_map(target)
     # NVIDIA's 0.21 model has one name of each aliased input: the ensemble's core names feed it;
-    # and it declares no token counts: its ensemble offers none
+    # and it declares no token counts: its ensemble offers none. No engine gives the router's
+    # timing: no aggregated ensemble offers it
     dropped = (set(INPUT_ALIASES) | set(TOKEN_COUNT_TENSORS) if target is Target.TRTLLM_0_21
-               else set())
-    uncounted = set(TOKEN_COUNT_TENSORS.values()) if target is Target.TRTLLM_0_21 else set()
+               else set()) | {TIMING_INPUT}
+    uncounted = (set(TOKEN_COUNT_TENSORS.values()) if target is Target.TRTLLM_0_21
+                 else set()) | {TIMING_OUTPUT}
     assert [t for _, t in step.inputs] == [t for _, t in ENGINE_STEP_MAP.inputs
                                            if t not in dropped]
     assert [t for _, t in step.outputs] == [t for _, t in ENGINE_STEP_MAP.outputs

@@ -4,7 +4,9 @@
 - ``token_timeline.png``: per request (y) its send (o), every token (|) and end (x) over time,
   one panel per run -- shows queueing, stalls and head-of-line blocking;
 - ``sweep.png`` (``--rates``): output-token throughput and p50/p90 TTFT and TPOT against the
-  offered rate, one line per model.
+  offered rate, one line per model;
+- ``ttft_phases.png`` (runs of a model that answers the server timing): the server's TTFT of
+  the requests at p50/p90/p99, stacked by phase (:mod:`pdtrt.bench.ttft_phases`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from pdtrt.bench.bench import BenchReport, RunResult
+from pdtrt.bench.ttft_phases import BAR_PERCENTILES, request_at, timed
+from pdtrt.client.timing import TTFT_PHASE_FIELDS
 from pdtrt.enums import Percentile
 
 __all__ = ["write_plots"]
@@ -118,7 +122,36 @@ def write_plots(report: BenchReport, out_dir: Path) -> list[Path]:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
         paths.append(_save(fig, out_dir / "sweep.png", plt))
+    timed_runs = [run for run in report.runs if timed(run.records)]
+    if timed_runs:
+        paths.append(_ttft_phases(timed_runs, out_dir / "ttft_phases.png", plt))
     return paths
+
+
+def _ttft_phases(runs: Sequence[RunResult], path: Path, plt) -> Path:
+    """One bar per (run, percentile): the phases of the request at that percentile of the
+    server's TTFT, stacked in request order."""
+    labels, bars = [], []
+    for run in runs:
+        timings = timed(run.records)
+        for pct in BAR_PERCENTILES:
+            labels.append(f"{run.label}\n{pct.label}" if len(runs) > 1 else pct.label)
+            bars.append(request_at(timings, pct).phases_ms)
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(bars) + 2), 5))
+    bottom = np.zeros(len(bars))
+    for name in TTFT_PHASE_FIELDS:
+        heights = np.array([bar[name] for bar in bars])
+        ax.bar(range(len(bars)), heights, bottom=bottom, label=name.removesuffix("_ms"))
+        bottom += heights
+    for x, total in enumerate(bottom):
+        ax.text(x, total, f"{total:.1f}", ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(0, max(float(bottom.max()), 1e-3) * 1.12)
+    ax.set_xticks(range(len(bars)), labels, fontsize=8)
+    ax.set_ylabel("server TTFT (ms, router clock)")
+    ax.set_title("Server TTFT by phase: the request at each percentile")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars
+    return _save(fig, path, plt)
 
 
 def _save(fig, path: Path, plt) -> Path:

@@ -3,6 +3,11 @@
 Times are seconds from the start of the measured run (monotonic clock). ``output_tokens`` is
 the number of streamed responses (one per token with streaming on). A warm-up request has
 ``warmup`` set and negative times; the statistics leave it out.
+
+``server_timing`` is the server's own account of the request's TTFT when the model answers it
+(pdtrt's disaggregated ``ensemble``; :mod:`pdtrt.client.timing`): the CSV columns
+``server_ttft_ms`` and the five phases that sum to it (:data:`SERVER_TIMING_FIELDS`), on the
+router's clock, empty for a request without one.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pdtrt.client.timing import TTFT_PHASE_FIELDS, ServerTiming
 from pdtrt.client.types import ErrorKind
 
-__all__ = ["CSV_FIELDS", "RequestRecord", "read_csv", "write_csv"]
+__all__ = ["CSV_FIELDS", "SERVER_TIMING_FIELDS", "RequestRecord", "read_csv", "write_csv"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +39,7 @@ class RequestRecord:
     error_kind: ErrorKind | None = None
     conversation: str | None = None  # a multi-turn trace's conversation id
     turn: int | None = None  # 0: the conversation's first turn
+    server_timing: ServerTiming | None = None  # the server's TTFT and its phases, if answered
 
     @property
     def ok(self) -> bool:
@@ -67,10 +74,30 @@ class RequestRecord:
         return None if self.scheduled_s is None else self.send_s - self.scheduled_s
 
 
+SERVER_TIMING_FIELDS = ("server_ttft_ms", *TTFT_PHASE_FIELDS)
+"""The server's TTFT, then the five phases that sum to it (ms, the router's clock)."""
+
 CSV_FIELDS = ("index", "model", "request_id", "warmup", "scheduled_s", "send_s",
               "first_token_s", "end_s", "input_tokens", "max_tokens", "output_tokens",
               "ttft_ms", "tpot_ms", "e2e_ms", "error", "error_kind", "token_times_s",
-              "conversation", "turn")
+              "conversation", "turn", *SERVER_TIMING_FIELDS, "server_path")
+
+
+def _timing_cells(timing: ServerTiming | None) -> dict[str, object]:
+    if timing is None:
+        return dict.fromkeys((*SERVER_TIMING_FIELDS, "server_path"), "")
+    values = (timing.ttft_ms, *timing.phases_ms.values())
+    return {**{name: f"{v:.3f}" for name, v in zip(SERVER_TIMING_FIELDS, values, strict=True)},
+            "server_path": timing.path}
+
+
+def _timing_of(row: dict[str, str]) -> ServerTiming | None:
+    """The server timing of a CSV row (None: empty, or a file from before the columns)."""
+    if not row.get("server_ttft_ms"):
+        return None
+    return ServerTiming(ttft_ms=float(row["server_ttft_ms"]),
+                        **{name: float(row[name]) for name in TTFT_PHASE_FIELDS},
+                        path=row.get("server_path") or "")
 
 
 def _row(r: RequestRecord) -> dict[str, object]:
@@ -87,6 +114,7 @@ def _row(r: RequestRecord) -> dict[str, object]:
         "error_kind": r.error_kind or "",
         "token_times_s": json.dumps([round(t, 6) for t in r.token_times_s]),
         "conversation": r.conversation or "", "turn": "" if r.turn is None else r.turn,
+        **_timing_cells(r.server_timing),
     }
 
 
@@ -111,5 +139,6 @@ def read_csv(path: Path) -> list[RequestRecord]:
             max_tokens=int(row["max_tokens"]), error=row["error"] or None,
             error_kind=ErrorKind(row["error_kind"]) if row["error_kind"] else None,
             conversation=row.get("conversation") or None,  # absent from older files
-            turn=int(row["turn"]) if row.get("turn") else None)
+            turn=int(row["turn"]) if row.get("turn") else None,
+            server_timing=_timing_of(row))
             for row in csv.DictReader(f)]

@@ -166,7 +166,15 @@ def _record(planned: PlannedRequest, result: GenerateResult, *, t0_s: float, war
         token_times_s=tuple(c.time_s - t0_s for c in result.chunks),
         end_s=result.end_time_s - t0_s, input_tokens=planned.input_tokens,
         max_tokens=planned.max_tokens, error=result.error,
-        error_kind=result.error_kind, conversation=planned.conversation, turn=planned.turn)
+        error_kind=result.error_kind, conversation=planned.conversation, turn=planned.turn,
+        server_timing=result.timing)
+
+
+def _request(plan: RunPlan, planned: PlannedRequest) -> GenerateRequest:
+    """What is sent for ``planned``; the server's timing is asked for wherever the model
+    takes the question (the client sends it only then)."""
+    return GenerateRequest(prompt=planned.prompt, max_tokens=planned.max_tokens,
+                           stream=plan.stream, return_timing=True)
 
 
 def _streams_needed(plan: RunPlan, warmup: list[tuple[PlannedRequest, GenerateResult, bool,
@@ -199,10 +207,9 @@ def run_plan(client: LLMClient, plan: RunPlan, *, clock: Callable[[], float] = t
                 gate.release()
 
         out.started()
-        request = GenerateRequest(prompt=planned.prompt, max_tokens=planned.max_tokens,
-                                  stream=plan.stream)
         try:
-            client.submit(request, model=plan.model, timeout_s=plan.timeout_s, on_done=on_done)
+            client.submit(_request(plan, planned), model=plan.model, timeout_s=plan.timeout_s,
+                          on_done=on_done)
         except BaseException:
             with out.lock:
                 out.in_flight -= 1
@@ -232,9 +239,8 @@ def run_plan(client: LLMClient, plan: RunPlan, *, clock: Callable[[], float] = t
                 done.set()
 
             out.started()
-            client.submit(GenerateRequest(prompt=planned.prompt, max_tokens=planned.max_tokens,
-                                          stream=plan.stream),
-                          model=plan.model, timeout_s=plan.timeout_s, on_done=on_done)
+            client.submit(_request(plan, planned), model=plan.model, timeout_s=plan.timeout_s,
+                          on_done=on_done)
             done.wait()  # the client ends every request within its timeout
             return ended[0]
 

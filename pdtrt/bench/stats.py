@@ -13,6 +13,9 @@
 - **Attainment, goodput, "meets the SLOs"**: :func:`pdtrt.workload.slo.evaluate_slo` on the
   measured requests -- the one definition the simulator and the planner use too (per request,
   as in DistServe; see that module).
+- **Server TTFT by phase** (``ttft_phases_ms``; only for a model that answers the timing):
+  the distribution of the server's TTFT and of each of the five phases that sum to it
+  (:mod:`pdtrt.bench.ttft_phases`).
 
 This module summarises records; it neither sends requests nor draws plots.
 """
@@ -24,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pdtrt.bench.records import RequestRecord
+from pdtrt.bench.ttft_phases import phase_dists
 from pdtrt.workload.latency import Dist
 from pdtrt.workload.slo import SLO, RequestOutcome, evaluate_slo, measurement_window_s
 
@@ -59,18 +63,23 @@ class Summary:
     # first turns and of their later turns, which carry the conversation so far
     ttft_first_turn_ms: Dist | None = None
     ttft_later_turns_ms: Dist | None = None
+    # requests the server timed only (else None, left out of to_dict): column of
+    # SERVER_TIMING_FIELDS -> its distribution
+    ttft_phases_ms: dict[str, Dist] | None = None
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {}
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
-            if value is None and name in _TURN_FIELDS:
+            if value is None and name in _OPTIONAL_FIELDS:
                 continue
+            if name == "ttft_phases_ms" and value is not None:
+                value = {column: dist.to_dict() for column, dist in value.items()}
             out[name] = value.to_dict() if isinstance(value, Dist | SLO) else value
         return out
 
 
-_TURN_FIELDS = ("ttft_first_turn_ms", "ttft_later_turns_ms")
+_OPTIONAL_FIELDS = ("ttft_first_turn_ms", "ttft_later_turns_ms", "ttft_phases_ms")
 
 
 def outcome(record: RequestRecord) -> RequestOutcome:
@@ -112,7 +121,7 @@ def summarize(records: Sequence[RequestRecord], *, slo: SLO | None = None,
         meets_slo=report.meets_slo if judged else None,
         backlog_growing=report.backlog_growing,
         cost_per_hour_usd=cost_per_hour_usd, cost_per_mtok_usd=cost_per_mtok,
-        **_by_turn(ok))
+        ttft_phases_ms=phase_dists(measured), **_by_turn(ok))
 
 
 def _by_turn(ok: Sequence[RequestRecord]) -> dict[str, Dist]:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from pdtrt.bench import BenchReport, RunResult, Summary
 from pdtrt.bench.outputs import ReportFiles
+from pdtrt.bench.records import SERVER_TIMING_FIELDS
 from pdtrt.cli.render import console
 
 OnRun = Callable[[str, int | None], Callable[[int, int | None], None]]
@@ -55,7 +56,11 @@ def _server_side(run: RunResult) -> Table | str:
     return table
 
 
-def _rows(slo_pct: int, *, turns: bool = False
+def _phase_value(s: Summary, column: str, stat: str) -> float | None:
+    return None if s.ttft_phases_ms is None else getattr(s.ttft_phases_ms[column], stat)
+
+
+def _rows(slo_pct: int, *, turns: bool = False, phases: bool = False
           ) -> list[tuple[str, Callable[[Summary], float | None], str]]:
     rows: list[tuple[str, Callable[[Summary], float | None], str]] = [
         ("requests ok", lambda s: s.num_ok, "{:.0f}"),
@@ -78,6 +83,12 @@ def _rows(slo_pct: int, *, turns: bool = False
                 rows.append((f"{label} {stat} (ms)",
                              lambda s, m=metric, st=stat: getattr(getattr(s, m), st, None)
                              if getattr(s, m) is not None else None, "{:.1f}"))
+    if phases:  # the server's own TTFT and the five phases that sum to it (router clock)
+        for column in SERVER_TIMING_FIELDS:
+            name = column.removeprefix("server_").removesuffix("_ms")
+            for stat in ("p50", "p90", "p99"):
+                rows.append((f"server {name} {stat} (ms)",
+                             lambda s, c=column, st=stat: _phase_value(s, c, st), "{:.1f}"))
     rows += [
         ("goodput (requests/s)", lambda s: s.goodput_req_per_s, "{:.2f}"),
         (f"SLO attainment (need {slo_pct}%)",
@@ -101,7 +112,8 @@ def _side_by_side(report: BenchReport) -> Table:
     if len(runs) == 2:
         table.add_column(f"{runs[0].model} / {runs[1].model}", justify="right")
     turns = any(run.summary.ttft_first_turn_ms is not None for run in runs)
-    for name, get, fmt in _rows(report.config.slo.percentile, turns=turns):
+    phases = any(run.summary.ttft_phases_ms is not None for run in runs)
+    for name, get, fmt in _rows(report.config.slo.percentile, turns=turns, phases=phases):
         values = [get(run.summary) for run in runs]
         cells = [_fmt(v, fmt) for v in values]
         if len(runs) == 2:

@@ -26,12 +26,14 @@ _HOMES = {
     "TransportFactory": "transport", "Chunk": "types", "ErrorKind": "types",
     "GenerateRequest": "types", "GenerateResult": "types", "InputTensor": "types",
     "ModelSignature": "types", "GrpcStreamClient": "streams", "StreamResponse": "streams",
+    "ServerTiming": "timing",
 }
 
 if TYPE_CHECKING:
     from pdtrt.client.client import LLMClient, Pending
     from pdtrt.client.inputs import build_inputs
     from pdtrt.client.streams import GrpcStreamClient, StreamResponse
+    from pdtrt.client.timing import ServerTiming
     from pdtrt.client.transport import GrpcTransport, StreamEvent, Transport, TransportFactory
     from pdtrt.client.types import (
         Chunk,
@@ -44,7 +46,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Chunk", "ErrorKind", "GenerateRequest", "GenerateResult", "GrpcStreamClient",
            "GrpcTransport", "InputTensor", "LLMClient", "ModelSignature", "Pending",
-           "StreamEvent", "StreamResponse", "Transport", "TransportFactory", "build_inputs"]
+           "ServerTiming", "StreamEvent", "StreamResponse", "Transport", "TransportFactory",
+           "build_inputs"]
 
 
 def __getattr__(name: str) -> Any:

@@ -31,8 +31,10 @@ import uuid
 from collections.abc import Callable
 
 from pdtrt.client.inputs import build_inputs
+from pdtrt.client.timing import ServerTiming
 from pdtrt.client.transport import GrpcTransport, StreamEvent, Transport, TransportFactory
 from pdtrt.client.types import Chunk, ErrorKind, GenerateRequest, GenerateResult, ModelSignature
+from pdtrt.errors import RequestError
 
 __all__ = ["LLMClient", "Pending"]
 
@@ -55,6 +57,7 @@ class Pending:
         self._on_chunk = on_chunk
         self._on_done = on_done
         self._chunks: list[Chunk] = []
+        self._timing: ServerTiming | None = None
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._result: GenerateResult | None = None
@@ -80,6 +83,8 @@ class Pending:
             kind = ErrorKind.UNAVAILABLE if event.unavailable else ErrorKind.REQUEST
             self._finish(now, kind, event.error)
             return
+        if event.timing:
+            self._timing = _parsed_timing(event.timing, self.request_id)
         if event.text:
             chunk = Chunk(text=event.text, time_s=now)
             with self._lock:
@@ -97,11 +102,22 @@ class Pending:
                 return
             self._result = GenerateResult(
                 request_id=self.request_id, model=self.model, send_time_s=self.send_time_s,
-                end_time_s=now_s, chunks=tuple(self._chunks), error=error, error_kind=kind)
+                end_time_s=now_s, chunks=tuple(self._chunks), error=error, error_kind=kind,
+                timing=self._timing)
         self._client._release(self, clean=kind is None)
         self._done.set()
         if self._on_done is not None:
             self._on_done(self._result)
+
+
+def _parsed_timing(text: str, request_id: str) -> ServerTiming | None:
+    """The server's timing; a malformed one is logged and dropped (the request itself went
+    fine, and the timing is an extra)."""
+    try:
+        return ServerTiming.parse(text)
+    except RequestError as exc:
+        log.warning("request %s: %s", request_id, exc)
+        return None
 
 
 class _Slot:

@@ -3,14 +3,17 @@
 The ensemble I/O (``shared/reference/triton-trtllm.md``): ``text_input`` BYTES and
 ``max_tokens`` INT32 are required; ``stream``, ``exclude_input_in_output``, ``temperature``,
 ``top_k``, ``top_p`` and the seed (``random_seed`` before TRT-LLM 1.2, ``seed`` after) are
-optional. Only the inputs a model declares are sent, with the dtypes it declares, so the same
-client talks to pdtrt's generated ensembles and NVIDIA's. Asking for a sampling setting the
-model does not declare is a :class:`~pdtrt.errors.RequestError`, not a silent drop.
+optional; pdtrt's disaggregated ensemble also takes ``return_timing``
+(:mod:`pdtrt.client.timing`). Only the inputs a model declares are sent, with the dtypes it
+declares, so the same client talks to pdtrt's generated ensembles and NVIDIA's. Asking for a
+sampling setting the model does not declare is a :class:`~pdtrt.errors.RequestError`, not a
+silent drop.
 """
 
 from __future__ import annotations
 
 from pdtrt.client.types import GenerateRequest, InputTensor, ModelSignature
+from pdtrt.engine_io import TIMING_INPUT
 from pdtrt.errors import RequestError
 
 __all__ = ["OUTPUT_NAME", "REQUIRED_INPUTS", "build_inputs"]
@@ -20,7 +23,8 @@ OUTPUT_NAME = "text_output"
 _SEED_NAMES = ("random_seed", "seed")
 _DEFAULT_DTYPES = {"text_input": "BYTES", "max_tokens": "INT32", "stream": "BOOL",
                    "exclude_input_in_output": "BOOL", "temperature": "FP32", "top_k": "INT32",
-                   "top_p": "FP32", "random_seed": "UINT64", "seed": "UINT64"}
+                   "top_p": "FP32", "random_seed": "UINT64", "seed": "UINT64",
+                   TIMING_INPUT: "BOOL"}
 
 
 def _missing_io(signature: ModelSignature) -> list[str]:
@@ -55,6 +59,8 @@ def build_inputs(request: GenerateRequest, signature: ModelSignature) -> list[In
     for name, value in optional.items():
         if name in signature.inputs:
             wanted[name] = value
+    if request.return_timing and TIMING_INPUT in signature.inputs:
+        wanted[TIMING_INPUT] = True
     for name, value in sampling.items():
         if value is None:
             continue

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from pdtrt.client.inputs import OUTPUT_NAME
 from pdtrt.client.types import InputTensor, ModelSignature
+from pdtrt.engine_io import TIMING_OUTPUT
 from pdtrt.errors import ModelNotFoundError, ServerUnavailableError
 
 __all__ = ["GrpcTransport", "StreamEvent", "Transport", "TransportFactory"]
@@ -30,9 +31,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class StreamEvent:
-    """One thing that came off a stream: a response's text, the final flag, or an error."""
+    """One thing that came off a stream: a response's text, the final flag, or an error;
+    ``timing``: the server's timing JSON (``pdtrt_timing``), when the response carries it."""
 
     text: str | None = None
+    timing: str | None = None
     final: bool = False
     error: str | None = None
     unavailable: bool = False  # the error is the connection/stream failing, not the request
@@ -135,13 +138,12 @@ class GrpcTransport:
             response = result.get_response()
             final = "triton_final_response" in response.parameters and \
                 response.parameters["triton_final_response"].bool_param
-            text = None
+            text = timing = None
             if response.outputs:
-                values = result.as_numpy(OUTPUT_NAME)
-                text = "" if values is None else "".join(
-                    v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-                    for v in values.reshape(-1))
-            on_event(StreamEvent(text=text, final=final))
+                text = _joined(result.as_numpy(OUTPUT_NAME))
+                if any(o.name == TIMING_OUTPUT for o in response.outputs):
+                    timing = _joined(result.as_numpy(TIMING_OUTPUT))
+            on_event(StreamEvent(text=text, timing=timing, final=final))
 
         # tritonclient reads the stream on a thread that inherits the daemon flag of the
         # thread that starts it (threading.Thread's default). Started from a daemon thread, a
@@ -174,6 +176,13 @@ class GrpcTransport:
         finally:
             self._streaming = False
             client.close()
+
+
+def _joined(values: Any) -> str:
+    """A string output's elements as one text ("" when absent)."""
+    return "" if values is None else "".join(
+        v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+        for v in values.reshape(-1))
 
 
 def _in_daemon_thread(work: Callable[[], None]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from pdtrt.client.timing import ServerTiming
 from pdtrt.errors import ModelNotFoundError, RequestError, ServerUnavailableError
 
 __all__ = ["Chunk", "ErrorKind", "GenerateRequest", "GenerateResult", "ModelSignature",
@@ -31,6 +32,9 @@ class GenerateRequest:
     seed: int | None = None
     request_id: str | None = None  # None: the client assigns a unique one
     exclude_input_in_output: bool = True
+    # ask for the server's timing (pdtrt.client.timing) where the model declares the input;
+    # a model without it is not asked and the result has no timing
+    return_timing: bool = False
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -63,6 +67,7 @@ class GenerateResult:
     chunks: tuple[Chunk, ...] = ()
     error: str | None = None
     error_kind: ErrorKind | None = None
+    timing: ServerTiming | None = None  # the server's, when asked and answered
 
     @property
     def ok(self) -> bool:

@@ -48,6 +48,12 @@ log = logging.getLogger(__name__)
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # a stream's status when it ended in an error (its HTTP status was 200)
 _STREAM_STATUS = web.RequestKey("pdtrt_status", int)
+# A request with this header set to "true" gets the router's timing of it (where its time to
+# first token went: pdtrt.runtime.router.timing) as the field TIMING_FIELD of the whole
+# response, or of a stream's last chunk (the one with the finish_reason); null when the
+# deployment has no router. Not a response header: a stream's headers go before its timing.
+TIMING_HEADER = "x-pdtrt-timing"
+TIMING_FIELD = "pdtrt_timing"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +73,7 @@ class _Prepared:
     prompt: list[int]
     sampling: OpenAIRequest
     max_tokens: int
+    timing: bool = False  # the client asked for the router's timing (TIMING_HEADER)
 
 
 def _error_response(exc: ApiError) -> web.Response:
@@ -137,7 +144,7 @@ class _Front:
                            f"`{self.config.deployment.model_id}`", status=404, param="model",
                            code="model_not_found")
 
-    def _prepare(self, body: ChatBody | CompletionBody) -> _Prepared:
+    def _prepare(self, body: ChatBody | CompletionBody, request: web.Request) -> _Prepared:
         self._check_model(body.model)
         tok = self.config.tokenizer
         if isinstance(body, ChatBody):
@@ -150,15 +157,17 @@ class _Front:
             prompt = _completion_prompt(body, tok)
             kind, prefix = "completion", "cmpl-"
         max_tokens = self.config.deployment.output_budget(len(prompt), sampling.max_tokens)
-        return _Prepared(kind, prefix + secrets.token_hex(12), prompt, sampling, max_tokens)
+        timing = request.headers.get(TIMING_HEADER, "").strip().lower() in ("true", "1")
+        return _Prepared(kind, prefix + secrets.token_hex(12), prompt, sampling, max_tokens,
+                         timing=timing)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._measured(request, self._prepare(parse_body(await request.read(),
-                                                                      ChatBody)))
+                                                                      ChatBody), request))
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._measured(request, self._prepare(parse_body(await request.read(),
-                                                                      CompletionBody)))
+                                                                      CompletionBody), request))
 
     async def _measured(self, request: web.Request, p: _Prepared) -> web.StreamResponse:
         """:meth:`_serve`, counted in flight, and a hang-up counted as one."""
@@ -176,7 +185,8 @@ class _Front:
         """The request's deltas, each token response timed into the front's histograms."""
         cfg = self.config
         inputs = engine_inputs(p.prompt, p.sampling, max_tokens=p.max_tokens,
-                               end_id=cfg.tokenizer.eos_id, pad_id=cfg.tokenizer.pad_id)
+                               end_id=cfg.tokenizer.eos_id, pad_id=cfg.tokenizer.pad_id,
+                               timing=p.timing and cfg.engine.has_timing)
         timer = RequestTimer(cfg.metrics, asyncio.get_running_loop().time)
         deltas = generation.run(cfg.engine, cfg.tokenizer, request_id=p.request_id,
                                 inputs=inputs, max_tokens=p.max_tokens, stops=p.sampling.stop,
@@ -197,7 +207,7 @@ class _Front:
             async for delta in self._deltas(p, outcome):
                 if delta.logprobs is not None:
                     lps.extend(zip(delta.token_ids, delta.logprobs, strict=False))
-            return web.json_response(shape.whole(outcome, lps))
+            return web.json_response(shape.timed(shape.whole(outcome, lps), outcome))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
         await response.prepare(request)
@@ -212,7 +222,7 @@ class _Front:
             async for delta in self._deltas(p, outcome):
                 if delta.text or delta.logprobs:
                     await send(shape.chunk_of(delta))
-            await send(shape.chunk(None, outcome.finish_reason, None))
+            await send(shape.timed(shape.chunk(None, outcome.finish_reason, None), outcome))
             if p.sampling.include_usage:
                 await send(shape.usage_chunk(outcome))
         except ApiError as exc:
@@ -280,6 +290,10 @@ class _Shape:
         pairs = (None if delta.logprobs is None
                  else list(zip(delta.token_ids, delta.logprobs, strict=False)))
         return self.chunk({"content": delta.text} if self.chat else delta.text, None, pairs)
+
+    def timed(self, out: dict[str, Any], outcome: generation.Outcome) -> dict[str, Any]:
+        """``out`` with the request's timing, when it asked (:data:`TIMING_HEADER`)."""
+        return {**out, TIMING_FIELD: outcome.timing} if self.p.timing else out
 
     def usage_chunk(self, outcome: generation.Outcome) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.chat else "text_completion"

@@ -19,6 +19,7 @@ running after that (a server that lost it) has its stream cancelled.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from pdtrt.client.streams import GrpcStreamClient, StreamResponse
-from pdtrt.engine_io import ERROR_OUTPUT, ModelName
+from pdtrt.engine_io import ERROR_OUTPUT, TIMING_INPUT, TIMING_OUTPUT, ModelName
 from pdtrt.errors import ApiError
 from pdtrt.front.protocol import OpenAIRequest
 
@@ -41,15 +42,19 @@ DRAIN_S = 30.0
 
 @dataclass(frozen=True)
 class StreamedTokens:
-    """One streamed response of the engine model: its new tokens and their log-probs."""
+    """One streamed response of the engine model: its new tokens and their log-probs, and
+    the router's timing of the request (its final response, when asked)."""
 
     token_ids: list[int]
     logprobs: list[float] | None = None
+    timing: dict[str, Any] | None = None
 
 
 def engine_inputs(prompt: list[int], request: OpenAIRequest, *, max_tokens: int,
-                  end_id: int | None, pad_id: int | None) -> dict[str, np.ndarray]:
-    """The router's (engine model's) inputs for one streaming request, TensorRT-LLM's names."""
+                  end_id: int | None, pad_id: int | None,
+                  timing: bool = False) -> dict[str, np.ndarray]:
+    """The router's (engine model's) inputs for one streaming request, TensorRT-LLM's names;
+    ``timing``: ask the router for the request's timing (only the router has that input)."""
     def scalar(value: object, dtype: type) -> np.ndarray:
         return np.array([[value]], dtype=dtype)
 
@@ -62,6 +67,8 @@ def engine_inputs(prompt: list[int], request: OpenAIRequest, *, max_tokens: int,
               **request.sampling.inputs()}
     if pad_id is not None:
         inputs["pad_id"] = scalar(pad_id, np.int32)
+    if timing:
+        inputs[TIMING_INPUT] = scalar(True, np.bool_)
     return inputs
 
 
@@ -77,6 +84,7 @@ class EngineClient:
         self.model = model
         self.phase = GrpcStreamClient(grpc_url)
         self.error_output = "" if model == ModelName.ROUTER else ERROR_OUTPUT
+        self.has_timing = model == ModelName.ROUTER  # the aggregated model has no timing
         self._drains: set[asyncio.Task] = set()
 
     async def generate(self, request_id: str, inputs: dict[str, np.ndarray], *,
@@ -85,7 +93,8 @@ class EngineClient:
         it. Leaving the iteration early (the HTTP client went, a stop string) stops the request
         on the server and drains it in the background. The stream is read by a task of its own,
         so a caller that is cancelled never cancels the gRPC call."""
-        outputs = ["output_ids"] + (["output_log_probs"] if logprobs else [])
+        outputs = ["output_ids"] + (["output_log_probs"] if logprobs else []) + (
+            [TIMING_OUTPUT] if TIMING_INPUT in inputs else [])
         stream = self.phase.stream(self.model, inputs, request_id=request_id, parameters={},
                                    outputs=outputs, error_output=self.error_output)
         got: asyncio.Queue[StreamResponse | None] = asyncio.Queue()
@@ -151,10 +160,14 @@ async def _pump(stream: AsyncIterator[StreamResponse],
 
 
 def _step(response: StreamResponse, logprobs: bool) -> StreamedTokens:
-    ids = response.outputs["output_ids"].reshape(-1).tolist()
+    """A response's tokens (none: the router's final response with the timing alone)."""
+    ids_array = response.outputs.get("output_ids")
+    ids = [] if ids_array is None else ids_array.reshape(-1).tolist()
     lps = response.outputs.get("output_log_probs") if logprobs else None
+    timing = response.outputs.get(TIMING_OUTPUT)
     return StreamedTokens(token_ids=[int(t) for t in ids],
-                logprobs=None if lps is None else [float(x) for x in lps.reshape(-1)[:len(ids)]])
+                logprobs=None if lps is None else [float(x) for x in lps.reshape(-1)[:len(ids)]],
+                timing=None if timing is None else json.loads(timing.reshape(-1)[0]))
 
 
 _UNAVAILABLE = ("UNAVAILABLE", "is not healthy", "Connection refused", "failed to connect")

@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,7 @@ class Outcome:
     num_completion: int = 0
     finish_reason: str | None = None
     text: list[str] = field(default_factory=list)
+    timing: dict[str, Any] | None = None  # the router's, when the request asked for it
 
     @property
     def usage(self) -> dict[str, int]:
@@ -66,6 +68,10 @@ async def run(engine: EngineClient, tokenizer: FrontTokenizer, *, request_id: st
     steps = engine.generate(request_id, inputs, logprobs=logprobs)
     async with aclosing(steps), aclosing(_steps_within(steps, stall_s)) as timed:
         async for step in timed:
+            if step.timing is not None:
+                outcome.timing = step.timing
+            if not step.token_ids:
+                continue
             outcome.num_completion += len(step.token_ids)
             text = held.add(detok.add(step.token_ids))
             outcome.text.append(text)

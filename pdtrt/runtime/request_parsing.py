@@ -37,6 +37,7 @@ from pdtrt.engine_io import (
     INPUT_ALIASES,
     REQUEST_TYPE_PARAMETER,
     ROUTER_IO,
+    TIMING_INPUT,
     TOKEN_COUNT_TENSORS,
     DrainAction,
     RequestSampling,
@@ -197,6 +198,7 @@ class RouterRequest:
     streaming: bool  # what the client asked; the phases are asked their own way
     exclude_input: bool
     return_log_probs: bool = False
+    return_timing: bool = False  # TIMING_INPUT: the timing on the final response
     counts: TokenCounts = TokenCounts()  # the router counts; its phases are not asked
     stop_words: tuple[tuple[int, ...], ...] = ()  # the router ends a prefill that completes one
     inputs: Mapping[str, np.ndarray]  # the client's inputs, in the phase models' config shapes
@@ -267,10 +269,12 @@ def parse_router_request(request: Incoming) -> RouterRequest | StopRequest:
         streaming=bool(request.scalar("streaming", False)),
         exclude_input=bool(request.scalar("exclude_input_in_output", False)),
         return_log_probs=bool(request.scalar("return_log_probs", False)),
+        return_timing=bool(request.scalar(TIMING_INPUT, False)),
         counts=token_counts(request),
         stop_words=word_list(request, "stop_words_list"),
         inputs={name: value.reshape(-1, 1) if name in _ROUTER_SCALARS else value
-                for name, value in request.inputs.items() if name not in TOKEN_COUNT_TENSORS})
+                for name, value in request.inputs.items()
+                if name not in TOKEN_COUNT_TENSORS and name != TIMING_INPUT})
 
 
 # -- the engine model ----------------------------------------------------------------------------

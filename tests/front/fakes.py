@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from pdtrt.engine_io import TIMING_INPUT
 from pdtrt.front.deployment import ServedDeployment
 from pdtrt.front.engine_client import StreamedTokens
 from pdtrt.front.text import FrontTokenizer
 
 EOS = 0
+TIMING = {"ttft_ms": 3.0, "queue_ms": 1.0, "prefill_ms": 2.0}  # what FakeEngine's router times
 
 
 class ByteTokenizer:
@@ -57,6 +59,7 @@ class FakeEngine:
     sent: list[dict] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
+    has_timing: bool = True  # a router: answers return_timing with TIMING on its last response
 
     async def generate(self, request_id, inputs, *, logprobs):
         self.sent.append({"id": request_id, "inputs": inputs, "logprobs": logprobs})
@@ -72,6 +75,8 @@ class FakeEngine:
                     raise ApiError(self.error, status=500, type="server_error")
                 await asyncio.sleep(self.step_s)
                 yield StreamedTokens([token], [-0.5] if logprobs else None)
+            if TIMING_INPUT in inputs:  # the router's final response with the timing alone
+                yield StreamedTokens([], None, timing=TIMING)
             done = True
             self.finished.append(request_id)
         finally:

@@ -10,7 +10,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from pdtrt.front.app import FrontConfig, make_app
-from tests.front.fakes import FakeEngine, byte_tokenizer, deployment
+from tests.front.fakes import TIMING, FakeEngine, byte_tokenizer, deployment
 
 CHAT = {"model": "org/model", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -231,3 +231,26 @@ def test_a_hang_up_is_counted():
     text = _serve(engine, check)
     assert _sample(text, "pdtrt_front_disconnects_total") == 1
     assert _sample(text, "pdtrt_front_requests_in_flight") == 0
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_the_timing_header_returns_the_routers_timing(stream):
+    """x-pdtrt-timing: the router is asked (its input), and its timing comes back in the last
+    chunk or the whole body; without the header neither."""
+    async def check(client):
+        got = []
+        for headers in ({"x-pdtrt-timing": "true"}, {}):
+            r = await client.post("/v1/chat/completions", headers=headers,
+                                  json={**CHAT, "stream": stream, "max_tokens": 3})
+            got.append(await _events(r) if stream else [await r.json()])
+        return got
+
+    engine = FakeEngine(reply="hello")
+    asked, plain = _serve(engine, check)
+    assert "return_timing" in engine.sent[0]["inputs"]
+    assert "return_timing" not in engine.sent[1]["inputs"]
+    last = asked[-1]  # the chunk with the finish_reason (no usage asked), or the body
+    assert last["choices"][0]["finish_reason"] == "length" and last["pdtrt_timing"] == TIMING
+    assert sum(len(e["choices"][0].get("delta", {}).get("content", "")) for e in asked
+               if stream) == (3 if stream else 0)
+    assert not any("pdtrt_timing" in e for e in [*plain, *asked[:-1]])

@@ -272,7 +272,9 @@ class PhaseCalls:
                     if request_type is RequestType.GENERATION_ONLY:
                         reply.timeline.decode_response(self.clock())
                     if seen == 0:
-                        self.queue_metric("decode_queue_s", r)
+                        queue_s = self.queue_metric("decode_queue_s", r)
+                        if request_type is RequestType.GENERATION_ONLY:
+                            reply.timeline.decode_queue_s = queue_s
                     tokens = response_tokens(r)
                     reply.extend(request.num_generated + seen, tokens, response_logprobs(r))
                     seen += len(tokens)
@@ -301,13 +303,18 @@ class PhaseCalls:
         except Exception:
             log.exception("stop of %s at %s failed", phase_id, endpoint.label)
 
-    def queue_metric(self, key: str, response: StreamResponse) -> None:
+    def queue_metric(self, key: str, response: StreamResponse) -> float | None:
+        """Count the queue time ``response``'s engine reports (its ``arrival_time_ns`` to its
+        ``first_scheduled_time_ns``) under ``key``; returns it in seconds, None when the
+        response has no such times."""
         arrival = response.outputs.get("arrival_time_ns")
         scheduled = response.outputs.get("first_scheduled_time_ns")
         if arrival is not None and scheduled is not None:
             delta = int(scheduled.reshape(-1)[0]) - int(arrival.reshape(-1)[0])
             if delta >= 0:
                 self.metrics.add(key, delta / 1e9)
+                return delta / 1e9
+        return None
 
 
 def failure(role: Role, endpoint: Endpoint, error: str) -> str:

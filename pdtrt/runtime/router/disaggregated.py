@@ -193,7 +193,6 @@ async def _decode(calls: PhaseCalls, request: RouterRequest, reply: Reply, prefi
     assert prefill.context_phase_params is not None
     inputs = request.phase_inputs(streaming=True,
                                   context_phase_params=prefill.context_phase_params)
-    reply.timeline.decode_sent_s = calls.clock()
-    reply.timeline.decode_first_s = reply.timeline.decode_last_s = None  # a retried one
+    reply.timeline.decode_sent(calls.clock())
     await calls.relay(endpoint, RequestType.GENERATION_ONLY, inputs, prefill.phase_id,
                       request, reply)

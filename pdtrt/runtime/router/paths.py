@@ -36,6 +36,8 @@ async def serve(calls: PhaseCalls, request: RouterRequest, reply: Reply) -> None
     """Route ``request`` by the path :func:`choose` picks, counted with its reason."""
     path, reason = choose(calls, request)
     calls.metrics.add("paths", path=str(path), reason=str(reason))
+    if reply.timeline.path is None:  # a migration's continuation keeps the first
+        reply.timeline.path = path
     if path is PrefillPath.AGGREGATED:
         calls.metrics.add("aggregated")
         await aggregated(calls, request, reply)

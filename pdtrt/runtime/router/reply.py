@@ -17,10 +17,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from pdtrt.engine_io import TIMING_OUTPUT
 from pdtrt.errors import PhaseError
 from pdtrt.runtime.metrics import Metrics
 from pdtrt.runtime.request_parsing import RouterRequest, TokenCounts
 from pdtrt.runtime.router.timeline import Timeline
+from pdtrt.runtime.router.timing import timing_json
 from pdtrt.runtime.triton_io import (
     Incoming,
     Triton,
@@ -123,15 +125,26 @@ class Reply:
             self.num_streamed = len(self.tokens)
 
     def finish(self, request: RouterRequest) -> None:
-        """The final response: the unsent rest (streaming) or the whole output."""
+        """The final response: the unsent rest (streaming) or the whole output, with the
+        request's timing when it asked (computed now, so it is complete when the response
+        goes out; :mod:`~pdtrt.runtime.router.timing`)."""
+        timing: dict[str, np.ndarray] = {}
+        if request.return_timing:
+            text = timing_json(self.timeline, now_s=self.clock(), num_out=len(self.tokens))
+            timing = {TIMING_OUTPUT: np.array([[text.encode()]], dtype=object)}
         if not request.streaming:
             full = self.tokens if request.exclude_input else [*request.client_prompt,
                                                                *self.tokens]
-            self.triton.send(self.incoming, self._outputs(full, 0), final=True)
+            self.triton.send(self.incoming, {**self._outputs(full, 0), **timing}, final=True)
             self.timeline.token_out(self.clock())  # no streamed TTFT: it is the whole answer
         elif rest := self.tokens[self.num_streamed:]:
-            self.triton.send(self.incoming, self._outputs(rest, self.num_streamed), final=True)
+            self.triton.send(self.incoming, {**self._outputs(rest, self.num_streamed),
+                                             **timing}, final=True)
             self._tokens_out()
+        elif timing:  # the timing, with no tokens: an empty output_ids, not none, because the
+            # ensemble runs postprocessing on every response of this step and fails one that
+            # lacks its inputs ("expected 2 inputs but got 0"; Triton 2.51, measured)
+            self.triton.send(self.incoming, {**token_outputs([]), **timing}, final=True)
         else:
             self.triton.close(self.incoming)
         self.done = True

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pdtrt.prefill_policy import PrefillPath
 from pdtrt.runtime.metrics import MetricKind, Metrics, MetricSpec
 
 __all__ = ["HISTOGRAMS", "LATENCY_BUCKETS_S", "TOKEN_BUCKETS", "Timeline", "observe"]
@@ -89,12 +90,15 @@ class Timeline:
     prefill_done_s: float | None = None
     decode_sent_s: float | None = None
     decode_first_s: float | None = None
+    decode_step_s: float | None = None  # the decode's second response: its first own token
     decode_last_s: float | None = None
+    decode_queue_s: float | None = None  # the decode engine's own queue time, as it reports it
     first_token_s: float | None = None
     last_token_s: float | None = None
     migrations: int = 0  # times the request went on elsewhere after a mid-stream failure
     migration_gaps_s: list[float] = field(default_factory=list)  # what each one added
     migrated_after_s: float | None = None  # a migration's gap, open until the next token
+    path: PrefillPath | None = None  # where its prefill ran (the first route, if migrated)
 
     def migrated(self, now_s: float) -> None:
         """The request goes on elsewhere: its gap runs from the last token out (else now)."""
@@ -109,7 +113,15 @@ class Timeline:
     def decode_response(self, now_s: float) -> None:
         if self.decode_first_s is None:
             self.decode_first_s = now_s
+        elif self.decode_step_s is None:
+            self.decode_step_s = now_s
         self.decode_last_s = now_s
+
+    def decode_sent(self, now_s: float) -> None:
+        """A decode call goes out (again, when one is retried: its marks start afresh)."""
+        self.decode_sent_s = now_s
+        self.decode_first_s = self.decode_step_s = self.decode_last_s = None
+        self.decode_queue_s = None
 
     def token_out(self, now_s: float) -> None:
         if self.migrated_after_s is not None:

@@ -32,8 +32,10 @@ class TritonPythonModel:
                 responses.append(self.triton.error_response(
                     "postprocessing needs TOKENS_BATCH and SEQUENCE_LENGTH"))
                 continue
-            tokens = tokens.reshape(tokens.shape[0], -1, tokens.shape[-1])
             lengths = lengths.reshape(tokens.shape[0], -1)
+            # the beams from the lengths: a response with no tokens ([B, beams, 0], the
+            # router's last one when the timing comes after every token) has no -1 to infer
+            tokens = tokens.reshape(*lengths.shape, tokens.shape[-1])
             texts = [[self.tokenizer.decode(tokens[b, k, :lengths[b, k]].tolist(),
                                             skip_special_tokens=True).encode("utf-8")
                       for k in range(tokens.shape[1])] for b in range(tokens.shape[0])]
