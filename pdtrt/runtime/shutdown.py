@@ -83,6 +83,9 @@ class ShutdownWatch:
                 return
 
 
+PARENT_WATCH_NAME = "pdtrt-parent-watch"  # the watch's $0, in its command line
+
+
 class ParentWatch:
     """Kills this process (SIGKILL) once the process that started it -- the server, for a
     stub -- has died, i.e. this one was re-parented.
@@ -116,7 +119,7 @@ class ParentWatch:
 
     def start(self) -> None:
         """Watch this process; its current parent is the one whose death ends it."""
-        argv = ["sh", "-c", self.SCRIPT, "pdtrt-parent-watch", str(os.getppid()),
+        argv = ["sh", "-c", self.SCRIPT, PARENT_WATCH_NAME, str(os.getppid()),
                 str(os.getpid()), f"{self.interval_s:g}"]
         self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["children", "group_members", "process_running", "start_ticks"]
+from pdtrt.runtime.shutdown import PARENT_WATCH_NAME
+
+__all__ = ["children", "group_members", "is_parent_watch", "process_running", "start_ticks"]
 
 _PROC = Path("/proc")
 # /proc/PID/stat after the ")" that ends the command name: state, ppid, pgrp, ... starttime
@@ -52,3 +54,17 @@ def children(pid: int) -> list[int]:
 def group_members(pgid: int) -> list[int]:
     """The running processes of process group ``pgid``."""
     return _where(_PGRP, pgid, running_only=True)
+
+
+def is_parent_watch(pid: int) -> bool:
+    """Whether ``pid`` is a stub's parent watch (:class:`pdtrt.runtime.shutdown.ParentWatch`)
+    or the ``sleep`` of one: it ignores the group's SIGTERM and ends by itself at most its
+    interval after its stub."""
+    for p in (pid, int(f[_PPID]) if (f := _stat(pid)) is not None else None):
+        try:
+            if p is not None and PARENT_WATCH_NAME.encode() in \
+                    (_PROC / str(p) / "cmdline").read_bytes():
+                return True
+        except OSError:
+            pass
+    return False

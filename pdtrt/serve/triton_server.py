@@ -48,7 +48,7 @@ from pdtrt.errors import ServerError
 from pdtrt.facts.embedded_triton import EmbeddedTriton, find_embedded_triton
 from pdtrt.serve.model_control import EXPLICIT_MODE
 from pdtrt.serve.orderly_stop import drain_stubs, stop_models
-from pdtrt.serve.procs import group_members
+from pdtrt.serve.procs import group_members, is_parent_watch
 from pdtrt.serve.shm import (
     new_shm_prefix,
     record_owners,
@@ -426,7 +426,8 @@ class TritonServer:
                     self._signal(proc, signal.SIGKILL)
             # Stubs still alive (a crashed server's, or one past its exit timeout) are in the
             # same session: end them before the server is reaped.
-            left = [pid for pid in group_members(proc.pid) if pid != proc.pid]
+            left = [pid for pid in group_members(proc.pid)
+                    if pid != proc.pid and not is_parent_watch(pid)]
             if left:
                 log.warning("tritonserver (pid %d) has exited; SIGKILL to the stubs it left "
                             "running: %s", proc.pid, left)

@@ -102,3 +102,25 @@ def test_the_parent_watch_outlives_the_sigterm_of_its_process_group():
         for proc in (watch, watched):
             proc.kill()
             proc.wait(10)
+
+
+def test_a_stop_knows_a_parent_watch_and_its_sleep_from_a_stub():
+    """The orderly stop does not report a stub's parent watch (nor its ``sleep``) as a stub left
+    running: it ignores the group's SIGTERM and ends by itself after its stub."""
+    from pdtrt.runtime.shutdown import PARENT_WATCH_NAME
+    from pdtrt.serve.procs import children, is_parent_watch
+
+    watched = subprocess.Popen(["sleep", "30"])
+    watch = subprocess.Popen(["sh", "-c", ParentWatch.SCRIPT, PARENT_WATCH_NAME,
+                              str(os.getpid()), str(watched.pid), "5"])
+    try:
+        deadline = time.monotonic() + 5
+        while not children(watch.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [sleep] = children(watch.pid)
+        assert is_parent_watch(watch.pid) and is_parent_watch(sleep)
+        assert not is_parent_watch(watched.pid) and not is_parent_watch(os.getpid())
+    finally:
+        for p in (watch, watched):
+            p.kill()
+            p.wait()
