@@ -47,6 +47,7 @@ __all__ = ["FallBack", "Migrate", "PhaseCalls", "failure", "make_pools", "phase_
 log = logging.getLogger(__name__)
 
 HEAL_WAIT_S = 30.0  # how long a request to migrate waits for its pool to have a healthy endpoint
+
 _PHASE_OUTPUTS = ["output_ids", "arrival_time_ns", "first_scheduled_time_ns"]  # what it reads
 
 
@@ -184,12 +185,12 @@ class PhaseCalls:
         raise _after_tokens(exc, num_sent, migrations=reply.timeline.migrations) from None
 
     async def _heal(self, role: Role, failed: Endpoint, reply: Reply) -> None:
-        """A request to migrate found no other healthy endpoint in ``role``'s pool (the
-        endpoint that failed, and the rest ejected too; a pool of one waits for nothing):
-        wait, probing the ejected ones every
-        probe interval, until one answers again, the client cancels, or :data:`HEAL_WAIT_S`
-        pass -- the usual case is a pool that lost one member while the other, busy with its
-        load, missed a probe, and a reload that takes seconds (docs/migration.md)."""
+        """Before a migration is decided: while no endpoint of ``role``'s pool but the one
+        that failed is healthy, wait, probing the others every probe interval, until one
+        answers again, the client cancels, or :data:`HEAL_WAIT_S` pass (returns at once when
+        one is healthy; a pool of one waits for nothing). The usual case: a pool that lost one
+        member while the other, busy with its load, missed a probe, and a reload that takes
+        seconds (docs/migration.md)."""
         others = [e for e in self.pools[role].endpoints if e is not failed]
         deadline = self.clock() + HEAL_WAIT_S
         while others and not any(e.healthy for e in others) \
