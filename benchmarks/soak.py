@@ -621,7 +621,11 @@ def summarize(args: argparse.Namespace, recs: list[Record],
         "tokens_lost_completed": sum(c["lost"] for c in checks),
         "tokens_duplicated": sum(c["duplicated"] for c in checks),
         "tokens_changed": sum(c["changed"] for c in checks),
-        "errors": sorted({(r.error or "")[:160] for r in recs if r.error and not r.cancelled}),
+        "errors": sorted({(r.error or "")[:600] for r in recs if r.error and not r.cancelled}),
+        "failures": [{"request_id": f"soak-{r.index}", "start_s": round(r.start_s, 2),
+                      "last_token_s": round(r.times_s[-1], 2) if r.times_s else None,
+                      "tokens": len(r.tokens), "error": r.error}
+                     for r in recs if r.error is not None and not r.cancelled],
         **run, "windows": windows,
         "records": [asdict(r) for r in recs] if args.keep_records else [],
     }
