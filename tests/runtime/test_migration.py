@@ -199,3 +199,32 @@ def test_a_migration_waits_for_its_pool_to_heal_rather_than_fail(router):
     [continued] = work(triton, "decode")
     assert _max_new(continued) == MAX_NEW - 3
     assert metric(triton, "pdtrt_router_migrations_total", phase="decode", reason="died") == 1
+
+
+def test_a_migration_may_go_to_an_endpoint_that_failed_the_request_before(router):
+    """decode_b fails the request's first decode before any token (a KV transfer that timed
+    out), so the decode is retried on ``decode``, which dies 3 tokens in: decode_b, healthy
+    again, takes the migration -- a continuation is a new request, and what failed the first
+    attempt says nothing of it (the soak's last failures: "not retried" although the other
+    endpoint answered)."""
+    first = []
+
+    def fails_once(call):
+        if is_probe(call) or call.is_stop:
+            return []
+        if call.request_type is RequestType.GENERATION_ONLY and not first:
+            first.append(call)
+            return [Fail("KV transfer failed: KV transfer 1 timed out after 5 s")]
+        return positional(call)
+
+    model, triton = router(_answers({"decode_b": fails_once, "decode": dies_after(3)}),
+                           **DECODES)
+    req = request(PROMPT_LEN, MAX_NEW)
+    route(model, req)
+    assert req.tokens == UNINTERRUPTED and ended_once(req)
+    assert triton.metrics["pdtrt_router_retries_total{phase=decode}"] == 1
+    assert metric(triton, "pdtrt_router_migrations_total", phase="decode", reason="died") == 1
+    continued = work(triton, "decode_b")[-1]
+    assert _prompt(continued)[PROMPT_LEN:] == UNINTERRUPTED[:3]
+    assert _max_new(continued) == MAX_NEW - 3
+    assert triton.metrics["pdtrt_router_errors_total"] == 0

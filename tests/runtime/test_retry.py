@@ -16,9 +16,11 @@ PREFILL, DECODE, AGGREGATED = Role.PREFILL, Role.DECODE, Role.AGGREGATED
 # A first failure that may be retried: nothing sent, no cancel, 1 of 2 attempts, another
 # endpoint healthy; no fallback configured, though the aggregated pool could take it.
 FIRST = Failure(phase=DECODE, num_sent=0, cancelled=False, num_tried=1, max_attempts=2,
-                other_healthy=True, fallback_to_aggregated=False, aggregated_healthy=True)
+                other_healthy=True, migration_target=True, fallback_to_aggregated=False,
+                aggregated_healthy=True)
 SPENT = dict(num_tried=2)  # max_attempts endpoints tried
-NONE_LEFT = dict(other_healthy=False)  # no healthy endpoint untried (or none to call at all)
+NONE_LEFT = dict(other_healthy=False, migration_target=False)  # no other healthy endpoint
+TRIED = dict(other_healthy=False)  # the other healthy endpoints all failed this request before
 FALLBACK = dict(fallback_to_aggregated=True)
 
 ROWS = [
@@ -65,6 +67,8 @@ ROWS = [
     (dict(num_sent=1, migrations_left=0), FAIL, "decode-migrations-spent"),
     (dict(num_sent=1, migrations_left=2, cancelled=True), FAIL, "decode-cancelled-no-migration"),
     (dict(num_sent=1, migrations_left=2, **NONE_LEFT), FAIL, "decode-none-left-no-migration"),
+    (dict(num_sent=1, migrations_left=2, **TRIED), MIGRATE, "decode-migrates-to-one-tried-before"),
+    (dict(**TRIED), FAIL, "decode-nothing-sent-not-retried-where-tried"),
     (dict(migrations_left=2), RETRY, "decode-nothing-sent-retried-not-migrated"),
     (dict(phase=AGGREGATED, num_sent=3, migrations_left=1), MIGRATE, "aggregated-migrates"),
 ]
@@ -77,11 +81,11 @@ def test_the_decision_after_a_failed_phase(facts, action):
 
 
 ALL = [Failure(phase=phase, num_sent=sent, cancelled=cancelled, num_tried=tried,
-               max_attempts=2, other_healthy=other, fallback_to_aggregated=fallback,
-               aggregated_healthy=aggregated)
-       for phase, sent, cancelled, tried, other, fallback, aggregated in itertools.product(
-           (PREFILL, DECODE, AGGREGATED), (0, 1), (False, True), (0, 1, 2), (False, True),
-           (False, True), (False, True))]
+               max_attempts=2, other_healthy=other, migration_target=other or target,
+               fallback_to_aggregated=fallback, aggregated_healthy=aggregated)
+       for phase, sent, cancelled, tried, other, target, fallback, aggregated
+       in itertools.product((PREFILL, DECODE, AGGREGATED), (0, 1), (False, True), (0, 1, 2),
+                            (False, True), (False, True), (False, True), (False, True))]
 
 
 def test_once_a_token_reached_the_client_the_request_fails_without_migrations():
@@ -92,7 +96,7 @@ def test_a_migration_needs_tokens_sent_a_waiting_client_a_migration_and_an_endpo
     facts = [dataclasses.replace(f, migrations_left=left) for f in ALL for left in (0, 1)]
     migrated = [f for f in facts if decide(f) is MIGRATE]
     assert migrated and all(f.num_sent > 0 and not f.cancelled and f.migrations_left > 0
-                            and f.other_healthy for f in migrated)
+                            and f.migration_target for f in migrated)
     assert {decide(f) for f in facts if f.num_sent == 0} <= {RETRY, FALL_BACK, FAIL}
 
 

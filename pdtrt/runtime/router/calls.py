@@ -164,6 +164,8 @@ class PhaseCalls:
             num_tried=len(tried), max_attempts=self.config.max_attempts,
             other_healthy=endpoint is not None and any(  # None: choose() found none left
                 e.healthy and e not in tried for e in self.pools[role].endpoints),
+            migration_target=endpoint is not None and any(
+                e.healthy and e is not endpoint for e in self.pools[role].endpoints),
             fallback_to_aggregated=self.config.fallback_to_aggregated,
             aggregated_healthy=bool(self.pools[Role.AGGREGATED].healthy),
             migrations_left=self.config.max_migrations - reply.timeline.migrations))

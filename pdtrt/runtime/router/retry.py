@@ -18,8 +18,10 @@ The rules, in order:
   has not cancelled, and the aggregated pool has a healthy endpoint.
 - Else **migrate** when tokens of the failed attempt reached a client still waiting, the request
   has been migrated fewer than ``max_migrations`` times, and the phase's pool has a healthy
-  endpoint not tried yet: the request goes on from the tokens the client has
-  (:mod:`pdtrt.runtime.router.migration`).
+  endpoint besides the one that failed -- one that failed an earlier attempt of this request
+  counts: a continuation is a new request, routed afresh, and that earlier failure (a KV
+  transfer that timed out, a missed probe) says nothing of it. The request goes on from the
+  tokens the client has (:mod:`pdtrt.runtime.router.migration`).
 - Else **fail**: the request ends with the phase's error.
 
 Once a token of an attempt has reached the client, the attempt is never retried from the
@@ -73,6 +75,7 @@ class Failure:
     num_tried: int  # endpoints of the phase's pool tried for this phase, the failed one included
     max_attempts: int  # the most endpoints tried per phase of one request
     other_healthy: bool  # the phase's pool has a healthy endpoint not tried yet
+    migration_target: bool = False  # ... a healthy endpoint besides the failed one, tried or not
     fallback_to_aggregated: bool  # the router's switch
     aggregated_healthy: bool  # the aggregated pool has a healthy endpoint
     migrations_left: int = 0  # how many more times the request may be migrated
@@ -88,6 +91,6 @@ def decide(failure: Failure) -> Action:
     if (f.phase is not Role.AGGREGATED and f.fallback_to_aggregated and untouched
             and f.aggregated_healthy):
         return Action.FALL_BACK
-    if (f.num_sent > 0 and not f.cancelled and f.migrations_left > 0 and f.other_healthy):
+    if (f.num_sent > 0 and not f.cancelled and f.migrations_left > 0 and f.migration_target):
         return Action.MIGRATE
     return Action.FAIL
