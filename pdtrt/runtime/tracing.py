@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -43,7 +44,10 @@ TRACEPARENT = TRACEPARENT_PARAMETER
 # version 00's layout; a later version may add fields after these (W3C Trace Context level 1,
 # "traceparent Header Field Values"); all-zero ids and version ff are invalid
 _TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?$")
-_FLUSH_MS = 5000  # how long shutdown waits for the exporter
+# How long shutdown waits for the exporter: a stub's finalize shares Triton's exit timeout (10 s,
+# pdtrt.serve.triton_server) with its other steps, and a collector that is down would hold an
+# export for the exporter's whole timeout and retries (OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, 10 s)
+FLUSH_S = 3.0
 
 
 def valid_traceparent(text: str | None) -> str | None:
@@ -138,16 +142,27 @@ class Tracing:
     def trace_id(span: Any) -> str:
         return format(span.get_span_context().trace_id, "032x")
 
-    def shutdown(self) -> None:
-        """Export what is queued, then stop (once); later spans are dropped."""
+    def shutdown(self, timeout_s: float = FLUSH_S) -> None:
+        """Export what is queued, then stop (once); later spans are dropped. Waits at most
+        ``timeout_s``: a collector that does not answer costs the spans, never the caller's
+        stop (the export goes on in a daemon thread, which dies with the process)."""
         if self._closed:
             return
         self._closed = True
-        try:
-            self._provider.force_flush(_FLUSH_MS)
-            self._provider.shutdown()
-        except Exception:  # a collector that is down must not fail a model's finalize
-            log.exception("flushing the traces to %s failed", self.settings.endpoint)
+
+        def flush() -> None:
+            try:
+                self._provider.force_flush(int(timeout_s * 1000))
+                self._provider.shutdown()
+            except Exception:  # a collector that is down must not fail a model's finalize
+                log.exception("flushing the traces to %s failed", self.settings.endpoint)
+
+        done = threading.Thread(target=flush, name="pdtrt-trace-flush", daemon=True)
+        done.start()
+        done.join(timeout_s)
+        if done.is_alive():
+            log.warning("the traces were not flushed to %s within %.0f s; the last spans may "
+                        "be lost", self.settings.endpoint, timeout_s)
 
 
 def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -76,3 +76,17 @@ def test_a_callers_sampled_traceparent_is_followed_whatever_the_ratio():
 def test_a_monotonic_time_becomes_epoch_nanoseconds():
     now = time.monotonic()
     assert abs(wall_ns(now - 1.0, time.monotonic) - (time.time_ns() - 1_000_000_000)) < 50e6
+
+
+def test_a_collector_that_does_not_answer_never_holds_the_stop_for_long():
+    import socket
+
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1/traces"
+        tracing = Tracing(TracingSettings(endpoint=url), "decode")
+        tracing.end(tracing.start("decode", parent=TP))
+        start = time.monotonic()
+        tracing.shutdown(timeout_s=0.5)
+        assert time.monotonic() - start < 2.0
