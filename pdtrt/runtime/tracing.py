@@ -138,10 +138,6 @@ class Tracing:
         self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
         return carrier.get(TRACEPARENT, "")
 
-    @staticmethod
-    def trace_id(span: Any) -> str:
-        return format(span.get_span_context().trace_id, "032x")
-
     def shutdown(self, timeout_s: float = FLUSH_S) -> None:
         """Export what is queued, then stop (once); later spans are dropped. Waits at most
         ``timeout_s``: a collector that does not answer costs the spans, never the caller's
