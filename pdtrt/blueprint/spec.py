@@ -37,6 +37,7 @@ from pdtrt.enums import (
     Target,
     WeightQuant,
 )
+from pdtrt.tracing_settings import DEFAULT_SERVICE_PREFIX, TracingSettings, check_endpoint
 
 __all__ = [
     "SLOSection",
@@ -383,6 +384,29 @@ class RouterSection(_Section):
                                         description="Liveness deadline and health probes.")
 
 
+class TracingSection(_Section):
+    endpoint: Annotated[str, AfterValidator(check_endpoint)] | None = Field(
+        default=None, description="OTLP/HTTP traces URL of an OpenTelemetry collector (e.g. "
+        "http://otel-collector:4318/v1/traces): the front, router and engines export a span "
+        "per request and phase there (docs/tracing.md). Omit: no tracing, no cost. `pdtrt "
+        "serve --otlp-traces-endpoint` overrides it.")
+    sample_ratio: float = Field(default=1.0, ge=0.0, le=1.0, description="Share of requests "
+                                "traced when their caller sent no sampled traceparent (a "
+                                "caller's sampled traceparent is always followed).")
+    service_prefix: str = Field(default=DEFAULT_SERVICE_PREFIX, pattern=r"^[A-Za-z0-9._-]+$",
+                                max_length=64, description="Prefix of the spans' service "
+                                "names: <prefix>-front, <prefix>-router, <prefix>-prefill, "
+                                "<prefix>-decode.")
+
+    def settings(self, endpoint: str | None = None) -> TracingSettings | None:
+        """Where traces go (``endpoint``, e.g. a CLI flag, wins over the spec's); None: off."""
+        url = endpoint or self.endpoint
+        if not url:
+            return None
+        return TracingSettings(endpoint=url, sample_ratio=self.sample_ratio,
+                               service_prefix=self.service_prefix)
+
+
 class ServingSection(_Section):
     host: str = Field(default="127.0.0.1", min_length=1, description="Address the server "
                       "listens on; loopback unless you mean otherwise.")
@@ -400,6 +424,8 @@ class ServingSection(_Section):
         "gpu_smoke.sh) or development, never for measurements. Each pool then sets "
         "engine.kv_cache_free_gpu_mem_fraction so the engines leave each other room "
         "(trtllm-1.2).")
+    tracing: TracingSection = Field(default_factory=TracingSection,
+                                    description="OpenTelemetry traces (docs/tracing.md).")
 
 
 class SLOSection(_Section):

@@ -7,12 +7,29 @@ from pathlib import Path
 import click
 
 from pdtrt.cli.render import emit_json, json_option
-from pdtrt.envvars import PDTRT_API_KEY
+from pdtrt.envvars import OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, PDTRT_API_KEY
 from pdtrt.front.options import FrontOptions
+from pdtrt.tracing_settings import TracingSettings, check_endpoint
+
+
+def _endpoint(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if not value:
+        return None
+    try:
+        return check_endpoint(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def front_options(f):
-    """``--api-key``, ``--chat-template`` and ``--stall-timeout``, shared with ``pdtrt serve``."""
+    """``--api-key``, ``--chat-template``, ``--stall-timeout`` and ``--otlp-traces-endpoint``,
+    shared with ``pdtrt serve``."""
+    f = click.option("--otlp-traces-endpoint", "otlp_endpoint", metavar="URL",
+                     envvar=OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, show_envvar=True,
+                     callback=_endpoint,
+                     help="Export OpenTelemetry traces over OTLP/HTTP to URL (e.g. "
+                     "http://otel-collector:4318/v1/traces; docs/tracing.md) [default: "
+                     "serve: the spec's serving.tracing.endpoint; else none].")(f)
     f = click.option("--stall-timeout", "stall_s", type=click.FloatRange(min=1),
                      default=60.0, show_default=True,
                      help="OpenAI front: a request whose deployment sends nothing for this "
@@ -36,7 +53,8 @@ def front_options(f):
 @front_options
 @json_option
 def front(repository: Path, grpc_url: str, host: str, port: int, api_key: str | None,
-          chat_template: Path | None, stall_s: float, as_json: bool) -> None:
+          chat_template: Path | None, stall_s: float, otlp_endpoint: str | None,
+          as_json: bool) -> None:
     """Serve the OpenAI API (/v1/models, /v1/completions, /v1/chat/completions, streamed or
     not) for the deployment in REPOSITORY, running in the Triton server at --grpc-url.
 
@@ -50,7 +68,7 @@ def front(repository: Path, grpc_url: str, host: str, port: int, api_key: str | 
 
     server = FrontServer(FrontOptions(repository=repository, grpc_url=grpc_url, host=host,
                                       port=port, api_key=api_key, chat_template=chat_template,
-                                      stall_s=stall_s))
+                                      stall_s=stall_s, tracing=_front_tracing(otlp_endpoint)))
 
     def ready(url: str) -> None:
         if as_json:
@@ -59,3 +77,15 @@ def front(repository: Path, grpc_url: str, host: str, port: int, api_key: str | 
             click.echo(f"openai: {url}  (deployment at grpc {grpc_url})")
 
     server.run(on_ready=ready)
+
+
+def _front_tracing(endpoint: str | None) -> TracingSettings | None:
+    """The front pod's tracing: the endpoint, with the sampling and service prefix of the
+    environment (``pdtrt deploy k8s`` writes them beside the endpoint)."""
+    if endpoint is None:
+        return None
+    from_env = TracingSettings.from_env()
+    if from_env is None:
+        return TracingSettings(endpoint=endpoint)
+    return TracingSettings(endpoint=endpoint, sample_ratio=from_env.sample_ratio,
+                           service_prefix=from_env.service_prefix)

@@ -22,6 +22,7 @@ from pdtrt.serve.launcher import (
     server_config,
     spawn_supervisor,
     stop_detached,
+    tracing_settings,
     wait_front,
     write_state,
 )
@@ -65,8 +66,8 @@ _MIN_READY_WAIT_S = 30.0  # for the first health round after a slow start
 def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host: str | None,
           grpc_port: int | None, http_port: int | None, metrics_port: int | None,
           tritonserver: Path | None, timeout_s: float, openai_port: int | None, no_openai: bool,
-          api_key: str | None, chat_template: Path | None, stall_s: float, max_restarts: int,
-          detach: bool, as_json: bool) -> None:
+          api_key: str | None, chat_template: Path | None, stall_s: float,
+          otlp_endpoint: str | None, max_restarts: int, detach: bool, as_json: bool) -> None:
     """Serve TARGET -- a spec (pdtrt.yaml) or a model repository directory.
 
     From a spec: builds the reference engines if they are missing, generates the repository
@@ -79,6 +80,10 @@ def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host
     /v1/models, /v1/completions, /v1/chat/completions, streamed or not) over the router --
     or the aggregated model when there is no router; --no-openai leaves it out.
 
+    With --otlp-traces-endpoint (or the spec's serving.tracing.endpoint) the front, the
+    router and the engines export OpenTelemetry spans of every request over OTLP/HTTP,
+    following a client's W3C traceparent (docs/tracing.md).
+
     Supervised, detached or not: a model whose Python-backend process died is reloaded
     without restarting the server, and /v2/models/health/ready answers 200 only while every
     phase has a healthy endpoint (the readiness to probe; /v2/health/ready does not know).
@@ -90,8 +95,10 @@ def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host
     workdir.mkdir(parents=True, exist_ok=True)
     prepared = prepare(target, workdir=workdir, engines_root=engines_dir, mode=RepoMode(mode),
                        progress=say)
+    tracing = tracing_settings(prepared, otlp_endpoint)
     config = server_config(prepared, host=host, grpc_port=grpc_port, http_port=http_port,
-                           metrics_port=metrics_port, tritonserver=tritonserver)
+                           metrics_port=metrics_port, tritonserver=tritonserver,
+                           tracing=tracing)
     # Attached, the server dies with this process however it ends (even SIGKILL); detached, it
     # outlives it on purpose.
     config = dataclasses.replace(config, die_with_parent=not detach)
@@ -132,7 +139,8 @@ def serve(target: Path, workdir: Path | None, engines_dir: Path, mode: str, host
     elif not no_openai:
         front_opts = FrontOptions(repository=prepared.repository, grpc_url=endpoints.grpc_url,
                                   host=endpoints.host, port=openai_port or 0, api_key=api_key,
-                                  chat_template=chat_template, stall_s=stall_s)
+                                  chat_template=chat_template, stall_s=stall_s,
+                                  tracing=tracing)
     front = None
     if front_opts is not None and not detach:
         from pdtrt.front.server import FrontServer  # aiohttp: the server extra

@@ -122,6 +122,7 @@ def _main_container(plan: DeployPlan, rp: RolePlan) -> Obj:
     env = [{"name": "HOME", "value": HOME}]
     env += [{"name": k, "value": v} for k, v in ucx_env(plan.dep.spec, rp.role.phase)]
     env += _hub_env(plan)
+    env += _tracing_env(plan)
     if rp.role is PodRole.FRONT:
         env += _api_key_env(plan)
     return {"name": "triton", "image": rp.image, "command": command, "args": args, "env": env,
@@ -151,6 +152,17 @@ def _api_key_env(plan: DeployPlan) -> list[Obj]:
     ``<name>-openai-api-key`` (key ``api-key``) when it exists; without it the front is open."""
     secret = {"name": plan.names.api_key_secret, "key": API_KEY_SECRET_KEY, "optional": True}
     return [{"name": envvars.PDTRT_API_KEY, "valueFrom": {"secretKeyRef": secret}}]
+
+
+def _tracing_env(plan: DeployPlan) -> list[Obj]:
+    """The collector's address and the sampling when the spec's ``serving.tracing`` names an
+    endpoint (:mod:`pdtrt.tracing_settings`): every pod's front, router and engines export
+    their spans there (docs/tracing.md); edit ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` to point
+    them elsewhere."""
+    settings = plan.dep.spec.serving.tracing.settings()
+    if settings is None:
+        return []
+    return [{"name": k, "value": v} for k, v in settings.to_env().items()]
 
 
 def _hub_env(plan: DeployPlan) -> list[Obj]:

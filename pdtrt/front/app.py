@@ -15,6 +15,7 @@ cancels its handler, and leaving the generation stops the request on the server 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import logging
@@ -41,6 +42,7 @@ from pdtrt.front.protocol import (
     parse_body,
 )
 from pdtrt.front.text import FrontTokenizer
+from pdtrt.runtime.tracing import TRACEPARENT, Tracing, valid_traceparent
 
 __all__ = ["FrontConfig", "make_app"]
 
@@ -64,6 +66,7 @@ class FrontConfig:
     api_key: str | None = None
     stall_s: float = 60.0  # a deployment silent this long fails the request (504)
     metrics: FrontMetrics = field(default_factory=FrontMetrics)
+    tracing: Tracing | None = None  # a span per request, when tracing is on
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class _Prepared:
     sampling: OpenAIRequest
     max_tokens: int
     timing: bool = False  # the client asked for the router's timing (TIMING_HEADER)
+    traceparent: str | None = None  # the front's span, for the router (tracing on)
 
 
 def _error_response(exc: ApiError) -> web.Response:
@@ -162,19 +166,56 @@ class _Front:
                          timing=timing)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._measured(request, self._prepare(parse_body(await request.read(),
-                                                                      ChatBody), request))
+        return await self._traced(request, ChatBody)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._measured(request, self._prepare(parse_body(await request.read(),
-                                                                      CompletionBody), request))
+        return await self._traced(request, CompletionBody)
 
-    async def _measured(self, request: web.Request, p: _Prepared) -> web.StreamResponse:
+    async def _traced(self, request: web.Request,
+                      kind: type[ChatBody] | type[CompletionBody]) -> web.StreamResponse:
+        """The request, within its span when tracing is on: ``POST <path>``, child of the
+        client's ``traceparent`` header (W3C Trace Context; none or invalid: a new trace),
+        whose own ``traceparent`` goes to the router as the request parameter of that name."""
+        tracing = self.config.tracing
+        if tracing is None:
+            return await self._measured(request, self._prepare(
+                parse_body(await request.read(), kind), request), generation.Outcome())
+        span = tracing.start(f"POST {request.path}", server=True,
+                             parent=valid_traceparent(request.headers.get(TRACEPARENT)),
+                             attributes={"http.request.method": "POST",
+                                         "url.path": request.path})
+        outcome = generation.Outcome()
+        error = None
+        status = 200
+        try:
+            p = self._prepare(parse_body(await request.read(), kind), request)
+            p = dataclasses.replace(p, traceparent=tracing.traceparent(span))
+            tracing.annotate(span, {"pdtrt.request_id": p.request_id,
+                                    "pdtrt.prompt_tokens": len(p.prompt),
+                                    "pdtrt.stream": p.sampling.stream})
+            response = await self._measured(request, p, outcome)
+            status = request.get(_STREAM_STATUS, response.status)
+            return response
+        except ApiError as exc:
+            error, status = exc.message, exc.status
+            raise
+        except (asyncio.CancelledError, ConnectionError) as exc:
+            error, status = f"the client went away ({type(exc).__name__})", 499
+            raise
+        finally:
+            tracing.end(span, attributes={
+                "http.response.status_code": status,
+                "pdtrt.output_tokens": outcome.num_completion,
+                "pdtrt.finish_reason": outcome.finish_reason}, error=error)
+
+    async def _measured(self, request: web.Request, p: _Prepared,
+                        outcome: generation.Outcome) -> web.StreamResponse:
         """:meth:`_serve`, counted in flight, and a hang-up counted as one."""
         metrics = self.config.metrics
         metrics.in_flight.inc()
+        outcome.num_prompt = len(p.prompt)
         try:
-            return await self._serve(request, p)
+            return await self._serve(request, p, outcome)
         except (asyncio.CancelledError, ConnectionError):
             metrics.disconnects.inc()
             raise
@@ -191,15 +232,15 @@ class _Front:
         deltas = generation.run(cfg.engine, cfg.tokenizer, request_id=p.request_id,
                                 inputs=inputs, max_tokens=p.max_tokens, stops=p.sampling.stop,
                                 logprobs=p.sampling.logprobs, outcome=outcome,
-                                stall_s=cfg.stall_s)
+                                stall_s=cfg.stall_s, traceparent=p.traceparent)
         async with aclosing(deltas):
             async for delta in deltas:
                 timer.tokens(len(delta.token_ids))
                 yield delta
         timer.finish(num_in=outcome.num_prompt, num_out=outcome.num_completion)
 
-    async def _serve(self, request: web.Request, p: _Prepared) -> web.StreamResponse:
-        outcome = generation.Outcome(num_prompt=len(p.prompt))
+    async def _serve(self, request: web.Request, p: _Prepared,
+                     outcome: generation.Outcome) -> web.StreamResponse:
         shape = _Shape(p, self.config.deployment.model_id, int(time.time()),
                        self.config.tokenizer)
         if not p.sampling.stream:

@@ -29,6 +29,7 @@ import numpy as np
 
 from pdtrt.client.streams import GrpcStreamClient, StreamResponse
 from pdtrt.engine_io import ERROR_OUTPUT, TIMING_INPUT, TIMING_OUTPUT, ModelName
+from pdtrt.engine_io import TRACEPARENT_PARAMETER as TRACEPARENT
 from pdtrt.errors import ApiError
 from pdtrt.front.protocol import OpenAIRequest
 
@@ -88,15 +89,19 @@ class EngineClient:
         self._drains: set[asyncio.Task] = set()
 
     async def generate(self, request_id: str, inputs: dict[str, np.ndarray], *,
-                       logprobs: bool) -> AsyncIterator[StreamedTokens]:
+                       logprobs: bool, traceparent: str | None = None
+                       ) -> AsyncIterator[StreamedTokens]:
         """The request's steps; raises :class:`ApiError` (500/503) when the deployment fails
         it. Leaving the iteration early (the HTTP client went, a stop string) stops the request
         on the server and drains it in the background. The stream is read by a task of its own,
-        so a caller that is cancelled never cancels the gRPC call."""
+        so a caller that is cancelled never cancels the gRPC call. ``traceparent``: the
+        front's span, passed on as the request parameter of that name."""
         outputs = ["output_ids"] + (["output_log_probs"] if logprobs else []) + (
             [TIMING_OUTPUT] if TIMING_INPUT in inputs else [])
-        stream = self.phase.stream(self.model, inputs, request_id=request_id, parameters={},
-                                   outputs=outputs, error_output=self.error_output)
+        parameters = {} if traceparent is None else {TRACEPARENT: traceparent}
+        stream = self.phase.stream(self.model, inputs, request_id=request_id,
+                                   parameters=parameters, outputs=outputs,
+                                   error_output=self.error_output)
         got: asyncio.Queue[StreamResponse | None] = asyncio.Queue()
         pump = asyncio.ensure_future(_pump(stream, got))
         ended = False

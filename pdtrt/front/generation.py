@@ -35,7 +35,7 @@ class Delta:
 
 @dataclass
 class Outcome:
-    num_prompt: int
+    num_prompt: int = 0
     num_completion: int = 0
     finish_reason: str | None = None
     text: list[str] = field(default_factory=list)
@@ -62,10 +62,11 @@ async def _steps_within(steps: AsyncIterator[StreamedTokens],
 
 async def run(engine: EngineClient, tokenizer: FrontTokenizer, *, request_id: str,
               inputs: dict[str, np.ndarray], max_tokens: int, stops: tuple[str, ...],
-              logprobs: bool, outcome: Outcome, stall_s: float) -> AsyncIterator[Delta]:
+              logprobs: bool, outcome: Outcome, stall_s: float,
+              traceparent: str | None = None) -> AsyncIterator[Delta]:
     detok = Detokenizer(tokenizer)
     held = StopStrings(stops)
-    steps = engine.generate(request_id, inputs, logprobs=logprobs)
+    steps = engine.generate(request_id, inputs, logprobs=logprobs, traceparent=traceparent)
     async with aclosing(steps), aclosing(_steps_within(steps, stall_s)) as timed:
         async for step in timed:
             if step.timing is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pdtrt.tracing_settings import TracingSettings
+
 __all__ = ["FrontOptions"]
 
 
@@ -17,3 +19,4 @@ class FrontOptions:
     api_key: str | None = None
     chat_template: Path | None = None
     stall_s: float = 60.0
+    tracing: TracingSettings | None = None  # None: no OpenTelemetry spans

@@ -22,6 +22,7 @@ from pdtrt.front.deployment import ServedDeployment
 from pdtrt.front.engine_client import EngineClient
 from pdtrt.front.options import FrontOptions
 from pdtrt.front.text import FrontTokenizer
+from pdtrt.runtime.tracing import Tracing
 
 __all__ = ["FrontOptions", "FrontServer"]
 
@@ -44,9 +45,11 @@ class FrontServer:
         deployment = ServedDeployment.from_repository(self.options.repository)
         tokenizer = FrontTokenizer.load(deployment.tokenizer_dir,
                                         chat_template=self.options.chat_template)
+        tracing = self.options.tracing
         return FrontConfig(deployment=deployment, tokenizer=tokenizer,
                            engine=EngineClient(self.options.grpc_url, deployment.engine_model),
-                           api_key=self.options.api_key, stall_s=self.options.stall_s)
+                           api_key=self.options.api_key, stall_s=self.options.stall_s,
+                           tracing=None if tracing is None else Tracing(tracing, "front"))
 
     async def _serve(self, on_started: Callable[[], None]) -> None:
         config = self._config()
@@ -70,6 +73,8 @@ class FrontServer:
         finally:
             await runner.cleanup()
             await config.engine.close()
+            if config.tracing is not None:  # the last requests' spans go out
+                config.tracing.shutdown()
 
     def start(self, timeout_s: float = 60.0) -> str:
         """Serve in a thread; returns the base URL (``http://HOST:PORT/v1``). Raises

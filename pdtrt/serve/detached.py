@@ -30,6 +30,7 @@ from pdtrt.serve.procs import process_running
 from pdtrt.serve.restarts import Restarter
 from pdtrt.serve.supervisor import Supervisor
 from pdtrt.serve.triton_server import Endpoints, ServerConfig, TritonServer
+from pdtrt.tracing_settings import TracingSettings
 
 __all__ = ["main"]
 
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         front = FrontServer(FrontOptions(
             repository=args.repository, grpc_url=args.grpc, host=args.openai_host,
             port=args.openai_port, api_key=os.environ.get(PDTRT_API_KEY) or None,
-            chat_template=args.chat_template, stall_s=args.stall_timeout))
+            chat_template=args.chat_template, stall_s=args.stall_timeout,
+            tracing=TracingSettings.from_env()))
         front.start()
     watched = _Watched(args.server_pid, "")
     restarter: Restarter | None = None

@@ -48,9 +48,10 @@ from pdtrt.serve.triton_server import (
 )
 from pdtrt.spec.load import load_deployment
 from pdtrt.targets.registry import target_support
+from pdtrt.tracing_settings import TracingSettings
 
 __all__ = ["Prepared", "kv_environment", "pools_grpc_port", "pools_warnings", "prepare",
-           "read_state", "server_config", "spawn_supervisor",
+           "read_state", "server_config", "spawn_supervisor", "tracing_settings",
            "stop_detached", "update_state", "wait_front", "write_state"]
 
 log = logging.getLogger(__name__)
@@ -159,12 +160,27 @@ def pools_warnings(prepared: Prepared, config: ServerConfig) -> list[str]:
     return out
 
 
+def tracing_settings(prepared: Prepared, endpoint: str | None = None
+                     ) -> TracingSettings | None:
+    """Where the deployment's traces go: ``endpoint`` (``--otlp-traces-endpoint``) over the
+    spec's ``serving.tracing``; None: no tracing. Raises :class:`ServerError` for a malformed
+    endpoint."""
+    try:
+        if prepared.spec is not None:
+            return prepared.spec.serving.tracing.settings(endpoint)
+        return TracingSettings(endpoint=endpoint) if endpoint else None
+    except ValueError as exc:
+        raise ServerError(str(exc), hint="pass an OTLP/HTTP traces URL") from None
+
+
 def server_config(prepared: Prepared, *, host: str | None = None, grpc_port: int | None = None,
                   http_port: int | None = None, metrics_port: int | None = None,
-                  tritonserver: Path | None = None) -> ServerConfig:
+                  tritonserver: Path | None = None,
+                  tracing: TracingSettings | None = None) -> ServerConfig:
     """Flags win over the spec's ``serving`` section; unset ports become free ports. A
     ``pools`` repository listens on its pools' endpoint port (what the front's router dials)
-    unless ``grpc_port`` is given."""
+    unless ``grpc_port`` is given. ``tracing``: its settings go into the server's environment,
+    which every Python-backend stub inherits (:mod:`pdtrt.tracing_settings`)."""
     serving = prepared.spec.serving if prepared.spec is not None else None
     if grpc_port is None and prepared.mode is RepoMode.POOLS and prepared.spec is not None:
         grpc_port = pools_grpc_port(prepared.spec)
@@ -176,7 +192,7 @@ def server_config(prepared: Prepared, *, host: str | None = None, grpc_port: int
         http_port=http_port or (serving.http_port if serving else None),
         metrics_port=metrics_port or (serving.metrics_port if serving else None),
         tritonserver=tritonserver,
-        env=prepared.env,
+        env={**prepared.env, **(tracing.to_env() if tracing is not None else {})},
         backend_dir=prepared.workdir / "backends",
         extra_args=explicit_load_args(prepared.repository),
     )
@@ -230,6 +246,8 @@ def spawn_supervisor(workdir: Path, repository: Path, endpoints: Endpoints,
             args += ["--chat-template", str(front.chat_template.resolve())]
         if front.api_key is not None:
             env[PDTRT_API_KEY] = front.api_key
+        if front.tracing is not None:  # read back by the detached front (from_env)
+            env.update(front.tracing.to_env())
     with open(workdir / SUPERVISOR_LOG, "ab") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True, env=env)

@@ -136,3 +136,28 @@ def test_invalid_objects_are_never_written(deps, tmp_path):
         "valid (at most 63 characters: letters, digits, '-', '_', '.', alphanumeric ends)"
         for name in ("reference-cpu", "reference-cpu-openai")]
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_tracing_gives_every_pod_the_collector_address(deps, objects):
+    import dataclasses
+
+    from pdtrt.deploy.generate import build_files
+    from pdtrt.deploy.plan import plan_deploy
+
+    dep = deps["reference-cpu"]
+    url = "http://otel-collector.observability:4318/v1/traces"
+    spec = dep.spec.model_copy(update={"serving": dep.spec.serving.model_copy(update={
+        "tracing": dep.spec.serving.tracing.model_copy(update={"endpoint": url,
+                                                               "sample_ratio": 0.1})})})
+    _files, objs = build_files(plan_deploy(dataclasses.replace(dep, spec=spec),
+                                           DeployOptions()))
+    pods = [o["spec"]["template"]["spec"] for o in objs if o["kind"] == "Deployment"]
+    assert len(pods) == 3
+    for pod in pods:
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] == url
+        assert env["OTEL_TRACES_SAMPLER_ARG"] == "0.1"
+        assert env["PDTRT_TRACING_SERVICE_PREFIX"] == "pdtrt"
+    untraced = [e["name"] for o in objects("reference-cpu") if o["kind"] == "Deployment"
+                for e in o["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert not [n for n in untraced if n.startswith("OTEL_")]

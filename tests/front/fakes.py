@@ -61,8 +61,9 @@ class FakeEngine:
     finished: list[str] = field(default_factory=list)
     has_timing: bool = True  # a router: answers return_timing with TIMING on its last response
 
-    async def generate(self, request_id, inputs, *, logprobs):
-        self.sent.append({"id": request_id, "inputs": inputs, "logprobs": logprobs})
+    async def generate(self, request_id, inputs, *, logprobs, traceparent=None):
+        self.sent.append({"id": request_id, "inputs": inputs, "logprobs": logprobs,
+                          "traceparent": traceparent})
         ids = [b + 1 for b in self.reply.encode()]
         limit = int(inputs["request_output_len"].reshape(-1)[0])
         done = False

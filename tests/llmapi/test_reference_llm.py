@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -367,3 +368,15 @@ def test_a_stop_word_ends_the_output_and_is_cut_unless_asked_to_keep_it(llm):
     assert (out.finish_reason, out.stop_reason, out.token_ids) == ("stop", None, base[:1])
     with pytest.raises(RuntimeError, match="not processed by tokenizer"):
         llm.generate_async(PROMPT, SamplingParams(max_tokens=2, end_id=-1, stop="x"))
+
+
+def test_perf_metrics_come_on_the_final_output_only_when_asked(llm):
+    plain = run(generate(llm, PROMPT, 3))
+    assert plain.outputs[0].request_perf_metrics is None
+    asked = run(submit(llm, PROMPT, SamplingParams(max_tokens=3, end_id=-1,
+                                                   return_perf_metrics=True)))
+    t = asked.outputs[0].request_perf_metrics.timing_metrics
+    # steady-clock timedeltas, as upstream's pybind11 hands them over; no KV moved here
+    assert timedelta(0) < t.arrival_time <= t.first_token_time <= t.last_token_time
+    assert t.first_scheduled_time == timedelta(0)  # not known to the twin: unset, as upstream
+    assert t.kv_cache_size == 0 and t.kv_cache_transfer_start == timedelta(0)

@@ -44,15 +44,18 @@ def _loaded(module: str) -> list[str]:
 # (+2 with the lazy pdtrt.client package) and the metrics classes left triton_io
 # (runtime.metrics, +1); issue 43's in-flight migration (runtime.router.migration, +1);
 # issue 47's KV-capacity routing of mixed pools (runtime.router.kv_capacity, +1);
-# issue 46's per-request timing returned to the client (runtime.router.timing, +1).
-# The engine model: 27 -- its KV-events log (issue 27), the check of
+# issue 46's per-request timing returned to the client (runtime.router.timing, +1) and its
+# OpenTelemetry settings (pdtrt.tracing_settings, +1: whether tracing is on; the tracing
+# modules and OpenTelemetry load only when it is).
+# The engine model: 28 -- its KV-events log (issue 27), the check of
 # the LLM API it runs on (llmapi.check) and the inputs its sampler would ignore
 # (runtime.engine.sampler; both issue 41), runtime.metrics (issue 45), its drain on request
-# (runtime.engine.drain, issue 43). Every stub: +1 for
+# (runtime.engine.drain, issue 43), its OpenTelemetry settings (pdtrt.tracing_settings, issue
+# 46, as the router's). Every stub: +1 for
 # pdtrt.ensemble, the ensemble's tables split off engine_io (issue 45: no module over 500
 # lines; request parsing names an input by its ensemble name, the text models read theirs)
-@pytest.mark.parametrize(("role", "most"), [(Role.ROUTER, 42), (Role.PREFILL, 27),
-                                            (Role.DECODE, 27), (Role.AGGREGATED, 27),
+@pytest.mark.parametrize(("role", "most"), [(Role.ROUTER, 43), (Role.PREFILL, 28),
+                                            (Role.DECODE, 28), (Role.AGGREGATED, 28),
                                             (Role.PREPROCESSING, 13), (Role.POSTPROCESSING, 14)])
 def test_a_stub_imports_no_heavy_library_and_few_pdtrt_modules(role, most):
     loaded = _loaded(SHIM_MODULES[role])

@@ -46,7 +46,13 @@ from typing import Any
 from pdtrt.engine_io import RequestType
 from pdtrt.llmapi.reference.engine import ReferenceEngine, SequenceSampling, load_reference_engine
 from pdtrt.llmapi.reference.options import ReferenceLlmArgs
-from pdtrt.llmapi.reference.outputs import ExecutorResponse, Logprob, RequestOutput
+from pdtrt.llmapi.reference.outputs import (
+    ExecutorResponse,
+    Logprob,
+    PerfMarks,
+    RequestOutput,
+    steady_now,
+)
 from pdtrt.llmapi.reference.params import DisaggregatedParams, SamplingParams, unsupported
 from pdtrt.llmapi.reference.prefix_cache import BlockReuseStats, PrefixCache
 from pdtrt.llmapi.reference.scheduler import TORCH_SAMPLER_SEED, Emission, Scheduler, SeqRequest
@@ -165,6 +171,7 @@ class LLM:
         if mode is RequestType.CONTEXT_ONLY and not self.args.disable_overlap_scheduler:
             raise ValueError(_OVERLAP_REFUSAL)
         self._served += 1
+        marks = PerfMarks(arrival=steady_now()) if params.return_perf_metrics else None
         # a field of the 1.3 line (disagg_request_id: one request id for both phases); the
         # pinned class has none, a newer one passed in tests may
         disagg_id = getattr(disaggregated_params, "disagg_request_id", None)
@@ -180,12 +187,12 @@ class LLM:
                          mode=mode, emit=self._emitter(result, params, seq_mode=mode,
                                                        streaming=streaming,
                                                        caller=disaggregated_params,
-                                                       prompt_len=len(prompt)),
+                                                       prompt_len=len(prompt), marks=marks),
                          first_logprobs=first_logprobs,
                          is_cancelled=lambda: result.aborted() or self._closed)
         if mode is RequestType.GENERATION_ONLY:
             assert self._pulls is not None and disaggregated_params is not None
-            self._pulls.submit(self._pull_then_submit, seq, disaggregated_params, result)
+            self._pulls.submit(self._pull_then_submit, seq, disaggregated_params, result, marks)
         else:
             self._scheduler.submit(seq)
         return result
@@ -225,8 +232,8 @@ class LLM:
         return params
 
     def _emitter(self, result: RequestOutput, params: SamplingParams, *, seq_mode: RequestType,
-                 streaming: bool, caller: DisaggregatedParams | None, prompt_len: int
-                 ) -> Callable[[Emission], None]:
+                 streaming: bool, caller: DisaggregatedParams | None, prompt_len: int,
+                 marks: PerfMarks | None = None) -> Callable[[Emission], None]:
         pending: list[int] = []  # a non-streaming request's tokens until its end
         pending_lp: list[float] = []
         emitted = [0]  # output tokens pushed so far
@@ -246,6 +253,8 @@ class LLM:
             if em.error is not None:
                 result._push(ExecutorResponse(tokens=(), final=True, error=em.error))
                 return
+            if marks is not None and em.tokens:
+                marks.tokens()
             if not em.final and not streaming:
                 pending.extend(em.tokens)
                 pending_lp.extend(em.logprobs)
@@ -275,18 +284,23 @@ class LLM:
                               disaggregated_params=disagg, logprobs=logprobs(tokens, lps),
                               stop_reason=stop_reasons.get(word) if in_output else None,
                               cut=len(word) if in_output and word is not None
-                              and not params.include_stop_str_in_output else 0))
+                              and not params.include_stop_str_in_output else 0,
+                              perf_metrics=None if marks is None else marks.metrics()))
 
         return emit
 
     def _pull_then_submit(self, seq: SeqRequest, params: DisaggregatedParams,
-                          result: RequestOutput) -> None:
+                          result: RequestOutput, marks: PerfMarks | None = None) -> None:
         try:
             if not params.opaque_state or not params.first_gen_tokens:
                 raise ValueError("generation_only needs disaggregated_params with opaque_state "
                                  "and first_gen_tokens from a context_only request")
             assert self._transceiver is not None
+            start = steady_now()
             seq.imported_kv = self._transceiver.pull(params.opaque_state, len(seq.prompt))
+            if marks is not None:  # the pull's time and bytes (upstream: the cache receiver's)
+                marks.kv_start, marks.kv_end = start, steady_now()
+                marks.kv_size = sum(k.nbytes + v.nbytes for k, v in seq.imported_kv)
             seq.first_tokens = tuple(params.first_gen_tokens)
         except Exception as exc:
             result._push(ExecutorResponse(tokens=(), final=True,

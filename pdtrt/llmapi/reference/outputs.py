@@ -8,20 +8,34 @@ final one, ``aresult()`` waits for it, and an engine error surfaces as an except
 iteration. ``abort()`` asks the executor to stop the request and marks it ``aborted()``. The
 reference keeps those semantics; its responses come from the scheduler thread, so a step is
 handed over under a lock and wakes the event loop that created the result.
+
+With ``SamplingParams.return_perf_metrics`` the final step sets ``outputs[0].request_perf_metrics``:
+upstream the executor's ``RequestPerfMetrics``, whose ``timing_metrics`` hold steady-clock
+times as ``datetime.timedelta`` (``arrival_time``, ``first_scheduled_time``, ``first_token_time``,
+``last_token_time``, ``kv_cache_transfer_start`` / ``_end``) and ``kv_cache_size``, the bytes of
+a generation-only request's KV transfer (0: none) -- as TensorRT-LLM's OpenAI server reads them
+(``tensorrt_llm/serve/openai_server.py``, its perf-metrics records: ``.total_seconds()``, and the
+KV fields only when ``kv_cache_size > 0``). The reference fills the times it knows (arrival,
+first and last token, the KV pull and its bytes); ``first_scheduled_time`` stays 0, unset, as
+an unset C++ time point reads upstream. It has no ``kv_cache_metrics`` or
+``speculative_decoding`` parts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import NamedTuple
 
 from pdtrt.llmapi.reference.params import DisaggregatedParams
 
-__all__ = ["CompletionOutput", "Logprob", "RequestError", "RequestOutput", "ExecutorResponse"]
+__all__ = ["CompletionOutput", "ExecutorResponse", "Logprob", "PerfMarks", "RequestError",
+           "RequestOutput", "RequestPerfMetrics", "TimingMetrics"]
 
 
 class Logprob(NamedTuple):
@@ -30,6 +44,51 @@ class Logprob(NamedTuple):
 
     logprob: float
     rank: int | None = None
+
+
+def steady_now() -> timedelta:
+    """Now on the steady clock (``CLOCK_MONOTONIC``: C++ ``steady_clock`` on Linux, Python's
+    ``time.monotonic``), as pybind11 hands a steady time point to Python."""
+    return timedelta(microseconds=time.monotonic_ns() / 1000)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingMetrics:
+    arrival_time: timedelta = timedelta(0)
+    first_scheduled_time: timedelta = timedelta(0)
+    first_token_time: timedelta = timedelta(0)
+    last_token_time: timedelta = timedelta(0)
+    kv_cache_transfer_start: timedelta = timedelta(0)
+    kv_cache_transfer_end: timedelta = timedelta(0)
+    kv_cache_size: int = 0  # bytes of a generation-only request's KV transfer
+
+
+@dataclass(frozen=True)
+class RequestPerfMetrics:
+    timing_metrics: TimingMetrics
+
+
+@dataclass
+class PerfMarks:
+    """What one request's ``RequestPerfMetrics`` will say, marked as it runs (any thread)."""
+
+    arrival: timedelta
+    first_token: timedelta = timedelta(0)
+    last_token: timedelta = timedelta(0)
+    kv_start: timedelta = timedelta(0)
+    kv_end: timedelta = timedelta(0)
+    kv_size: int = 0
+
+    def tokens(self) -> None:
+        self.last_token = steady_now()
+        if not self.first_token:
+            self.first_token = self.last_token
+
+    def metrics(self) -> RequestPerfMetrics:
+        return RequestPerfMetrics(TimingMetrics(
+            arrival_time=self.arrival, first_token_time=self.first_token,
+            last_token_time=self.last_token, kv_cache_transfer_start=self.kv_start,
+            kv_cache_transfer_end=self.kv_end, kv_cache_size=self.kv_size))
 
 
 class RequestError(RuntimeError):
@@ -45,6 +104,7 @@ class CompletionOutput:
     disaggregated_params: DisaggregatedParams | None = None
     logprobs: list[dict[int, Logprob]] = field(default_factory=list)  # one per token, if asked
     cumulative_logprob: float | None = None
+    request_perf_metrics: RequestPerfMetrics | None = None  # final, when asked
     _last_token_ids_len: int = field(default=0, init=False, repr=False)
 
     @property
@@ -68,6 +128,7 @@ class ExecutorResponse:
     logprobs: tuple[dict[int, Logprob], ...] | None = None  # of ``tokens``, when asked
     stop_reason: int | str | None = None  # the stop word that ended it (final only)
     cut: int = 0  # final: output tokens to drop (the stop word, unless asked to keep it)
+    perf_metrics: RequestPerfMetrics | None = None  # final, when asked (return_perf_metrics)
 
 
 class RequestOutput:
@@ -130,6 +191,7 @@ class RequestOutput:
         if step.final:
             out.finish_reason = step.finish_reason
             out.stop_reason = step.stop_reason
+            out.request_perf_metrics = step.perf_metrics
             if step.cut:  # upstream _handle_sequence: a matched stop word leaves the output
                 del out.token_ids[-step.cut:]
                 del out.logprobs[-step.cut:]

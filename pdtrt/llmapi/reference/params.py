@@ -148,6 +148,7 @@ _IMPLEMENTED = frozenset({
     "end_id", "pad_id", "max_tokens", "bad", "bad_token_ids", "stop", "stop_token_ids",
     "include_stop_str_in_output", "best_of", "top_k", "top_p", "seed", "temperature",
     "min_tokens", "repetition_penalty", "presence_penalty", "frequency_penalty", "logprobs",
+    "return_perf_metrics",
     "detokenize", "add_special_tokens", "skip_special_tokens", "spaces_between_special_tokens",
     "exclude_input_from_output"})
 

@@ -41,7 +41,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -75,6 +75,10 @@ from pdtrt.runtime.request_parsing import (
 )
 from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
 from pdtrt.runtime.triton_io import Incoming, Triton, model_params
+from pdtrt.tracing_settings import stub_settings
+
+if TYPE_CHECKING:
+    from pdtrt.runtime.engine.trace import EngineTracing
 
 __all__ = ["TritonPythonModel"]
 
@@ -141,6 +145,9 @@ class TritonPythonModel:
         # the blocks this instance holds, for routers' KV indexes; None: no events recorded
         self.kv_events = KvEventLog(lambda: llm.get_kv_cache_events(0)) \
             if events_enabled(config.options) else None
+        # a span per request that brings a traceparent, when the environment names a
+        # collector (pdtrt.tracing_settings); None: off, nothing traced or imported
+        self.tracing = _tracing(model_name, str(config.role))
         self.draining = False  # the server is stopping: nothing new is admitted
         self.retiring = False  # drained on request: nothing new, those in flight finish
         self._live: set[Responder] = set()  # requests without their final response yet
@@ -194,6 +201,8 @@ class TritonPythonModel:
         check_sampler(request.sampling, self.config.options, self.config.role)
         handle = self.inflight.register(request.request_id)
         out = Responder(self, incoming, request, arrival_ns=arrival_ns, handle=handle)
+        if self.tracing is not None:
+            out.trace_parent = self.tracing.parent(incoming.parameters)
         with self._lock:
             if self.draining or self.retiring:
                 self.inflight.finished(handle)
@@ -201,7 +210,7 @@ class TritonPythonModel:
             self._live.add(out)
         return out
 
-    def _sampling_params(self, request: EngineRequest) -> Any:
+    def _sampling_params(self, request: EngineRequest, *, perf_metrics: bool = False) -> Any:
         """The LLM API's ``SamplingParams`` for ``request`` (tensorrt_llm/sampling_params.py,
         commit 000a01de66f0eab4ab05640711f0253f50f5209c): greedy requests ask for top_k 1,
         greedy in every sampler (``_greedy_decoding``: top_k None/1, top_p None/0); no
@@ -216,7 +225,9 @@ class TritonPythonModel:
         model always sets ``end_id`` (``_prepare_sampling_params``, llm.py at
         4c05a74891e4df8066f08ed4ce14b0972abe4e25). ``include_stop_str_in_output`` keeps a
         matched stop word in the output, as NVIDIA's ``tensorrt_llm`` model returns it (the
-        LLM API would cut it from the last response after earlier responses streamed it)."""
+        LLM API would cut it from the last response after earlier responses streamed it).
+        ``perf_metrics`` (a traced generation-only request): ``return_perf_metrics``, for the
+        KV transfer's times and bytes (:mod:`~pdtrt.runtime.engine.trace`)."""
         s = request.sampling
         common: dict[str, Any] = {
             "max_tokens": request.max_new_tokens,
@@ -232,6 +243,8 @@ class TritonPythonModel:
         }
         long_stop = [list(w) for w in s.stop_words if len(w) > 1]
         long_bad = [list(w) for w in s.bad_words if len(w) > 1]
+        if perf_metrics and request.mode is RequestType.GENERATION_ONLY:
+            common["return_perf_metrics"] = True
         if long_stop:
             common["stop"] = [_word_name(w) for w in long_stop]
         if long_bad:
@@ -255,7 +268,9 @@ class TritonPythonModel:
                 continue
             try:
                 result = self.llm.generate_async(
-                    list(out.request.prompt), sampling_params=self._sampling_params(out.request),
+                    list(out.request.prompt),
+                    sampling_params=self._sampling_params(
+                        out.request, perf_metrics=out.trace_parent is not None),
                     streaming=out.request.streaming,
                     disaggregated_params=self._disaggregated_params(out.request))
             except Exception as exc:
@@ -336,10 +351,15 @@ class TritonPythonModel:
         self.inflight.offered(request_id, self.clock() + self.config.kv_transfer_timeout_s)
 
     def ended(self, out: Responder) -> None:
-        """``out``'s final response is going out."""
+        """``out``'s final response is going out (its span too, when traced)."""
         with self._lock:
             self._live.discard(out)
         self.inflight.finished(out.handle)
+        if self.tracing is not None and out.trace_parent is not None:
+            try:
+                self.tracing.record(out)
+            except Exception:  # a span must never cost a request its final response
+                log.exception("tracing request %r failed", out.request.request_id)
 
     async def _poll(self) -> None:
         """Abort the results whose clients have gone; refresh the stats."""
@@ -405,6 +425,9 @@ class TritonPythonModel:
         with _timed("shutting the LLM down", clock):
             self.llm.shutdown()
         self.stats.detach()
+        if self.tracing is not None:  # the last requests' spans go out before the stub ends
+            with _timed("flushing its traces", clock):
+                self.tracing.shutdown()
         with _timed("releasing its metrics", clock):
             self.triton.release()
 
@@ -455,6 +478,17 @@ class _FaultHook:
             return None
         return self.kv_faults.kv_transfer_fault(
             self.by_engine_id.get(int(request_id), request_id))
+
+
+def _tracing(model_name: str, role: str) -> EngineTracing | None:
+    """This engine's tracer when its environment names a collector; the tracing modules (and
+    OpenTelemetry) load only then."""
+    settings = stub_settings()
+    if settings is None:
+        return None
+    from pdtrt.runtime.engine.trace import EngineTracing
+
+    return EngineTracing(settings, model_name, role)
 
 
 def _unless(value: float, neutral: float) -> float | None:

@@ -76,6 +76,8 @@ class Responder:
         self.sent = False  # a response with data went out
         self.held = False  # the server is stopping: only the error goes out
         self.aborted = False
+        self.trace_parent: str | None = None  # its caller's traceparent, when traced
+        self.error: str | None = None  # why it failed, if it did
 
     # -- control -----------------------------------------------------------------------------
     def attach(self, result: Any) -> None:
@@ -218,6 +220,7 @@ class Responder:
         if self.done:
             return
         self.done = True
+        self.error = message
         self.model.ended(self)
         self.model.metrics.add("failed", 1)
         self.model.publish()

@@ -18,11 +18,18 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pdtrt.client.streams import GrpcStreamClient, StreamClient, StreamResponse
-from pdtrt.engine_io import PHASE_ROLES, REQUEST_TYPE_PARAMETER, RequestType, Role
+from pdtrt.engine_io import (
+    PHASE_ROLES,
+    REQUEST_TYPE_PARAMETER,
+    TRACEPARENT_PARAMETER,
+    RequestType,
+    Role,
+)
 from pdtrt.errors import PhaseError
 from pdtrt.runtime.metrics import Metrics
 from pdtrt.runtime.request_parsing import RouterRequest
@@ -40,6 +47,9 @@ from pdtrt.runtime.router.retry import (
     migration_reason,
 )
 from pdtrt.runtime.triton_io import Triton
+
+if TYPE_CHECKING:
+    from pdtrt.runtime.router.trace import RequestTrace
 
 __all__ = ["FallBack", "Migrate", "PhaseCalls", "failure", "make_pools", "phase_id",
            "response_logprobs", "response_tokens"]
@@ -201,13 +211,28 @@ class PhaseCalls:
             await asyncio.gather(*(self.prober.check(e) for e in others if not e.healthy))
 
     # -- the calls ---------------------------------------------------------------------------
-    async def stream(self, endpoint: Endpoint, request_type: RequestType,
-                     inputs: dict[str, np.ndarray], phase_id: str, *, tokens: int = 0,
-                     kv_tokens: int = 0, is_stop: bool = False, log_probs: bool = False
-                     ) -> AsyncIterator[StreamResponse]:
+    def stream(self, endpoint: Endpoint, request_type: RequestType,
+               inputs: dict[str, np.ndarray], phase_id: str, *, tokens: int = 0,
+               kv_tokens: int = 0, is_stop: bool = False, log_probs: bool = False,
+               trace: RequestTrace | None = None) -> AsyncIterator[StreamResponse]:
         """One call's responses, watched by the liveness deadline; counted as outstanding
         work of ``endpoint`` while it runs (``tokens``: what it stands for; ``kv_tokens``: the
-        KV it holds at its end; ``log_probs``: ask for the tokens' log-probabilities too)."""
+        KV it holds at its end; ``log_probs``: ask for the tokens' log-probabilities too;
+        ``trace``: the request's spans, which get one for this call, its ``traceparent``
+        going to the endpoint as a request parameter; None: no layer is added)."""
+        parameters = {REQUEST_TYPE_PARAMETER: request_type.value}
+        responses = self._stream(endpoint, request_type, inputs, phase_id, parameters,
+                                 tokens=tokens, kv_tokens=kv_tokens, is_stop=is_stop,
+                                 log_probs=log_probs)
+        if trace is None:
+            return responses
+        return _traced(trace, self.role_of(endpoint), endpoint.label, request_type,
+                       parameters, responses)
+
+    async def _stream(self, endpoint: Endpoint, request_type: RequestType,
+                      inputs: dict[str, np.ndarray], phase_id: str,
+                      parameters: dict[str, str], *, tokens: int, kv_tokens: int,
+                      is_stop: bool, log_probs: bool) -> AsyncIterator[StreamResponse]:
         outputs = _PHASE_OUTPUTS + (
             ["context_phase_params"] if request_type is RequestType.CONTEXT_ONLY else []) + (
             ["output_log_probs"] if log_probs else [])
@@ -233,7 +258,7 @@ class PhaseCalls:
             inputs = {renames.get(name, name): value for name, value in inputs.items()}
         stream = self.client(endpoint).stream(
             endpoint.spec.model, inputs, request_id=phase_id,
-            parameters={REQUEST_TYPE_PARAMETER: request_type.value}, outputs=outputs,
+            parameters=parameters, outputs=outputs,
             error_output=self.config.error_output)
         with outstanding(endpoint, 0 if is_stop else tokens, 0 if is_stop else kv_tokens):
             first_within_s = self.config.kv_transfer_deadline_s \
@@ -261,7 +286,8 @@ class PhaseCalls:
         async with aclosing(self.stream(endpoint, request_type, inputs, phase_id,
                                         tokens=request.max_new_tokens,
                                         kv_tokens=len(request.prompt) + request.max_new_tokens,
-                                        log_probs=request.return_log_probs)) as responses:
+                                        log_probs=request.return_log_probs,
+                                        trace=reply.trace)) as responses:
             async for r in responses:
                 if r.error is not None:
                     error = r.error
@@ -318,6 +344,30 @@ class PhaseCalls:
                 self.metrics.add(key, delta / 1e9)
                 return delta / 1e9
         return None
+
+
+async def _traced(trace: RequestTrace, role: Role, endpoint: str, request_type: RequestType,
+                  parameters: dict[str, str], responses: AsyncIterator[StreamResponse]
+                  ) -> AsyncIterator[StreamResponse]:
+    """``responses`` within the call's span, whose ``traceparent`` joins ``parameters``
+    before the call goes out (its first iteration); an error response, or an exception, is
+    the span's error."""
+    span = trace.call_started(role, endpoint, request_type)
+    parameters[TRACEPARENT_PARAMETER] = trace.traceparent(span)
+    error = None
+    try:
+        async with aclosing(responses) as rs:
+            async for r in rs:
+                if r.error is not None:
+                    error = r.error
+                yield r
+    except GeneratorExit:  # the caller stopped reading: not an error of the call
+        raise
+    except BaseException as exc:
+        error = error or f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        trace.call_ended(span, error)
 
 
 def failure(role: Role, endpoint: Endpoint, error: str) -> str:

@@ -34,7 +34,6 @@ from pdtrt.runtime.router.calls import (
 )
 from pdtrt.runtime.router.pool import Endpoint
 from pdtrt.runtime.router.reply import Reply
-from pdtrt.runtime.router.timeline import Timeline
 from pdtrt.stop_words import completed_stop_word
 
 __all__ = ["PREFILL_CANCEL_WATCH_S", "disaggregated"]
@@ -145,7 +144,7 @@ async def _prefill_once(calls: PhaseCalls, request: RouterRequest, endpoint: End
     timeline.call(timeline.prefill_sent_s)
     watch = asyncio.get_running_loop().create_task(_watch(calls, reply, endpoint, request, pid))
     try:
-        return await _prefill_call(calls, request, endpoint, timeline, pid)
+        return await _prefill_call(calls, request, endpoint, reply, pid)
     finally:
         watch.cancel()
 
@@ -162,7 +161,7 @@ async def _watch(calls: PhaseCalls, reply: Reply, endpoint: Endpoint, request: R
 
 
 async def _prefill_call(calls: PhaseCalls, request: RouterRequest, endpoint: Endpoint,
-                        timeline: Timeline, pid: str) -> _Prefill:
+                        reply: Reply, pid: str) -> _Prefill:
     first: tuple[int, ...] = ()
     logprobs = None
     params = None
@@ -171,7 +170,8 @@ async def _prefill_call(calls: PhaseCalls, request: RouterRequest, endpoint: End
     async with aclosing(calls.stream(endpoint, RequestType.CONTEXT_ONLY,
                                      request.phase_inputs(streaming=False), pid,
                                      tokens=uncached,
-                                     log_probs=request.return_log_probs)) as responses:
+                                     log_probs=request.return_log_probs,
+                                     trace=reply.trace)) as responses:
         async for r in responses:
             if r.error is not None:
                 error = r.error
@@ -182,7 +182,7 @@ async def _prefill_call(calls: PhaseCalls, request: RouterRequest, endpoint: End
                 calls.queue_metric("prefill_queue_s", r)
     if error is not None:
         raise PhaseError(failure(Role.PREFILL, endpoint, error))
-    timeline.prefill_done_s = calls.clock()
+    reply.timeline.prefill_done_s = calls.clock()
     return _Prefill(first, params, endpoint, pid, logprobs)
 
 

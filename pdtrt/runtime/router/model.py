@@ -68,7 +68,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdtrt.engine_io import ROUTER_IO
 from pdtrt.errors import InvalidRequestError, PhaseError
@@ -84,6 +84,10 @@ from pdtrt.runtime.router.startup import Background
 from pdtrt.runtime.router.timeline import observe
 from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
 from pdtrt.runtime.triton_io import Incoming, Triton, model_params
+from pdtrt.tracing_settings import stub_settings
+
+if TYPE_CHECKING:
+    from pdtrt.runtime.router.trace import RouterTracing
 
 log = logging.getLogger(__name__)
 WEDGE_S = 3600.0  # how long an injected fault blocks the event loop: until the stub is killed
@@ -108,6 +112,9 @@ class TritonPythonModel:
         # tests of a wedged router (PDTRT_FAULT_INJECTION=event_loop:router:<prefix>)
         self.faults = FaultInjection.from_env("router", point="event_loop")
         self.draining = False
+        # OpenTelemetry spans per request when the environment names a collector
+        # (pdtrt.tracing_settings); None: off, nothing traced or imported
+        self.tracing = _tracing(self.clock)
         self.triton.on_server_stop(self.drain)
 
     async def execute(self, requests: list[Any]) -> None:
@@ -136,6 +143,8 @@ class TritonPythonModel:
     def finalize(self) -> None:
         self.drain()
         self.metrics.flush()
+        if self.tracing is not None:  # the spans of the last requests go out before the stub
+            self.tracing.shutdown()
         self.triton.release()  # last: the metrics go while the stub can still delete them
 
     async def refresh_kv_index(self) -> None:
@@ -159,7 +168,11 @@ class TritonPythonModel:
             self._routes.add(task)
             self.metrics.set("in_flight", len(self._routes))
         self._replies.setdefault(incoming.request_id, []).append(reply)
+        if self.tracing is not None:
+            reply.trace = self.tracing.request(incoming.parameters, reply.timeline,
+                                               incoming.request_id)
         routed: RouterRequest | None = None
+        error: str | None = None
         try:
             if self.draining:
                 raise PhaseError(SHUTTING_DOWN)
@@ -173,15 +186,21 @@ class TritonPythonModel:
                         num_in=len(request.prompt), num_out=len(reply.tokens))
         except (InvalidRequestError, PhaseError) as exc:
             self.metrics.add("errors")
+            error = exc.message
             reply.fail(exc.message)
         except Exception as exc:  # never leave a stream open
             log.exception("router failure")
             self.metrics.add("errors")
-            reply.fail(f"router failure: {type(exc).__name__}: {exc}")
+            error = f"router failure: {type(exc).__name__}: {exc}"
+            reply.fail(error)
         except asyncio.CancelledError:  # drain(): the server is stopping
             self.metrics.add("errors")
+            error = SHUTTING_DOWN
             reply.fail(SHUTTING_DOWN)
         finally:
+            if reply.trace is not None:
+                reply.trace.finish(reply.timeline, num_in=reply.num_prompt,
+                                   num_out=len(reply.tokens), error=error)
             if routed is not None:
                 self.calls.kv.forget(routed)
             self._routes.discard(task)
@@ -206,3 +225,14 @@ class TritonPythonModel:
         for target in self._replies.get(stop.request_id, ()):
             target.stop()
         reply.close()
+
+
+def _tracing(clock: Callable[[], float]) -> RouterTracing | None:
+    """The router's tracer when its environment names a collector; the tracing modules (and
+    OpenTelemetry) load only then."""
+    settings = stub_settings()
+    if settings is None:
+        return None
+    from pdtrt.runtime.router.trace import RouterTracing
+
+    return RouterTracing(settings, clock)

@@ -14,6 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from pdtrt.runtime.triton_io import (
     log_prob_outputs,
     token_outputs,
 )
+
+if TYPE_CHECKING:
+    from pdtrt.runtime.router.trace import RequestTrace
 
 __all__ = ["Reply"]
 
@@ -59,6 +63,7 @@ class Reply:
         self.done = False  # the final response went out
         self._cancelled = False
         self.timeline = Timeline(arrived_s=start_s)  # where its time went
+        self.trace: RequestTrace | None = None  # its spans, when tracing is on
         self._asked_s = -math.inf  # when Triton was last asked whether the client cancelled
 
     def cancelled(self, *, now: bool = False) -> bool:
