@@ -120,14 +120,14 @@ def test_unknown_options_are_refused_like_llmargs(tiny_model_dir, options, error
     ({"sampling_params": None}, "a tokenizer is required to set end_id"),
     ({"sampling_params": SamplingParams(max_tokens=4, end_id=2, length_penalty=1.3)},
      "the reference LLM does not implement length_penalty"),
-    ({"sampling_params": SamplingParams(max_tokens=4, end_id=2, logprobs=3)},
-     "the sampled token's log-probability only: logprobs 3 > 1"),
+    ({"sampling_params": SamplingParams(max_tokens=4, end_id=2, logprobs=100_000)},
+     "logprobs (100000) must be in 0..512 (the vocabulary)"),
     ({"sampling_params": SamplingParams(max_tokens=4, end_id=2, n=2)},
      "the reference LLM does not implement n (2)"),
     ({"sampling_params": SamplingParams(max_tokens=4, end_id=2),
       "disaggregated_params": DisaggregatedParams(request_type="context_only")},
      "context_only requests need cache_transceiver_config"),
-], ids=["no-end-id", "beam-search-penalty", "top-logprobs", "several-returns",
+], ids=["no-end-id", "beam-search-penalty", "top-logprobs-past-the-vocabulary", "several-returns",
         "no-transceiver"])
 def test_what_the_engine_cannot_serve_is_refused_at_once(llm, kwargs, error):
     with pytest.raises(ValueError, match=error.replace("(", r"\(").replace(")", r"\)")):
@@ -191,6 +191,7 @@ FEATURES = {
         "min_tokens": 5, "logprobs": 1},
     "seeded-sampling-with-log-probs": {"temperature": 0.9, "top_k": 50, "seed": 7,
                                        "logprobs": 1},
+    "top-5-log-probs": {"temperature": 0.9, "top_k": 50, "seed": 3, "logprobs": 5},
 }
 
 
@@ -224,6 +225,12 @@ def test_each_sampling_feature_gives_the_same_output_split_across_two_engines(
         assert [d[t].logprob for t, d in zip(got.token_ids, got.logprobs, strict=True)] == \
             pytest.approx([d[t].logprob for t, d in zip(want.token_ids, want.logprobs,
                                                         strict=True)], abs=1e-5)
+        # the whole entries alike: the top-k ranked 1..k (and the chosen token where it is
+        # outside them), the same tokens on both sides
+        assert [list(d) for d in got.logprobs] == [list(d) for d in want.logprobs]
+        k = sampling["logprobs"]
+        assert all(sorted(e.rank for e in d.values())[:k] == list(range(1, k + 1))
+                   and len(d) in (k, k + 1) for d in got.logprobs)
     if feature.startswith("stop-word"):
         assert got.token_ids == base[:2] and got.finish_reason == "stop"
 
