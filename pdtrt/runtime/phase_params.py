@@ -4,7 +4,9 @@ It carries the context phase's LLM-API ``DisaggregatedParams`` (``tensorrt_llm/
 disaggregated_params.py`` at 01009a33a704c61e2c183c40514d7fb59159ab09: ``ctx_request_id``,
 ``first_gen_tokens``, ``opaque_state`` -- the engine's serialized transfer state, bytes --
 and ``draft_tokens``) plus the prompt length the held KV covers, so the decode side can check it
-before it asks the engine to pull. The router and the client never look inside.
+before it asks the engine to pull, and -- when the request asked -- the first token(s)'
+log-probabilities and their alternatives (``num_top_log_probs``), which the decode side reports
+for those tokens. The router and the client never look inside.
 
 On the wire it is a UINT8 tensor, versioned and length-checked::
 

@@ -354,6 +354,21 @@ def test_penalties_min_tokens_bad_words_and_log_probs_equal_transformers(llm, ti
     assert twin.cumulative_logprob == pytest.approx(sum(hf_logprobs), abs=1e-3)
 
 
+def test_top_5_log_probabilities_equal_transformers_top_5(llm, tiny_model):
+    """``logprobs`` 5: each token's entry is transformers' five best of the log-softmax, in
+    order, ranked 1..5 (greedy: the chosen token is rank 1)."""
+    import torch
+
+    twin = run(submit(llm, PROMPT, _params(max_tokens=8, end_id=-1, logprobs=5))).outputs[0]
+    hf = tiny_model.generate(torch.tensor([PROMPT]), max_new_tokens=8, do_sample=False,
+                             pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    assert twin.token_ids == hf.sequences[0, len(PROMPT):].tolist()
+    for step, entry in enumerate(twin.logprobs):
+        values, ids = torch.topk(torch.log_softmax(hf.scores[step][0], -1), 5)
+        assert list(entry) == ids.tolist() and [e.rank for e in entry.values()] == [1, 2, 3, 4, 5]
+        assert [e.logprob for e in entry.values()] == pytest.approx(values.tolist(), abs=1e-4)
+
+
 def test_a_stop_word_ends_the_output_and_is_cut_unless_asked_to_keep_it(llm):
     base = run(generate(llm, PROMPT, 10)).outputs[0].token_ids
     word = base[3:5]
