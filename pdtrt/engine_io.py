@@ -46,6 +46,13 @@ __all__ = [
     "REQUEST_TYPE_PARAMETER",
     "TIMING_INPUT",
     "TIMING_OUTPUT",
+    "MAX_TOP_LOG_PROBS",
+    "TOP_LOG_PROBS_INPUT",
+    "TOP_LOG_PROBS_OUTPUT",
+    "TOP_LOG_PROB_IDS_OUTPUT",
+    "TopLogProbs",
+    "top_log_prob_outputs",
+    "top_log_probs_of",
     "REFERENCE_ENGINE_IO",
     "ROUTER_IO",
     "ModelIO",
@@ -231,6 +238,59 @@ parameters (``InferenceResponse(parameters=...)`` came in a later release)."""
 TIMING_OUTPUT = "pdtrt_timing"
 """The router's output that answers :data:`TIMING_INPUT`: on the final response only, the timing
 as one JSON object (milliseconds; :mod:`pdtrt.runtime.router.timing`)."""
+
+
+TOP_LOG_PROBS_INPUT = "num_top_log_probs"
+"""pdtrt's optional input (INT32 ``[1]``) of its engine models and router: how many of the most
+likely tokens to return at each output position, with their log-probabilities, besides the
+chosen token's own (``output_log_probs``). 0 (or absent): none; needs ``return_log_probs``;
+at most :data:`MAX_TOP_LOG_PROBS`. The engine model passes it to the LLM API as
+``SamplingParams.logprobs = k`` (TensorRT-LLM's top-k log-probabilities, one
+``{token: Logprob(logprob, rank)}`` per output token). NVIDIA's ``tensorrt_llm`` model has no
+such input or output (its log-prob outputs are ``output_log_probs`` / ``cum_log_probs`` only:
+``triton_backend/all_models/inflight_batcher_llm/tensorrt_llm/config.pbtxt``), so the names are
+pdtrt's own, in NVIDIA's style; TensorRT-LLM 0.21's model does not declare them."""
+TOP_LOG_PROBS_OUTPUT = "output_top_log_probs"
+"""FP32 ``[beam, tokens, k]``: for each token of the response, the log-probabilities of the
+``k`` most likely tokens at its position, best first (the answer to :data:`TOP_LOG_PROBS_INPUT`;
+a slot the engine did not fill is NaN)."""
+TOP_LOG_PROB_IDS_OUTPUT = "output_top_log_prob_ids"
+"""INT32 ``[beam, tokens, k]``: the token ids of :data:`TOP_LOG_PROBS_OUTPUT`, -1 where unfilled."""
+MAX_TOP_LOG_PROBS = 20
+"""The most alternatives per token pdtrt serves. OpenAI caps ``top_logprobs`` at 20, and so does
+TensorRT-LLM from PR #13520 on (``_MAX_TOP_LOGPROBS = 20`` in ``tensorrt_llm/sampling_params.py``,
+merged to main 2026-04-27, after 1.2.1; 1.2.1 itself has no cap below the vocabulary, where its
+TorchSampler's ``torch.topk`` fails). Refused above, by the engine model and the router."""
+
+TopLogProbs = tuple[tuple[int, float], ...]
+"""The alternatives at one output position: (token id, log-probability) pairs, best first."""
+
+
+def top_log_prob_outputs(rows: Any, k: int) -> dict[str, Any]:
+    """:data:`TOP_LOG_PROBS_OUTPUT` and :data:`TOP_LOG_PROB_IDS_OUTPUT` (``[1, len(rows), k]``)
+    of one response whose tokens have the alternatives ``rows`` (a sequence of
+    :data:`TopLogProbs`); a row shorter than ``k`` is padded (id -1, NaN)."""
+    import numpy as np
+
+    ids = np.full((1, len(rows), k), -1, dtype=np.int32)
+    values = np.full((1, len(rows), k), np.nan, dtype=np.float32)
+    for i, row in enumerate(rows):
+        for j, (token, logprob) in enumerate(row[:k]):
+            ids[0, i, j], values[0, i, j] = token, logprob
+    return {TOP_LOG_PROBS_OUTPUT: values, TOP_LOG_PROB_IDS_OUTPUT: ids}
+
+
+def top_log_probs_of(outputs: Any) -> list[TopLogProbs] | None:
+    """The alternatives of each token of a response (its ``outputs``: name -> array), or None
+    when it has none; the padding of :func:`top_log_prob_outputs` is dropped."""
+    values, ids = outputs.get(TOP_LOG_PROBS_OUTPUT), outputs.get(TOP_LOG_PROB_IDS_OUTPUT)
+    if values is None or ids is None:
+        return None
+    k = ids.shape[-1] if ids.ndim else 0
+    ids, values = ids.reshape(-1, k).tolist() if k else [], values.reshape(-1, k).tolist() \
+        if k else []
+    return [tuple((int(t), float(v)) for t, v in zip(row_ids, row_values, strict=True) if t >= 0)
+            for row_ids, row_values in zip(ids, values, strict=True)]
 
 
 # How much later than the KV's hold (kv_transfer.timeout_s) the router gives up on a decode that
@@ -436,22 +496,29 @@ KV_EVENT_BUFFER = 4096
 """KV cache events an engine keeps between two drains (``event_buffer_max_size``, which
 LlmArgs defaults to 0: none) when block reuse is on; the engine model drains every 50 ms."""
 
+_TOP_LOG_PROB_INPUTS = (scalar_spec(TOP_LOG_PROBS_INPUT, I32),)
+_TOP_LOG_PROB_OUTPUTS = (tensor_spec(TOP_LOG_PROBS_OUTPUT, F32, -1, -1, -1),
+                         tensor_spec(TOP_LOG_PROB_IDS_OUTPUT, I32, -1, -1, -1))
+
 REFERENCE_ENGINE_IO = ModelIO(
-    inputs=_CORE_INPUTS + _ALIAS_INPUTS + _COUNT_INPUTS + (scalar_spec("kv_events_cursor", STR),),
-    outputs=_CORE_OUTPUTS + _COUNT_OUTPUTS + (tensor_spec(ERROR_OUTPUT, STR, 1),
+    inputs=_CORE_INPUTS + _ALIAS_INPUTS + _COUNT_INPUTS + _TOP_LOG_PROB_INPUTS
+    + (scalar_spec("kv_events_cursor", STR),),
+    outputs=_CORE_OUTPUTS + _COUNT_OUTPUTS + _TOP_LOG_PROB_OUTPUTS
+    + (tensor_spec(ERROR_OUTPUT, STR, 1),
                                               tensor_spec(KV_EVENTS_OUTPUT, STR, 1),
                                               tensor_spec(DRAIN_OUTPUT, STR, 1)))
 """pdtrt's LLM-API engine model: the core contract plus :data:`ERROR_OUTPUT` and the KV-events
 request (``kv_events_cursor`` in, :data:`KV_EVENTS_OUTPUT` out), the drain request's answer
-(:data:`DRAIN_OUTPUT`), the :data:`INPUT_ALIASES` and
-the :data:`TOKEN_COUNT_TENSORS`."""
+(:data:`DRAIN_OUTPUT`), the :data:`INPUT_ALIASES`,
+the :data:`TOKEN_COUNT_TENSORS` and the top log-probabilities (:data:`TOP_LOG_PROBS_INPUT`)."""
 
 ROUTER_IO = ModelIO(inputs=CORE_ENGINE_IO.inputs + _ALIAS_INPUTS + _COUNT_INPUTS
-                    + (scalar_spec(TIMING_INPUT, B),),
-                    outputs=CORE_ENGINE_IO.outputs + _COUNT_OUTPUTS
+                    + _TOP_LOG_PROB_INPUTS + (scalar_spec(TIMING_INPUT, B),),
+                    outputs=CORE_ENGINE_IO.outputs + _COUNT_OUTPUTS + _TOP_LOG_PROB_OUTPUTS
                     + (tensor_spec(TIMING_OUTPUT, STR, 1),)).without("context_phase_params")
 """pdtrt's router: the engine model's core I/O minus the phase hand-off it performs itself,
-plus the :data:`INPUT_ALIASES`, the :data:`TOKEN_COUNT_TENSORS` and the request's timing
+plus the :data:`INPUT_ALIASES`, the :data:`TOKEN_COUNT_TENSORS`, the top log-probabilities
+(:data:`TOP_LOG_PROBS_INPUT`, relayed from the phases) and the request's timing
 (:data:`TIMING_INPUT` -> :data:`TIMING_OUTPUT`)."""
 
 
@@ -474,6 +541,7 @@ class RequestSampling:
     stop_words: tuple[tuple[int, ...], ...] = ()
     bad_words: tuple[tuple[int, ...], ...] = ()
     return_log_probs: bool = False
+    num_top_log_probs: int = 0  # alternatives per token (TOP_LOG_PROBS_INPUT); needs log-probs
 
     @property
     def greedy(self) -> bool:
@@ -498,6 +566,7 @@ _SAMPLING_INPUTS = {"temperature": "temperature", "top_k": "runtime_top_k",
                     "repetition_penalty": "repetition_penalty",
                     "presence_penalty": "presence_penalty",
                     "frequency_penalty": "frequency_penalty", "min_tokens": "min_length",
-                    "return_log_probs": "return_log_probs"}
+                    "return_log_probs": "return_log_probs",
+                    "num_top_log_probs": TOP_LOG_PROBS_INPUT}
 _ALWAYS_SENT = ("temperature", "top_k", "top_p")
-_CORE_SCALARS = {t.name: t for t in _CORE_INPUTS}
+_CORE_SCALARS = {t.name: t for t in _CORE_INPUTS + _TOP_LOG_PROB_INPUTS}

@@ -9,12 +9,19 @@ from pdtrt.engine_io import (
     CORE_ENGINE_IO,
     INPUT_ALIASES,
     PHASE_ROLES,
+    REFERENCE_ENGINE_IO,
     ROUTER_IO,
     TIMING_INPUT,
     TIMING_OUTPUT,
     TOKEN_COUNT_TENSORS,
+    TOP_LOG_PROB_IDS_OUTPUT,
+    TOP_LOG_PROBS_INPUT,
+    TOP_LOG_PROBS_OUTPUT,
+    RequestSampling,
     Role,
     TritonDType,
+    top_log_prob_outputs,
+    top_log_probs_of,
 )
 from pdtrt.ensemble import (
     ENGINE_STEP_MAP,
@@ -104,10 +111,11 @@ def test_router_is_core_minus_phase_handoff():
     assert "context_phase_params" not in ROUTER_IO.output_names
     assert set(ROUTER_IO.input_names) == (
         set(CORE_ENGINE_IO.input_names) - {"context_phase_params"} | set(INPUT_ALIASES)
-        | set(TOKEN_COUNT_TENSORS) | {TIMING_INPUT})
+        | set(TOKEN_COUNT_TENSORS) | {TIMING_INPUT, TOP_LOG_PROBS_INPUT})
     assert set(ROUTER_IO.output_names) == (
         set(CORE_ENGINE_IO.output_names) - {"context_phase_params"}
-        | set(TOKEN_COUNT_TENSORS.values()) | {TIMING_OUTPUT})
+        | set(TOKEN_COUNT_TENSORS.values()) | {TIMING_OUTPUT}
+        | {TOP_LOG_PROBS_OUTPUT, TOP_LOG_PROB_IDS_OUTPUT})
     assert ROUTER_IO.input(TIMING_INPUT).optional  # asked for, never required
 
 
@@ -171,3 +179,24 @@ def test_a_role_serves_one_phase_alone_or_none(role, phase):
     assert (role in PHASE_ROLES) is (role in (Role.PREFILL, Role.DECODE, Role.AGGREGATED))
     if phase is not None:
         assert Role.serving(phase) is role
+
+
+def test_the_top_log_probs_travel_as_two_tensors_and_come_back_whole():
+    """The alternatives of each token (pdtrt's engine models and router, not NVIDIA's C++
+    model: it has no such tensors): [1, tokens, k] ids and log-probabilities, padded."""
+    for io in (REFERENCE_ENGINE_IO, ROUTER_IO):
+        assert io.input(TOP_LOG_PROBS_INPUT).optional
+        assert io.output(TOP_LOG_PROBS_OUTPUT).dtype is TritonDType.FP32
+        assert io.output(TOP_LOG_PROB_IDS_OUTPUT).dtype is TritonDType.INT32
+    assert TOP_LOG_PROBS_INPUT not in TRTLLM_0_21_ENGINE_IO.input_names
+    rows = [((5, -0.1), (7, -2.5)), ((9, -0.3),)]
+    out = top_log_prob_outputs(rows, 2)
+    assert out[TOP_LOG_PROB_IDS_OUTPUT].tolist() == [[[5, 7], [9, -1]]]
+    assert out[TOP_LOG_PROBS_OUTPUT].shape == (1, 2, 2)
+    back = top_log_probs_of(out)
+    assert [[t for t, _ in row] for row in back] == [[5, 7], [9]]
+    assert [v for row in back for _, v in row] == pytest.approx([-0.1, -2.5, -0.3])
+    assert top_log_probs_of({}) is None
+    assert RequestSampling(return_log_probs=True, num_top_log_probs=5).inputs()[
+        TOP_LOG_PROBS_INPUT].tolist() == [[5]]
+    assert TOP_LOG_PROBS_INPUT not in RequestSampling(return_log_probs=True).inputs()

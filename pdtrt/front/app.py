@@ -28,6 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
+from pdtrt.engine_io import TopLogProbs
 from pdtrt.errors import ApiError
 from pdtrt.front import generation
 from pdtrt.front.deployment import ServedDeployment
@@ -244,10 +245,9 @@ class _Front:
         shape = _Shape(p, self.config.deployment.model_id, int(time.time()),
                        self.config.tokenizer)
         if not p.sampling.stream:
-            lps: list[tuple[int, float]] = []
+            lps: list[_Scored] = []
             async for delta in self._deltas(p, outcome):
-                if delta.logprobs is not None:
-                    lps.extend(zip(delta.token_ids, delta.logprobs, strict=False))
+                lps += _scored(delta) or []
             return web.json_response(shape.timed(shape.whole(outcome, lps), outcome))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
@@ -302,19 +302,29 @@ class _Shape:
         return {"id": self.p.request_id, "object": obj, "created": self.created,
                 "model": self.model}
 
-    def _logprobs(self, pairs: list[tuple[int, float]]) -> dict[str, Any]:
-        texts = [self.tok.token_text(t) for t, _ in pairs]
+    def _logprobs(self, scored: list[_Scored]) -> dict[str, Any]:
+        """OpenAI's ``logprobs`` of a choice: chat ``{"content": [{token, logprob, bytes,
+        top_logprobs: [{token, logprob, bytes}, ...]}]}`` (the N best, ``top_logprobs`` N);
+        completions ``{tokens, token_logprobs, top_logprobs, text_offset}``, its
+        ``top_logprobs`` one ``{text: logprob}`` per token -- the N best and the chosen token,
+        so up to N + 1 keys, as OpenAI's legacy API documents -- or null when N is 0."""
+        text = self.tok.token_text
+        texts = [text(t) for t, _, _ in scored]
         if self.chat:
-            return {"content": [{"token": s, "logprob": lp, "bytes": list(s.encode()),
-                                 "top_logprobs": []} for s, (_, lp) in zip(texts, pairs,
-                                                                           strict=True)]}
+            return {"content": [{**_token(s, lp), "top_logprobs": [
+                _token(text(a), alp) for a, alp in top]}
+                for s, (_, lp, top) in zip(texts, scored, strict=True)]}
         offsets = [sum(len(s) for s in texts[:i]) for i in range(len(texts))]
-        return {"tokens": texts, "token_logprobs": [lp for _, lp in pairs],
-                "top_logprobs": None, "text_offset": offsets}
+        tops = None
+        if self.p.sampling.top_logprobs:
+            tops = [_top_dict([(text(a), alp) for a, alp in top] + [(s, lp)])
+                    for s, (_, lp, top) in zip(texts, scored, strict=True)]
+        return {"tokens": texts, "token_logprobs": [lp for _, lp, _ in scored],
+                "top_logprobs": tops, "text_offset": offsets}
 
     def chunk(self, delta: dict[str, Any] | str | None, finish: str | None,
-              pairs: list[tuple[int, float]] | None) -> dict[str, Any]:
-        lps = None if pairs is None else self._logprobs(pairs)
+              scored: list[_Scored] | None) -> dict[str, Any]:
+        lps = None if scored is None else self._logprobs(scored)
         if self.chat:
             choice = {"index": 0, "delta": delta if isinstance(delta, dict) else {},
                       "logprobs": lps, "finish_reason": finish}
@@ -328,9 +338,8 @@ class _Shape:
         return out
 
     def chunk_of(self, delta: generation.Delta) -> dict[str, Any]:
-        pairs = (None if delta.logprobs is None
-                 else list(zip(delta.token_ids, delta.logprobs, strict=False)))
-        return self.chunk({"content": delta.text} if self.chat else delta.text, None, pairs)
+        return self.chunk({"content": delta.text} if self.chat else delta.text, None,
+                          _scored(delta))
 
     def timed(self, out: dict[str, Any], outcome: generation.Outcome) -> dict[str, Any]:
         """``out`` with the request's timing, when it asked (:data:`TIMING_HEADER`)."""
@@ -340,10 +349,9 @@ class _Shape:
         obj = "chat.completion.chunk" if self.chat else "text_completion"
         return {**self._head(obj), "choices": [], "usage": outcome.usage}
 
-    def whole(self, outcome: generation.Outcome,
-              pairs: list[tuple[int, float]]) -> dict[str, Any]:
+    def whole(self, outcome: generation.Outcome, scored: list[_Scored]) -> dict[str, Any]:
         text = "".join(outcome.text)
-        lps = self._logprobs(pairs) if self.p.sampling.logprobs else None
+        lps = self._logprobs(scored) if self.p.sampling.logprobs else None
         if self.chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text},
                       "logprobs": lps, "finish_reason": outcome.finish_reason}
@@ -353,6 +361,32 @@ class _Shape:
                       "finish_reason": outcome.finish_reason}
             head = self._head("text_completion")
         return {**head, "choices": [choice], "usage": outcome.usage}
+
+
+_Scored = tuple[int, float, TopLogProbs]  # an output token, its log-probability, alternatives
+
+
+def _scored(delta: generation.Delta) -> list[_Scored] | None:
+    """The delta's tokens with their log-probabilities and alternatives (none asked: none;
+    a token the engines sent no alternatives for has an empty tuple)."""
+    if delta.logprobs is None:
+        return None
+    top = delta.top or []
+    return [(t, lp, top[i] if i < len(top) else ())
+            for i, (t, lp) in enumerate(zip(delta.token_ids, delta.logprobs, strict=False))]
+
+
+def _token(text: str, logprob: float) -> dict[str, Any]:
+    """One chat log-prob entry: the token's text, log-probability and UTF-8 bytes."""
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+
+def _top_dict(pairs: list[tuple[str, float]]) -> dict[str, float]:
+    """Text -> log-probability, the first of two tokens that read the same kept."""
+    out: dict[str, float] = {}
+    for text, logprob in pairs:
+        out.setdefault(text, logprob)
+    return out
 
 
 def make_app(config: FrontConfig) -> web.Application:

@@ -28,7 +28,17 @@ from typing import Any
 import numpy as np
 
 from pdtrt.client.streams import GrpcStreamClient, StreamResponse
-from pdtrt.engine_io import ERROR_OUTPUT, TIMING_INPUT, TIMING_OUTPUT, ModelName
+from pdtrt.engine_io import (
+    ERROR_OUTPUT,
+    TIMING_INPUT,
+    TIMING_OUTPUT,
+    TOP_LOG_PROB_IDS_OUTPUT,
+    TOP_LOG_PROBS_INPUT,
+    TOP_LOG_PROBS_OUTPUT,
+    ModelName,
+    TopLogProbs,
+    top_log_probs_of,
+)
 from pdtrt.engine_io import TRACEPARENT_PARAMETER as TRACEPARENT
 from pdtrt.errors import ApiError
 from pdtrt.front.protocol import OpenAIRequest
@@ -48,6 +58,7 @@ class StreamedTokens:
 
     token_ids: list[int]
     logprobs: list[float] | None = None
+    top: list[TopLogProbs] | None = None  # each token's alternatives, when asked
     timing: dict[str, Any] | None = None
 
 
@@ -97,6 +108,8 @@ class EngineClient:
         so a caller that is cancelled never cancels the gRPC call. ``traceparent``: the
         front's span, passed on as the request parameter of that name."""
         outputs = ["output_ids"] + (["output_log_probs"] if logprobs else []) + (
+            [TOP_LOG_PROBS_OUTPUT, TOP_LOG_PROB_IDS_OUTPUT]
+            if logprobs and TOP_LOG_PROBS_INPUT in inputs else []) + (
             [TIMING_OUTPUT] if TIMING_INPUT in inputs else [])
         parameters = {} if traceparent is None else {TRACEPARENT: traceparent}
         stream = self.phase.stream(self.model, inputs, request_id=request_id,
@@ -169,9 +182,11 @@ def _step(response: StreamResponse, logprobs: bool) -> StreamedTokens:
     ids_array = response.outputs.get("output_ids")
     ids = [] if ids_array is None else ids_array.reshape(-1).tolist()
     lps = response.outputs.get("output_log_probs") if logprobs else None
+    top = top_log_probs_of(response.outputs) if logprobs else None
     timing = response.outputs.get(TIMING_OUTPUT)
     return StreamedTokens(token_ids=[int(t) for t in ids],
                 logprobs=None if lps is None else [float(x) for x in lps.reshape(-1)[:len(ids)]],
+                top=None if top is None else top[:len(ids)],
                 timing=None if timing is None else json.loads(timing.reshape(-1)[0]))
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from pdtrt.engine_io import TopLogProbs
 from pdtrt.errors import ApiError
 from pdtrt.front.engine_client import EngineClient, StreamedTokens
 from pdtrt.front.text import Detokenizer, FrontTokenizer, StopStrings
@@ -31,6 +32,7 @@ class Delta:
     text: str
     token_ids: list[int]
     logprobs: list[float] | None
+    top: list[TopLogProbs] | None = None  # the tokens' alternatives, when asked
 
 
 @dataclass
@@ -76,7 +78,7 @@ async def run(engine: EngineClient, tokenizer: FrontTokenizer, *, request_id: st
             outcome.num_completion += len(step.token_ids)
             text = held.add(detok.add(step.token_ids))
             outcome.text.append(text)
-            yield Delta(text, step.token_ids, step.logprobs)
+            yield Delta(text, step.token_ids, step.logprobs, step.top)
             if held.hit:
                 outcome.finish_reason = "stop"
                 return

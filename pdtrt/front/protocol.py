@@ -4,12 +4,13 @@
 (:class:`CompletionBody`, :class:`ChatBody`); a body that is not JSON, has a field of the wrong
 type or a field the API does not have is an :class:`~pdtrt.errors.ApiError` (400) naming the
 field, as OpenAI answers ``Unrecognized request argument``. Fields of the API that the engines
-cannot honour (``n`` > 1, ``top_logprobs`` > 0, tools, a JSON ``response_format``, ``logit_bias``,
-``echo``, ``suffix``) are refused with the reason rather than ignored -- a client must not get a
-different answer than it asked for. What remains becomes a frozen :class:`OpenAIRequest` in
-TensorRT-LLM's terms (the router's inputs): OpenAI's defaults are ``temperature`` 1 and
-``top_p`` 1 (sampling), TensorRT-LLM's are greedy, so both are always sent; ``temperature`` 0 is
-greedy in both.
+cannot honour (``n`` > 1, more than :data:`~pdtrt.engine_io.MAX_TOP_LOG_PROBS` alternatives per
+token -- chat ``top_logprobs``, completions ``logprobs`` --, tools, a JSON ``response_format``,
+``logit_bias``, ``echo``, ``suffix``) are refused with the reason rather than ignored -- a client
+must not get a different answer than it asked for. What remains becomes a frozen
+:class:`OpenAIRequest` in TensorRT-LLM's terms (the router's inputs): OpenAI's defaults are
+``temperature`` 1 and ``top_p`` 1 (sampling), TensorRT-LLM's are greedy, so both are always
+sent; ``temperature`` 0 is greedy in both.
 
 Extensions that vLLM and trtllm-serve accept and benchmark tools send (``top_k``,
 ``min_tokens``, ``ignore_eos``, ``repetition_penalty``) are accepted too.
@@ -23,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pdtrt.engine_io import RequestSampling
+from pdtrt.engine_io import MAX_TOP_LOG_PROBS, RequestSampling
 from pdtrt.errors import ApiError
 
 __all__ = ["ChatBody", "ChatMessage", "CompletionBody", "OpenAIRequest", "parse_body"]
@@ -85,7 +86,7 @@ class _Common(_Body):
 class CompletionBody(_Common):
     prompt: str | list[str] | list[int]
     max_tokens: int | None = Field(default=16, ge=1)  # OpenAI's default for completions
-    logprobs: int | None = Field(default=None, ge=0, le=5)
+    logprobs: int | None = Field(default=None, ge=0)  # alternatives per token (the limit: below)
     echo: bool = False
     suffix: str | None = None
     best_of: int | None = Field(default=None, ge=1)
@@ -96,7 +97,7 @@ class ChatBody(_Common):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: int | None = Field(default=None, ge=0)  # the limit: chat_sampling
     tools: list[Any] | None = None
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
@@ -124,6 +125,11 @@ class OpenAIRequest:
     @property
     def logprobs(self) -> bool:
         return self.sampling.return_log_probs
+
+    @property
+    def top_logprobs(self) -> int:
+        """Alternatives per token (chat ``top_logprobs``, completions ``logprobs``)."""
+        return self.sampling.num_top_log_probs
 
 
 def _refuse(field: str, why: str) -> ApiError:
@@ -156,7 +162,8 @@ def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
     return tuple(w for w in words if w)
 
 
-def sampling_of(body: _Common, *, max_tokens: int | None, logprobs: bool) -> OpenAIRequest:
+def sampling_of(body: _Common, *, max_tokens: int | None, logprobs: bool,
+                top_logprobs: int = 0) -> OpenAIRequest:
     """The :class:`OpenAIRequest` of a validated body; raises :class:`ApiError` for API features
     the engines cannot honour."""
     if (body.n or 1) != 1:
@@ -172,7 +179,8 @@ def sampling_of(body: _Common, *, max_tokens: int | None, logprobs: bool) -> Ope
             seed=body.seed, presence_penalty=body.presence_penalty or 0.0,
             frequency_penalty=body.frequency_penalty or 0.0,
             repetition_penalty=_or(body.repetition_penalty, 1.0),
-            min_tokens=body.min_tokens or 0, return_log_probs=logprobs),
+            min_tokens=body.min_tokens or 0, return_log_probs=logprobs,
+            num_top_log_probs=top_logprobs),
         stop=_stops(body.stop), ignore_eos=body.ignore_eos, stream=body.stream,
         include_usage=body.stream_options is not None and body.stream_options.include_usage)
 
@@ -188,10 +196,17 @@ def completion_sampling(body: CompletionBody) -> OpenAIRequest:
         raise _refuse("suffix", "is not supported (no fill-in-the-middle)")
     if (body.best_of or 1) != 1:
         raise _refuse("best_of", "must be 1 (one choice per request)")
-    if body.logprobs:
-        raise _refuse("logprobs", f"is {body.logprobs}; the engines give the chosen token's "
-                      "log-probability only: use logprobs=0")
-    return sampling_of(body, max_tokens=body.max_tokens, logprobs=body.logprobs is not None)
+    _check_top("logprobs", body.logprobs)
+    return sampling_of(body, max_tokens=body.max_tokens, logprobs=body.logprobs is not None,
+                       top_logprobs=body.logprobs or 0)
+
+
+def _check_top(field: str, value: int | None) -> None:
+    """Refuse more alternatives per token than the engines return (OpenAI's own chat limit;
+    the completions API documents 5, pdtrt serves up to the same limit there)."""
+    if value is not None and value > MAX_TOP_LOG_PROBS:
+        raise _refuse(field, f"is {value}; pdtrt's engines return at most "
+                      f"{MAX_TOP_LOG_PROBS} alternatives per token")
 
 
 def chat_sampling(body: ChatBody) -> OpenAIRequest:
@@ -199,9 +214,7 @@ def chat_sampling(body: ChatBody) -> OpenAIRequest:
         raise _refuse("tools", "are not supported (no tool-call parser)")
     if body.response_format and body.response_format.get("type") not in (None, "text"):
         raise _refuse("response_format", "must be {'type': 'text'} (no guided decoding)")
-    if body.top_logprobs:
-        raise _refuse("top_logprobs", f"is {body.top_logprobs}; the engines give the chosen "
-                      "token's log-probability only: use 0 or leave it out")
+    _check_top("top_logprobs", body.top_logprobs)
     if body.top_logprobs is not None and not body.logprobs:
         raise _refuse("top_logprobs", "needs 'logprobs': true")
     if (body.max_tokens is not None and body.max_completion_tokens is not None
@@ -209,4 +222,5 @@ def chat_sampling(body: ChatBody) -> OpenAIRequest:
         raise _refuse("max_completion_tokens", f"({body.max_completion_tokens}) and "
                       f"'max_tokens' ({body.max_tokens}) disagree; send one")
     limit = body.max_completion_tokens or body.max_tokens
-    return sampling_of(body, max_tokens=limit, logprobs=body.logprobs)
+    return sampling_of(body, max_tokens=limit, logprobs=body.logprobs,
+                       top_logprobs=body.top_logprobs or 0)

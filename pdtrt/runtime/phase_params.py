@@ -4,7 +4,9 @@ It carries the context phase's LLM-API ``DisaggregatedParams`` (``tensorrt_llm/
 disaggregated_params.py`` at 01009a33a704c61e2c183c40514d7fb59159ab09: ``ctx_request_id``,
 ``first_gen_tokens``, ``opaque_state`` -- the engine's serialized transfer state, bytes --
 and ``draft_tokens``) plus the prompt length the held KV covers, so the decode side can check it
-before it asks the engine to pull. The router and the client never look inside.
+before it asks the engine to pull, and -- when the request asked -- the first token(s)'
+log-probabilities and their alternatives (``num_top_log_probs``), which the decode side reports
+for those tokens. The router and the client never look inside.
 
 On the wire it is a UINT8 tensor, versioned and length-checked::
 
@@ -24,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pdtrt.engine_io import RequestType
+from pdtrt.engine_io import RequestType, TopLogProbs
 from pdtrt.errors import KVTransferError
 
 __all__ = ["ENCODING_VERSION", "ContextPhaseParams"]
@@ -49,19 +51,23 @@ class ContextPhaseParams:
     # the first token(s)' log-probabilities, when the request asked for them: the decode
     # side reports them for those tokens (TensorRT-LLM's context result does not carry them)
     first_gen_log_probs: tuple[float, ...] | None = None
+    # and their alternatives (num_top_log_probs), when asked: the decode side reports them too
+    first_gen_top_log_probs: tuple[TopLogProbs, ...] | None = None
 
     @classmethod
     def from_disaggregated(cls, params: Any, prompt_len: int,
-                           first_gen_log_probs: tuple[float, ...] | None = None
+                           first_gen_log_probs: tuple[float, ...] | None = None,
+                           first_gen_top_log_probs: tuple[TopLogProbs, ...] | None = None
                            ) -> ContextPhaseParams:
         """From a context-only result's ``outputs[0].disaggregated_params`` (and the
-        log-probabilities of its tokens, when asked)."""
+        log-probabilities of its tokens and their alternatives, when asked)."""
         return cls(ctx_request_id=params.ctx_request_id,
                    first_gen_tokens=tuple(int(t) for t in params.first_gen_tokens or ()),
                    opaque_state=bytes(params.opaque_state or b""),
                    draft_tokens=None if params.draft_tokens is None
                    else tuple(int(t) for t in params.draft_tokens),
-                   prompt_len=prompt_len, first_gen_log_probs=first_gen_log_probs)
+                   prompt_len=prompt_len, first_gen_log_probs=first_gen_log_probs,
+                   first_gen_top_log_probs=first_gen_top_log_probs)
 
     def to_disaggregated(self, disaggregated_params_cls: Any,
                          has: Callable[[str], bool] = lambda name: True) -> Any:
@@ -88,7 +94,12 @@ class ContextPhaseParams:
                            else list(self.draft_tokens),
                            "prompt_len": self.prompt_len,
                            "first_gen_log_probs": None if self.first_gen_log_probs is None
-                           else list(self.first_gen_log_probs)}, sort_keys=True).encode()
+                           else list(self.first_gen_log_probs),
+                           "first_gen_top_log_probs": None
+                           if self.first_gen_top_log_probs is None
+                           else [[list(pair) for pair in row]
+                                 for row in self.first_gen_top_log_probs]},
+                          sort_keys=True).encode()
         raw = _HEADER.pack(_MAGIC, ENCODING_VERSION, len(meta), len(self.opaque_state)) + \
             meta + self.opaque_state
         return np.frombuffer(raw, dtype=np.uint8).copy()
@@ -114,17 +125,24 @@ class ContextPhaseParams:
             draft = meta["draft_tokens"]
             rid = meta["ctx_request_id"]
             logprobs = meta.get("first_gen_log_probs")  # absent: written by pdtrt before it
+            top = meta.get("first_gen_top_log_probs")  # likewise
             params = cls(ctx_request_id=None if rid is None else int(rid),
                          first_gen_tokens=tuple(int(t) for t in meta["first_gen_tokens"]),
                          opaque_state=raw[_HEADER.size + meta_len:],
                          draft_tokens=None if draft is None else tuple(int(t) for t in draft),
                          prompt_len=int(meta["prompt_len"]),
                          first_gen_log_probs=None if logprobs is None
-                         else tuple(float(v) for v in logprobs))
+                         else tuple(float(v) for v in logprobs),
+                         first_gen_top_log_probs=None if top is None
+                         else tuple(tuple((int(t), float(v)) for t, v in row) for row in top))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise _malformed(str(exc)) from None
         if params.first_gen_log_probs is not None and \
                 len(params.first_gen_log_probs) != len(params.first_gen_tokens):
             raise _malformed(f"{len(params.first_gen_log_probs)} first-token log-probabilities "
+                             f"for {len(params.first_gen_tokens)} first tokens")
+        if params.first_gen_top_log_probs is not None and \
+                len(params.first_gen_top_log_probs) != len(params.first_gen_tokens):
+            raise _malformed(f"{len(params.first_gen_top_log_probs)} first-token alternatives "
                              f"for {len(params.first_gen_tokens)} first tokens")
         return params

@@ -35,10 +35,12 @@ from pdtrt.engine_dir import KVLayout
 from pdtrt.engine_io import (
     DRAIN_PARAMETER,
     INPUT_ALIASES,
+    MAX_TOP_LOG_PROBS,
     REQUEST_TYPE_PARAMETER,
     ROUTER_IO,
     TIMING_INPUT,
     TOKEN_COUNT_TENSORS,
+    TOP_LOG_PROBS_INPUT,
     DrainAction,
     RequestSampling,
     RequestType,
@@ -168,6 +170,14 @@ def check_sampling(request: Incoming, *, max_beam_width: int) -> None:
     beam = request.scalar("beam_width")
     if beam is not None and not 1 <= beam <= max_beam_width:
         raise _refuse("beam_width", beam, f"1..{max_beam_width} (the engine's max_beam_width)")
+    top = request.scalar(TOP_LOG_PROBS_INPUT)
+    if top is not None and not 0 <= top <= MAX_TOP_LOG_PROBS:
+        raise _refuse(TOP_LOG_PROBS_INPUT, top, f"0..{MAX_TOP_LOG_PROBS} (alternatives per "
+                      "token)")
+    if top and not request.scalar("return_log_probs", False):
+        raise InvalidRequestError(f"input '{TOP_LOG_PROBS_INPUT}' is {top}; it needs "
+                                  "'return_log_probs' true (the alternatives come with the "
+                                  "tokens' log-probabilities)")
 
 
 @dataclass(frozen=True)
@@ -198,6 +208,7 @@ class RouterRequest:
     streaming: bool  # what the client asked; the phases are asked their own way
     exclude_input: bool
     return_log_probs: bool = False
+    num_top_log_probs: int = 0  # TOP_LOG_PROBS_INPUT: alternatives per token, from the phases
     return_timing: bool = False  # TIMING_INPUT: the timing on the final response
     counts: TokenCounts = TokenCounts()  # the router counts; its phases are not asked
     stop_words: tuple[tuple[int, ...], ...] = ()  # the router ends a prefill that completes one
@@ -269,6 +280,7 @@ def parse_router_request(request: Incoming) -> RouterRequest | StopRequest:
         streaming=bool(request.scalar("streaming", False)),
         exclude_input=bool(request.scalar("exclude_input_in_output", False)),
         return_log_probs=bool(request.scalar("return_log_probs", False)),
+        num_top_log_probs=int(request.scalar(TOP_LOG_PROBS_INPUT, 0)),
         return_timing=bool(request.scalar(TIMING_INPUT, False)),
         counts=token_counts(request),
         stop_words=word_list(request, "stop_words_list"),
@@ -393,7 +405,8 @@ def parse_engine_request(request: Incoming, limits: EngineLimits
             min_tokens=int(request.scalar("min_length", 0)),
             stop_words=word_list(request, "stop_words_list", limits.vocab_size),
             bad_words=word_list(request, "bad_words_list", limits.vocab_size),
-            return_log_probs=bool(request.scalar("return_log_probs", False))),
+            return_log_probs=bool(request.scalar("return_log_probs", False)),
+            num_top_log_probs=int(request.scalar(TOP_LOG_PROBS_INPUT, 0))),
         streaming=bool(request.scalar("streaming", False)),
         exclude_input=bool(request.scalar("exclude_input_in_output", False)),
         counts=token_counts(request),

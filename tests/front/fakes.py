@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from pdtrt.engine_io import TIMING_INPUT
+from pdtrt.engine_io import TIMING_INPUT, TOP_LOG_PROBS_INPUT
 from pdtrt.front.deployment import ServedDeployment
 from pdtrt.front.engine_client import StreamedTokens
 from pdtrt.front.text import FrontTokenizer
@@ -60,6 +60,7 @@ class FakeEngine:
     stopped: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     has_timing: bool = True  # a router: answers return_timing with TIMING on its last response
+    chosen_in_top: bool = True  # each token among its alternatives (else ranked below them)
 
     async def generate(self, request_id, inputs, *, logprobs, traceparent=None):
         self.sent.append({"id": request_id, "inputs": inputs, "logprobs": logprobs,
@@ -75,7 +76,10 @@ class FakeEngine:
 
                     raise ApiError(self.error, status=500, type="server_error")
                 await asyncio.sleep(self.step_s)
-                yield StreamedTokens([token], [-0.5] if logprobs else None)
+                k = int(inputs[TOP_LOG_PROBS_INPUT].reshape(-1)[0]) \
+                    if TOP_LOG_PROBS_INPUT in inputs else 0
+                yield StreamedTokens([token], [-0.5] if logprobs else None,
+                                     [self.alternatives(token, k)] if logprobs and k else None)
             if TIMING_INPUT in inputs:  # the router's final response with the timing alone
                 yield StreamedTokens([], None, timing=TIMING)
             done = True
@@ -83,6 +87,13 @@ class FakeEngine:
         finally:
             if not done:
                 self.stopped.append(request_id)
+
+    def alternatives(self, token: int, k: int) -> tuple[tuple[int, float], ...]:
+        """``k`` alternatives of ``token``, best first: the token itself at -0.5 and the next
+        ids below it (or, ``chosen_in_top`` False, ids above it: -0.5 is outside them)."""
+        if self.chosen_in_top:
+            return ((token, -0.5), *((token + j, -0.5 - j) for j in range(1, k)))
+        return tuple((token + j, -0.5 + 0.1 * (k + 1 - j)) for j in range(1, k + 1))
 
     async def close(self) -> None:
         pass

@@ -85,6 +85,61 @@ def test_completions_streamed_and_not():
     assert "".join(e["choices"][0]["text"] for e in events) == "abcdef"
 
 
+def test_chat_top_logprobs_in_openais_shape_streamed_and_not():
+    """``top_logprobs`` N: each content entry's ``top_logprobs`` holds the N best as
+    {token, logprob, bytes}, in both the whole answer and the stream's chunks."""
+    async def check(client):
+        body = {**CHAT, "logprobs": True, "top_logprobs": 3, "max_tokens": 4}
+        whole = await (await client.post("/v1/chat/completions", json=body)).json()
+        events = await _events(await client.post("/v1/chat/completions",
+                                                 json={**body, "stream": True}))
+        return whole, events
+
+    engine = FakeEngine(reply="héllo")
+    whole, events = _serve(engine, check)
+    from pdtrt.engine_io import TOP_LOG_PROBS_INPUT
+
+    assert engine.sent[0]["inputs"][TOP_LOG_PROBS_INPUT].item() == 3
+    content = whole["choices"][0]["logprobs"]["content"]
+    streamed = [e for ev in events if (lp := ev["choices"][0]["logprobs"]) for e in lp["content"]]
+    assert len(content) == 4 and streamed == content
+    text = "héllo".encode()
+    for i, entry in enumerate(content):
+        assert entry["bytes"] == list(entry["token"].encode())
+        assert [a["logprob"] for a in entry["top_logprobs"]] == [-0.5, -1.5, -2.5]
+        assert entry["top_logprobs"][0] == {"token": entry["token"], "logprob": -0.5,
+                                            "bytes": entry["bytes"]}
+        assert [a["bytes"] for a in entry["top_logprobs"]] == [
+            list(bytes([text[i] + j]).decode("utf-8", "replace").encode()) for j in range(3)]
+
+
+def test_completions_top_logprobs_are_dicts_that_always_hold_the_chosen_token():
+    """Completions ``logprobs`` N: ``top_logprobs`` is one {text: logprob} per token, the N
+    best -- and the chosen token where it is not among them (up to N + 1 keys, as OpenAI's
+    legacy API documents); ``logprobs`` 0: null."""
+    async def check(client):
+        body = {"model": "dep", "prompt": "x", "max_tokens": 3, "logprobs": 2}
+        whole = await (await client.post("/v1/completions", json=body)).json()
+        events = await _events(await client.post("/v1/completions",
+                                                 json={**body, "stream": True}))
+        zero = await (await client.post("/v1/completions", json={**body, "logprobs": 0}))\
+            .json()
+        return whole, events, zero
+
+    whole, events, zero = _serve(FakeEngine(reply="abc"), check)
+    lps = whole["choices"][0]["logprobs"]
+    assert lps["tokens"] == ["a", "b", "c"] and lps["token_logprobs"] == [-0.5] * 3
+    assert lps["top_logprobs"] == [{"a": -0.5, "b": -1.5}, {"b": -0.5, "c": -1.5},
+                                   {"c": -0.5, "d": -1.5}]
+    assert [t for e in events if (lp := e["choices"][0]["logprobs"])
+            for t in lp["top_logprobs"]] == lps["top_logprobs"]
+    assert zero["choices"][0]["logprobs"]["top_logprobs"] is None
+
+    outside, _, _ = _serve(FakeEngine(reply="abc", chosen_in_top=False), check)
+    tops = outside["choices"][0]["logprobs"]["top_logprobs"]
+    assert tops[0] == {"b": pytest.approx(-0.3), "c": pytest.approx(-0.4), "a": -0.5}
+
+
 def test_a_stop_string_cuts_the_text_and_stops_the_request_on_the_server():
     async def check(client):
         whole = await (await client.post("/v1/chat/completions", json={

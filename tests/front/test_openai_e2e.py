@@ -156,3 +156,59 @@ def test_each_request_lands_in_the_router_and_front_histograms(reference_server,
     # Prometheus's histogram series: the +Inf bucket holds every observation
     assert metric(metrics, "pdtrt_request_ttft_seconds_bucket", le="+Inf") == metric(
         metrics, "pdtrt_request_ttft_seconds_count")
+
+
+def test_chat_top_logprobs_5_give_the_aggregated_paths_alternatives(reference_server, client):
+    """``top_logprobs`` 5 through the front (the router: prefill then decode): 5 alternatives
+    per token, streamed as whole, the chosen token first (greedy) -- the same tokens and
+    log-probabilities as the aggregated engine model gives for the same prompt ids."""
+    from pdtrt.engine_io import ModelName
+    from pdtrt.front.deployment import ServedDeployment
+    from pdtrt.front.text import FrontTokenizer
+    from tests.serve.test_top_log_probs import run_top
+
+    messages = [{"role": "user", "content": PROMPT}]
+    body = {"model": MODEL, "messages": messages, "max_tokens": 8, "temperature": 0,
+            "logprobs": True, "top_logprobs": 5}
+    whole = client.chat.completions.create(**body)
+    content = whole.choices[0].logprobs.content
+    streamed = [e for c in client.chat.completions.create(**body, stream=True)
+                if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
+
+    def rows(entries):
+        return [(e.token, e.logprob, [(a.token, a.logprob) for a in e.top_logprobs])
+                for e in entries]
+
+    assert len(content) == whole.usage.completion_tokens == 8
+    assert rows(streamed) == rows(content)
+    assert all(len(e.top_logprobs) == 5 for e in content)
+    for e in content:  # greedy: the chosen token is the best
+        assert (e.top_logprobs[0].token, e.top_logprobs[0].logprob) == (e.token, e.logprob)
+        assert [a.logprob for a in e.top_logprobs] == sorted(
+            (a.logprob for a in e.top_logprobs), reverse=True)
+        assert all(a.bytes == list(a.token.encode()) for a in e.top_logprobs)
+
+    server, prepared = reference_server
+    tok = FrontTokenizer.load(ServedDeployment.from_repository(prepared.repository)
+                              .tokenizer_dir)
+    tokens, values, top = run_top(server.endpoints.grpc_url, ModelName.AGGREGATED, 8,
+                                  "top-front-agg", prompt=tok.chat(messages))
+    assert [e.token for e in content] == [tok.token_text(t) for t in tokens]
+    assert [e.logprob for e in content] == pytest.approx(values, abs=1e-5)
+    assert [[a.token for a in e.top_logprobs] for e in content] == [
+        [tok.token_text(t) for t, _ in row] for row in top]
+    assert [a.logprob for e in content for a in e.top_logprobs] == pytest.approx(
+        [v for row in top for _, v in row], abs=1e-5)
+
+
+def test_completions_logprobs_n_and_a_too_large_top_logprobs(client):
+    got = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4, temperature=0,
+                                    logprobs=3)
+    lps = got.choices[0].logprobs
+    assert len(lps.tokens) == len(lps.top_logprobs) == 4
+    for token, value, alternatives in zip(lps.tokens, lps.token_logprobs, lps.top_logprobs,
+                                          strict=True):
+        assert 1 <= len(alternatives) <= 3 and alternatives[token] == pytest.approx(value)
+    with pytest.raises(openai.BadRequestError, match="at most 20 alternatives per token"):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
+                                       max_tokens=2, logprobs=True, top_logprobs=21)

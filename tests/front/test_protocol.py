@@ -44,7 +44,7 @@ def test_a_bad_body_is_a_400_that_names_the_field(raw, message, param):
 
 
 @pytest.mark.parametrize(("extra", "field"), [
-    ({"n": 2}, "n"), ({"top_logprobs": 3, "logprobs": True}, "top_logprobs"),
+    ({"n": 2}, "n"), ({"top_logprobs": 21, "logprobs": True}, "top_logprobs"),
     ({"top_logprobs": 0}, "top_logprobs"), ({"tools": [{"type": "function"}]}, "tools"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"logit_bias": {"5": 1.0}}, "logit_bias"), ({"stop": ["a", "b", "c", "d", "e"]}, "stop"),
@@ -85,7 +85,7 @@ def test_every_supported_field_reaches_the_engine_inputs():
 def test_completion_bodies():
     body = parse_body(json.dumps({"model": "m", "prompt": "x"}).encode(), CompletionBody)
     assert completion_sampling(body).max_tokens == 16  # OpenAI's completions default
-    for bad, field in (({"echo": True}, "echo"), ({"logprobs": 2}, "logprobs"),
+    for bad, field in (({"echo": True}, "echo"), ({"logprobs": 21}, "logprobs"),
                        ({"best_of": 2}, "best_of"), ({"suffix": "s"}, "suffix")):
         body = parse_body(json.dumps({"model": "m", "prompt": "x", **bad}).encode(),
                           CompletionBody)
@@ -108,3 +108,33 @@ def test_the_context_window(prompt, max_tokens, budget, message):
         dep.output_budget(prompt, max_tokens)
     assert err.value.message.startswith(message)
     assert err.value.code == "context_length_exceeded"
+
+
+def test_top_logprobs_up_to_the_engines_limit_reach_the_router_and_above_it_are_a_400():
+    """Chat ``top_logprobs`` N and completions ``logprobs`` N become the router's
+    ``num_top_log_probs`` (with ``return_log_probs``); above MAX_TOP_LOG_PROBS (20) a 400 that
+    names the limit, rather than fewer alternatives than asked."""
+    from pdtrt.engine_io import MAX_TOP_LOG_PROBS, TOP_LOG_PROBS_INPUT
+
+    chat = _chat(logprobs=True, top_logprobs=5)
+    inputs = engine_inputs([1], chat, max_tokens=4, end_id=2, pad_id=None)
+    assert inputs[TOP_LOG_PROBS_INPUT].item() == 5 and inputs["return_log_probs"].item()
+    assert _chat(logprobs=True, top_logprobs=MAX_TOP_LOG_PROBS).top_logprobs == 20
+    assert TOP_LOG_PROBS_INPUT not in engine_inputs([1], _chat(logprobs=True), max_tokens=4,
+                                                    end_id=2, pad_id=None)
+    with pytest.raises(ApiError) as err:
+        _chat(logprobs=True, top_logprobs=21)
+    assert err.value.status == 400 and err.value.message == (
+        "'top_logprobs' is 21; pdtrt's engines return at most 20 alternatives per token")
+
+    def completion(**extra):
+        return completion_sampling(parse_body(json.dumps(
+            {"model": "m", "prompt": "x", **extra}).encode(), CompletionBody))
+
+    three = completion(logprobs=3)
+    assert three.logprobs and three.top_logprobs == 3
+    zero = completion(logprobs=0)  # the chosen token's log-probability only
+    assert zero.logprobs and zero.top_logprobs == 0
+    with pytest.raises(ApiError) as err:
+        completion(logprobs=21)
+    assert err.value.param == "logprobs" and "at most 20" in err.value.message

@@ -121,14 +121,14 @@ def test_unknown_options_are_refused_like_llmargs(tiny_model_dir, options, error
     ({"sampling_params": None}, "a tokenizer is required to set end_id"),
     ({"sampling_params": SamplingParams(max_tokens=4, end_id=2, length_penalty=1.3)},
      "the reference LLM does not implement length_penalty"),
-    ({"sampling_params": SamplingParams(max_tokens=4, end_id=2, logprobs=3)},
-     "the sampled token's log-probability only: logprobs 3 > 1"),
+    ({"sampling_params": SamplingParams(max_tokens=4, end_id=2, logprobs=100_000)},
+     "logprobs (100000) must be in 0..512 (the vocabulary)"),
     ({"sampling_params": SamplingParams(max_tokens=4, end_id=2, n=2)},
      "the reference LLM does not implement n (2)"),
     ({"sampling_params": SamplingParams(max_tokens=4, end_id=2),
       "disaggregated_params": DisaggregatedParams(request_type="context_only")},
      "context_only requests need cache_transceiver_config"),
-], ids=["no-end-id", "beam-search-penalty", "top-logprobs", "several-returns",
+], ids=["no-end-id", "beam-search-penalty", "top-logprobs-past-the-vocabulary", "several-returns",
         "no-transceiver"])
 def test_what_the_engine_cannot_serve_is_refused_at_once(llm, kwargs, error):
     with pytest.raises(ValueError, match=error.replace("(", r"\(").replace(")", r"\)")):
@@ -192,6 +192,7 @@ FEATURES = {
         "min_tokens": 5, "logprobs": 1},
     "seeded-sampling-with-log-probs": {"temperature": 0.9, "top_k": 50, "seed": 7,
                                        "logprobs": 1},
+    "top-5-log-probs": {"temperature": 0.9, "top_k": 50, "seed": 3, "logprobs": 5},
 }
 
 
@@ -225,6 +226,12 @@ def test_each_sampling_feature_gives_the_same_output_split_across_two_engines(
         assert [d[t].logprob for t, d in zip(got.token_ids, got.logprobs, strict=True)] == \
             pytest.approx([d[t].logprob for t, d in zip(want.token_ids, want.logprobs,
                                                         strict=True)], abs=1e-5)
+        # the whole entries alike: the top-k ranked 1..k (and the chosen token where it is
+        # outside them), the same tokens on both sides
+        assert [list(d) for d in got.logprobs] == [list(d) for d in want.logprobs]
+        k = sampling["logprobs"]
+        assert all(sorted(e.rank for e in d.values())[:k] == list(range(1, k + 1))
+                   and len(d) in (k, k + 1) for d in got.logprobs)
     if feature.startswith("stop-word"):
         assert got.token_ids == base[:2] and got.finish_reason == "stop"
 
@@ -346,6 +353,21 @@ def test_penalties_min_tokens_bad_words_and_log_probs_equal_transformers(llm, ti
     got = [d[t].logprob for t, d in zip(twin.token_ids, twin.logprobs, strict=True)]
     assert got == pytest.approx(hf_logprobs, abs=1e-4)
     assert twin.cumulative_logprob == pytest.approx(sum(hf_logprobs), abs=1e-3)
+
+
+def test_top_5_log_probabilities_equal_transformers_top_5(llm, tiny_model):
+    """``logprobs`` 5: each token's entry is transformers' five best of the log-softmax, in
+    order, ranked 1..5 (greedy: the chosen token is rank 1)."""
+    import torch
+
+    twin = run(submit(llm, PROMPT, _params(max_tokens=8, end_id=-1, logprobs=5))).outputs[0]
+    hf = tiny_model.generate(torch.tensor([PROMPT]), max_new_tokens=8, do_sample=False,
+                             pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+    assert twin.token_ids == hf.sequences[0, len(PROMPT):].tolist()
+    for step, entry in enumerate(twin.logprobs):
+        values, ids = torch.topk(torch.log_softmax(hf.scores[step][0], -1), 5)
+        assert list(entry) == ids.tolist() and [e.rank for e in entry.values()] == [1, 2, 3, 4, 5]
+        assert [e.logprob for e in entry.values()] == pytest.approx(values.tolist(), abs=1e-4)
 
 
 def test_a_stop_word_ends_the_output_and_is_cut_unless_asked_to_keep_it(llm):

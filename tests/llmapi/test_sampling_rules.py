@@ -9,7 +9,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pdtrt.llmapi.reference.engine import SequenceSampling, draw_seed, process, sample  # noqa: E402
+from pdtrt.llmapi.reference.engine import (  # noqa: E402
+    SequenceSampling,
+    draw_seed,
+    process,
+    sample,
+    top_logprobs,
+)
 
 
 def _logits() -> torch.Tensor:
@@ -64,5 +70,22 @@ def test_a_draw_depends_on_the_seed_and_the_position_only():
 def test_the_log_probability_is_of_the_processed_scores():
     rules = SequenceSampling(repetition_penalty=2.0, logprobs=True)
     scores = process(_logits(), rules, [3], 0, None)
-    token, logprob = sample(scores, rules)
-    assert token == 0 and logprob == pytest.approx(float(torch.log_softmax(scores, -1)[0]))
+    token, entry = sample(scores, rules)
+    assert token == 0 and entry is not None
+    assert entry[0].logprob == pytest.approx(float(torch.log_softmax(scores, -1)[0]))
+    assert entry[0].rank == 1 and list(entry) == [0]  # k = 1: the best, which it chose
+
+
+def test_top_k_log_probabilities_are_ranked_and_hold_the_chosen_token():
+    """``logprobs`` = k: the k best of the log-softmax, ranked 1..k, and the chosen token with
+    its own rank when it is not among them (TorchSampler's shape, docs/verification.md)."""
+    scores = torch.tensor([0.0, 3.0, 1.0, 2.0, -1.0])
+    want = torch.log_softmax(scores, -1)
+    entry = top_logprobs(scores, 1, 3)  # chosen among the best three
+    assert list(entry) == [1, 3, 2]
+    assert [(e.rank, e.logprob) for e in entry.values()] == \
+        [(r, pytest.approx(float(want[t]))) for r, t in enumerate([1, 3, 2], 1)]
+    outside = top_logprobs(scores, 4, 2)  # a draw may pick a token outside the top-k
+    assert list(outside) == [1, 3, 4] and outside[4].rank == 5
+    assert outside[4].logprob == pytest.approx(float(want[4]))
+    assert sample(scores, SequenceSampling(logprobs=0))[1] is None  # not asked: nothing

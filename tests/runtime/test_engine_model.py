@@ -16,7 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pdtrt.engine_io import ERROR_OUTPUT, KV_EVENTS_OUTPUT, Param, RequestType, Role
+from pdtrt.engine_io import (
+    ERROR_OUTPUT,
+    KV_EVENTS_OUTPUT,
+    Param,
+    RequestSampling,
+    RequestType,
+    Role,
+)
 from pdtrt.kv_blocks import block_hashes
 from pdtrt.llmapi import LLMApiImpl, load_llm_api
 from pdtrt.runtime.engine.config import LLMEngineConfig, kv_reuse_options
@@ -780,19 +787,52 @@ def test_log_probs_are_read_by_token_and_a_missing_one_is_nan_not_a_failed_reque
     from pdtrt.runtime.phase_params import ContextPhaseParams
 
     out = Responder.__new__(Responder)
-    out.request = SimpleNamespace(context_phase_params=None, request_id="r1")
+    out.request = SimpleNamespace(context_phase_params=None, request_id="r1",
+                                  sampling=RequestSampling(return_log_probs=True))
     step = SimpleNamespace(token_ids=[5, 6, 7],
                            logprobs=[{5: Logprob(-0.1, 1)}, {8: Logprob(-0.2, 1)},
                                      {7: Logprob(-0.3, 1), 9: Logprob(-1.0, 2)}])
-    got = out._logprobs(step, 0, [5, 6, 7])
-    assert got[0] == -0.1 and math.isnan(got[1]) and got[2] == -0.3
+    got, top = out._logprobs(step, 0, [5, 6, 7])
+    assert got[0] == -0.1 and math.isnan(got[1]) and got[2] == -0.3 and top == []
     assert "no log-probability for its token 6" in caplog.text
 
     out.request = SimpleNamespace(request_id="r2", context_phase_params=ContextPhaseParams(
         ctx_request_id=1, first_gen_tokens=(5,), opaque_state=b"", draft_tokens=None,
-        prompt_len=4, first_gen_log_probs=(-0.05,)))
+        prompt_len=4, first_gen_log_probs=(-0.05,)), sampling=RequestSampling(
+            return_log_probs=True))
     shorter = SimpleNamespace(token_ids=[5, 6], logprobs=[{6: Logprob(-0.4, 1)}])
-    assert out._logprobs(shorter, 0, [5, 6]) == [-0.05, -0.4]  # the prefill's, then the engine's
+    assert out._logprobs(shorter, 0, [5, 6])[0] == [-0.05, -0.4]  # the prefill's, the engine's
+
+
+def test_the_alternatives_are_each_entrys_k_best_and_the_first_tokens_come_from_the_prefill():
+    """``num_top_log_probs`` k: each token's k best, best first -- not the chosen token that
+    upstream's entry may hold outside its top-k --, and a generation-only request's first
+    tokens take the alternatives the prefill put in context_phase_params."""
+    from types import SimpleNamespace
+
+    from pdtrt.llmapi.reference.outputs import Logprob
+    from pdtrt.runtime.engine.responder import Responder
+    from pdtrt.runtime.phase_params import ContextPhaseParams
+
+    out = Responder.__new__(Responder)
+    out.request = SimpleNamespace(context_phase_params=None, request_id="r1",
+                                  sampling=RequestSampling(return_log_probs=True,
+                                                           num_top_log_probs=2))
+    step = SimpleNamespace(token_ids=[5, 6], logprobs=[
+        {3: Logprob(-0.5, 1), 5: Logprob(-1.0, 2)},
+        {4: Logprob(-0.2, 1), 7: Logprob(-1.9, 2), 6: Logprob(-3.0, 9)}])  # chosen: rank 9
+    values, top = out._logprobs(step, 0, [5, 6])
+    assert values == [-1.0, -3.0]
+    assert top == [((3, -0.5), (5, -1.0)), ((4, -0.2), (7, -1.9))]
+
+    first = ((11, -0.1), (5, -2.0))
+    out.request = SimpleNamespace(request_id="r2", context_phase_params=ContextPhaseParams(
+        ctx_request_id=1, first_gen_tokens=(5,), opaque_state=b"", draft_tokens=None,
+        prompt_len=4, first_gen_log_probs=(-2.0,), first_gen_top_log_probs=(first,)),
+        sampling=out.request.sampling)
+    shorter = SimpleNamespace(token_ids=[5, 6], logprobs=[{6: Logprob(-0.4, 1),
+                                                           2: Logprob(-1.5, 2)}])
+    assert out._logprobs(shorter, 0, [5, 6]) == ([-2.0, -0.4], [first, ((6, -0.4), (2, -1.5))])
 
 
 def test_finalize_times_its_steps_with_the_injected_clock(caplog):

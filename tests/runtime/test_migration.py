@@ -16,7 +16,14 @@ import time
 import numpy as np
 import pytest
 
-from pdtrt.engine_io import Param, RequestType
+from pdtrt.engine_io import (
+    TOP_LOG_PROBS_INPUT,
+    TOP_LOG_PROBS_OUTPUT,
+    Param,
+    RequestType,
+    top_log_prob_outputs,
+    top_log_probs_of,
+)
 from tests.runtime.fake_triton import Fail
 from tests.runtime.test_router_failover import DEAD, POOLS, hang, is_probe, metric, work
 from tests.runtime.test_router_model import PARAMS, ended_once, request, route, tokens_out
@@ -94,6 +101,35 @@ def test_a_decode_dying_mid_stream_is_continued_on_another_endpoint(router):
     assert triton.metrics["pdtrt_router_errors_total"] == 0
     assert triton.metrics["pdtrt_request_migration_seconds_count"] == 1
     assert triton.metrics["pdtrt_request_output_tokens_sum"] == MAX_NEW
+
+
+def test_the_alternatives_keep_their_positions_across_a_migration(router):
+    """With ``num_top_log_probs``, a continuation's alternatives land at the positions of its
+    tokens: each output token carries the alternatives of its own sequence position."""
+    def with_top(call):
+        out = []
+        for response in positional(call):
+            token = int(response["output_ids"].reshape(-1)[0])
+            out.append({**response, "output_log_probs": np.array([[[-0.5]]], np.float32),
+                        **top_log_prob_outputs([((token, -0.5), (token + 1000, -3.0))], 2)})
+        return out
+
+    def dies(call):
+        if is_probe(call):
+            return [Fail(DEAD)]
+        return [] if call.is_stop else [*with_top(call)[:3], Fail(DEAD)]
+
+    model, triton = router(lambda call: (dies if call.model == "decode_b" else with_top)(call),
+                           **DECODES)
+    req = request(PROMPT_LEN, MAX_NEW)
+    req.inputs["return_log_probs"] = np.array([True])
+    req.inputs[TOP_LOG_PROBS_INPUT] = np.array([2], np.int32)
+    route(model, req)
+    assert req.tokens == UNINTERRUPTED and ended_once(req)
+    rows = [row for r in req.responses if TOP_LOG_PROBS_OUTPUT in r.outputs
+            for row in top_log_probs_of(r.outputs)]
+    assert rows == [((t, -0.5), (t + 1000, -3.0)) for t in UNINTERRUPTED]
+    assert metric(triton, "pdtrt_router_migrations_total", phase="decode", reason="died") == 1
 
 
 @pytest.mark.parametrize(("max_migrations", "num_sent"), [(1, 4), (2, 6)],

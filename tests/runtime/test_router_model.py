@@ -13,7 +13,16 @@ import time
 import numpy as np
 import pytest
 
-from pdtrt.engine_io import ERROR_OUTPUT, Param, RequestType
+from pdtrt.engine_io import (
+    ERROR_OUTPUT,
+    TOP_LOG_PROB_IDS_OUTPUT,
+    TOP_LOG_PROBS_INPUT,
+    TOP_LOG_PROBS_OUTPUT,
+    Param,
+    RequestType,
+    top_log_prob_outputs,
+    top_log_probs_of,
+)
 from pdtrt.runtime.router import reply as reply_module
 from pdtrt.runtime.router.model import TritonPythonModel
 from tests.runtime.fake_clock import FakeClock
@@ -162,6 +171,50 @@ def test_log_probs_are_asked_of_both_phases_and_relayed_once_per_token(router, s
     route(model, plain)
     assert all("output_log_probs" not in r.outputs for r in plain.responses)
     assert "output_log_probs" not in triton.calls_to("decode")[-1].outputs
+
+
+def _alternatives(token: int) -> tuple[tuple[int, float], ...]:
+    """What the fake engines report as a token's two best alternatives."""
+    return ((token, -0.5), (token + 50, -2.5))  # exact in FP32
+
+
+def _with_top(tokens, rows=None, **extra):
+    rows = [_alternatives(t) for t in tokens] if rows is None else rows
+    return _with_logprobs(tokens, **top_log_prob_outputs(rows, 2), **extra)
+
+
+def _relayed_top(req) -> list:
+    return [row for r in req.responses if TOP_LOG_PROBS_OUTPUT in r.outputs
+            for row in top_log_probs_of(r.outputs)]
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "one-response"])
+def test_the_alternatives_are_asked_of_both_phases_and_relayed_once_per_position(router,
+                                                                                streaming):
+    """``num_top_log_probs``: the router asks each phase for the alternatives and relays them
+    by position -- the first token's from the prefill, even when the decode repeats that token
+    with others -- and never to a request that did not ask."""
+    def decode(call):  # the whole output again; its first token's alternatives differ
+        return [_with_top(OUTPUT[:2], rows=[((1, -9.0), (2, -9.5)), _alternatives(OUTPUT[1])]),
+                _with_top(OUTPUT[2:])]
+
+    model, triton = router(engines(
+        prefill=lambda call: [_with_top(OUTPUT[:1], context_phase_params=PARAMS)],
+        decode=decode))
+    req = request(streaming=streaming)
+    req.inputs["return_log_probs"] = np.array([True])
+    req.inputs[TOP_LOG_PROBS_INPUT] = np.array([2], np.int32)
+    route(model, req)
+    assert req.tokens == OUTPUT and ended_once(req)
+    for call in triton.calls_to("prefill") + triton.calls_to("decode"):
+        assert {TOP_LOG_PROBS_OUTPUT, TOP_LOG_PROB_IDS_OUTPUT} <= set(call.outputs)
+        assert int(call.inputs[TOP_LOG_PROBS_INPUT].reshape(-1)[0]) == 2
+    assert _relayed_top(req) == [_alternatives(t) for t in OUTPUT]
+    plain = request(request_id="plain")
+    plain.inputs["return_log_probs"] = np.array([True])
+    route(model, plain)
+    assert _relayed_top(plain) == []
+    assert TOP_LOG_PROBS_OUTPUT not in triton.calls_to("decode")[-1].outputs
 
 
 def test_both_phases_see_the_client_id_with_one_unique_suffix(router):

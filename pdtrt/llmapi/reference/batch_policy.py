@@ -38,7 +38,7 @@ from pdtrt.engine_io import RequestType
 from pdtrt.stop_words import completed_stop_word
 
 if TYPE_CHECKING:
-    from pdtrt.llmapi.reference.engine import KV
+    from pdtrt.llmapi.reference.engine import KV, TokenLogprobs
 
 __all__ = ["Delivery", "Emission", "IterationPlan", "Seq", "State", "blocks_reserved", "fail",
            "postprocess", "prefill_cost", "schedule"]
@@ -50,7 +50,7 @@ class Emission:
 
     tokens: tuple[int, ...]  # tokens new in this emission
     final: bool
-    logprobs: tuple[float, ...] = ()  # of ``tokens``, for a sequence that asked; else empty
+    logprobs: tuple[TokenLogprobs, ...] = ()  # of ``tokens``, for a sequence that asked
     stop_word: tuple[int, ...] | None = None  # final: the stop word the output ends with
     kv: KV | None = None  # context-only: the prompt's KV, on the final emission
     error: str | None = None
@@ -72,7 +72,7 @@ class Seq:
     end_id: int | None = None
     mode: RequestType = RequestType.CONTEXT_AND_GENERATION
     first_tokens: tuple[int, ...] = ()  # generation-only: the context phase's first token(s)
-    first_logprobs: tuple[float, ...] = ()  # and their log-probabilities (if asked)
+    first_logprobs: tuple[TokenLogprobs, ...] = ()  # and their log-probabilities (if asked)
     stop_words: tuple[tuple[int, ...], ...] = ()  # an output ending with one ends ("stop")
     kv: KV | None = None
     generated: list[int] = field(default_factory=list)
@@ -138,7 +138,8 @@ def schedule(state: State[S]) -> IterationPlan[S]:
 
 
 def postprocess(state: State[S], results: Iterable[tuple[S, Sequence[int]]
-                                                    | tuple[S, Sequence[int], Sequence[float]]]
+                                                    | tuple[S, Sequence[int],
+                                                            Sequence[TokenLogprobs]]]
                 ) -> list[Delivery[S]]:
     """Apply a step's new tokens to each sequence (and their log-probabilities, for a
     sequence that asked); those that end leave ``running``."""
@@ -180,7 +181,7 @@ def _admit(state: State[S]) -> list[S]:
 
 
 def _accept(state: State[S], seq: S, tokens: Sequence[int],
-            token_logprobs: Sequence[float] = (), *, sampled: bool = True) -> Emission:
+            token_logprobs: Sequence[TokenLogprobs] = (), *, sampled: bool = True) -> Emission:
     """Append ``tokens`` to the output until one ends it, checked in TensorRT-LLM's order:
     the end id (not part of the output), then ``max_new_tokens``, then a stop word the prompt
     and output now end with (the word stays in the output). ``sampled`` False: tokens a
@@ -196,7 +197,7 @@ def _accept(state: State[S], seq: S, tokens: Sequence[int],
     py_executor.py at 9521caf4696c1fb79b0f946f0d980f8f0ebd3e64), outside the sampler's
     checks."""
     new: list[int] = []
-    logprobs: list[float] = []
+    logprobs: list[TokenLogprobs] = []
     reason: str | None = None
     stop_word: tuple[int, ...] | None = None
     for i, token in enumerate(tokens):
@@ -223,7 +224,7 @@ def _accept(state: State[S], seq: S, tokens: Sequence[int],
                    stop_word=stop_word)
 
 
-def _finish(seq: Seq, *, tokens: tuple[int, ...] = (), logprobs: tuple[float, ...] = (),
+def _finish(seq: Seq, *, tokens: tuple[int, ...] = (), logprobs: tuple[TokenLogprobs, ...] = (),
             kv: KV | None = None, error: str | None = None, cancelled: bool = False,
             reason: str | None = None, stop_word: tuple[int, ...] | None = None) -> Emission:
     seq.done = True

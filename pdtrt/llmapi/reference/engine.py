@@ -13,7 +13,6 @@ to ``transformers``' ``generate()``) so the disaggregated path can be checked en
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,11 +22,13 @@ import torch
 
 from pdtrt.engine_dir import KVLayout
 from pdtrt.enums import KVDType
+from pdtrt.llmapi.reference.outputs import Logprob
 
 __all__ = ["KV", "ReferenceEngine", "SequenceSampling", "draw_seed", "load_reference_engine",
-           "pack_kv", "process", "sample", "unpack_kv"]
+           "pack_kv", "process", "sample", "top_logprobs", "unpack_kv", "TokenLogprobs"]
 
 KV = tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per layer (k, v): [1, H_kv, S, D]
+TokenLogprobs = dict[int, Logprob]  # one output token's entry: its top-k and itself
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +52,7 @@ class SequenceSampling:
     frequency_penalty: float = 0.0
     min_tokens: int = 0  # the end id is banned while fewer tokens than this were generated
     bad_words: tuple[tuple[int, ...], ...] = ()
-    logprobs: bool = False  # report each sampled token's log-probability
+    logprobs: int = 0  # k: report each sampled token's top-k log-probabilities (0: none)
 
     @property
     def penalised(self) -> bool:
@@ -109,15 +110,35 @@ def draw_seed(seed: int, position: int) -> int:
 
 
 def sample(scores: torch.Tensor, params: SequenceSampling, generator: torch.Generator | None = None
-           ) -> tuple[int, float]:
-    """One token id from the processed ``scores`` ``[vocab]`` (:func:`process`), and its
-    log-probability under them (NaN unless ``params.logprobs``)."""
+           ) -> tuple[int, TokenLogprobs | None]:
+    """One token id from the processed ``scores`` ``[vocab]`` (:func:`process`), and, when
+    ``params.logprobs`` is k > 0, its log-probabilities: TensorRT-LLM's ``{token: Logprob}``
+    entry (:func:`top_logprobs`)."""
     if params.greedy:
         token = int(torch.argmax(scores))
     else:
         token = _draw(scores, params, generator)
-    logprob = float(torch.log_softmax(scores, dim=-1)[token]) if params.logprobs else math.nan
-    return token, logprob
+    return token, top_logprobs(scores, token, params.logprobs) if params.logprobs else None
+
+
+def top_logprobs(scores: torch.Tensor, token: int, k: int) -> TokenLogprobs:
+    """The log-softmax of ``scores`` ``[vocab]`` at its ``k`` best tokens, ranked 1..k, plus
+    ``token`` (the chosen one) with its own rank where it is not among them.
+
+    The shape of TensorRT-LLM's PyTorch sampler: ``TorchSampler`` takes ``torch.topk`` of the
+    log-softmax and ranks the entries 1..k (``handle_logprobs``, tensorrt_llm/_torch/pyexecutor/
+    sampler.py; the stored copy near the 1.2 cut has only the top-k, main's
+    ``_store_logprobs_list_to_request`` adds the sampled token when it is missing, with its
+    rank). The twin always holds the chosen token, as main does; which of the two 1.2.1 ships is
+    not visible from here (docs/verification.md)."""
+    logprobs = torch.log_softmax(scores.float(), dim=-1)  # [vocab]
+    values, ids = torch.topk(logprobs, min(int(k), logprobs.numel()))  # [k], [k]
+    entry = {int(t): Logprob(float(v), rank) for rank, (t, v) in
+             enumerate(zip(ids.tolist(), values.tolist(), strict=True), 1)}
+    if token not in entry:
+        chosen = logprobs[token]
+        entry[token] = Logprob(float(chosen), int((logprobs > chosen).sum()) + 1)
+    return entry
 
 
 def _draw(scores: torch.Tensor, params: SequenceSampling, generator: torch.Generator | None) -> int:

@@ -44,7 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from pdtrt.engine_io import RequestType
-from pdtrt.llmapi.reference.engine import ReferenceEngine, SequenceSampling, load_reference_engine
+from pdtrt.llmapi.reference.engine import (
+    ReferenceEngine,
+    SequenceSampling,
+    TokenLogprobs,
+    load_reference_engine,
+)
 from pdtrt.llmapi.reference.options import ReferenceLlmArgs
 from pdtrt.llmapi.reference.outputs import (
     ExecutorResponse,
@@ -206,9 +211,12 @@ class LLM:
                              "end_id (the reference LLM has no tokenizer)")
         if named := params._unimplemented():
             raise ValueError(f"the reference LLM does not implement {', '.join(named)}")
-        if params.logprobs is not None and params.logprobs > 1:
-            raise ValueError(f"the reference LLM returns the sampled token's log-probability "
-                             f"only: logprobs {params.logprobs} > 1")
+        # logprobs = k: 1.2.1 sets no bound (main's cap of 20 came with PR #13520, after it);
+        # its TorchSampler's torch.topk fails on a k outside 0..vocab, and so does this
+        vocab = int(self._engine.model.config.vocab_size)
+        if params.logprobs is not None and not 0 <= params.logprobs <= vocab:
+            raise ValueError(f"logprobs ({params.logprobs}) must be in 0..{vocab} (the "
+                             "vocabulary): the top-k log-probabilities come from torch.topk")
         # llm.py _check_arguments (PyTorch backend): without chunked prefill a prompt must fit
         # one step's max_num_tokens; a generation-only request brings its KV and is not checked
         budget = self.args.max_num_tokens
@@ -235,19 +243,19 @@ class LLM:
                  streaming: bool, caller: DisaggregatedParams | None, prompt_len: int,
                  marks: PerfMarks | None = None) -> Callable[[Emission], None]:
         pending: list[int] = []  # a non-streaming request's tokens until its end
-        pending_lp: list[float] = []
+        pending_lp: list[TokenLogprobs] = []
         emitted = [0]  # output tokens pushed so far
         stop_reasons = {tuple(w): r for r, w in params._get_stop_reasons_and_words()}
 
-        def logprobs(tokens: tuple[int, ...], lps: tuple[float, ...]
-                     ) -> tuple[dict[int, Logprob], ...] | None:
-            """One entry per token that has a value: a generation-only request's first
-            tokens have none unless the caller handed them over (``first_gen_log_probs``, which
-            the pinned release lacks), so its list is that much shorter, at the front."""
+        def logprobs(tokens: tuple[int, ...], lps: tuple[TokenLogprobs, ...]
+                     ) -> tuple[TokenLogprobs, ...] | None:
+            """One entry per token that has one (its top-k and itself, :func:`.engine.
+            top_logprobs`): a generation-only request's first tokens have none unless the
+            caller handed them over (``first_gen_log_probs``, which the pinned release lacks),
+            so its list is that much shorter, at the front."""
             if not params.logprobs:
                 return None
-            return tuple({t: Logprob(lp, None)}
-                         for t, lp in zip(tokens[len(tokens) - len(lps):], lps, strict=True))
+            return tuple(lps[len(lps) - min(len(tokens), len(lps)):])
 
         def emit(em: Emission) -> None:
             if em.error is not None:
@@ -408,7 +416,7 @@ def _sampling(params: SamplingParams, *, torch_sampler: bool, prompt_len: int) -
     from the request's ``seed`` (#17172 added per-request seeds)."""
     greedy = params._greedy_decoding  # 1.2's rule: temperature 0 is greedy too
     temperature = 1.0 if params.temperature is None else params.temperature
-    top_k, top_p, logprobs = params.top_k or 0, params.top_p or 0.0, bool(params.logprobs)
+    top_k, top_p, logprobs = params.top_k or 0, params.top_p or 0.0, params.logprobs or 0
     if torch_sampler:
         return SequenceSampling(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
                         min_tokens=max((params.min_tokens or 0) - prompt_len, 0),
@@ -425,7 +433,7 @@ def _sampling(params: SamplingParams, *, torch_sampler: bool, prompt_len: int) -
         logprobs=logprobs)
 
 
-def _first_logprobs(params: DisaggregatedParams, asked: bool) -> tuple[float, ...]:
+def _first_logprobs(params: DisaggregatedParams, asked: bool) -> tuple[TokenLogprobs, ...]:
     """The log-probabilities of a generation-only request's first token(s) when the caller
     hands them over in ``first_gen_log_probs`` (one ``{token: Logprob}`` per token; a field of
     TensorRT-LLM's 1.3 line, PR #11727, absent from the pinned class); else none -- the
@@ -437,5 +445,11 @@ def _first_logprobs(params: DisaggregatedParams, asked: bool) -> tuple[float, ..
     if len(given) != len(tokens):
         raise ValueError(f"DisaggregatedParams.first_gen_log_probs holds {len(given)} entries "
                          f"for {len(tokens)} first_gen_tokens")
-    return tuple(float(d[t].logprob if hasattr(d[t], "logprob") else d[t])
-                 for t, d in zip(tokens, given, strict=True))
+    if missing := [t for t, d in zip(tokens, given, strict=True) if t not in d]:
+        raise ValueError(f"DisaggregatedParams.first_gen_log_probs lacks its tokens {missing}")
+    return tuple({int(t): _logprob(v) for t, v in d.items()} for d in given)
+
+
+def _logprob(value: Any) -> Logprob:
+    """A ``Logprob`` of one entry of ``first_gen_log_probs`` (a Logprob-like, or a float)."""
+    return Logprob(float(getattr(value, "logprob", value)), getattr(value, "rank", None))

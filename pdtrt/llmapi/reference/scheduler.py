@@ -38,6 +38,7 @@ from pdtrt.llmapi.reference.engine import (
     KV,
     ReferenceEngine,
     SequenceSampling,
+    TokenLogprobs,
     draw_seed,
     process,
     sample,
@@ -230,15 +231,15 @@ class Scheduler:
 
 
 def _sampled(seq: SeqRequest, logits: torch.Tensor, shared: torch.Generator | None
-             ) -> tuple[SeqRequest, list[int], list[float]]:
-    """``seq``, its next token, and the token's log-probability if it asked."""
-    token, logprob = _sample(seq, logits, shared)
-    return seq, [token], [logprob] if seq.sampling.logprobs else []
+             ) -> tuple[SeqRequest, list[int], list[TokenLogprobs]]:
+    """``seq``, its next token, and the token's log-probabilities if it asked."""
+    token, entry = _sample(seq, logits, shared)
+    return seq, [token], [] if entry is None else [entry]
 
 
 def _sample(seq: SeqRequest, logits: torch.Tensor, shared: torch.Generator | None
-            ) -> tuple[int, float]:
-    """The next token of ``seq`` and its log-probability (NaN unless asked); a sampled token
+            ) -> tuple[int, TokenLogprobs | None]:
+    """The next token of ``seq`` and its log-probabilities (None unless asked); a sampled token
     is drawn from ``shared`` when given (TorchSampler), else from its own seeded generator."""
     s = seq.sampling
     scores = process(logits, s, seq.prompt + seq.generated if s.reads_history else (),

@@ -217,13 +217,15 @@ class TritonPythonModel:
         ``end_id`` becomes -1, a token id that never comes (the LLM API needs one when it has
         no tokenizer); 0 for top_k / top_p means "not set", as in the ``tensorrt_llm`` model.
 
-        Penalties and ``min_tokens`` map one to one; ``return_log_probs`` is ``logprobs=1``
-        (the PyTorch flow returns log-probs when ``logprobs`` is truthy). Word lists: one-token
-        words are ``stop_token_ids`` / ``bad_token_ids``; longer ones go in ``_stop_word_ids``
-        / ``_bad_word_ids`` with ``stop`` / ``bad`` naming them -- the fields ``_setup`` fills
-        from strings, which ``generate_async`` calls only when ``end_id`` is None, and this
-        model always sets ``end_id`` (``_prepare_sampling_params``, llm.py at
-        4c05a74891e4df8066f08ed4ce14b0972abe4e25). ``include_stop_str_in_output`` keeps a
+        Penalties and ``min_tokens`` map one to one; ``return_log_probs`` is ``logprobs=k``:
+        k the request's ``num_top_log_probs``, at least 1 (the PyTorch flow returns log-probs
+        when ``logprobs`` is truthy, the top-k of each token's distribution: one
+        ``{token: Logprob}`` per output token, ``executor/result.py`` ``CompletionOutput``).
+        Word lists: one-token words are ``stop_token_ids`` / ``bad_token_ids``; longer ones go
+        in ``_stop_word_ids`` / ``_bad_word_ids`` with ``stop`` / ``bad`` naming them -- the
+        fields ``_setup`` fills from strings, which ``generate_async`` calls only when
+        ``end_id`` is None, and this model always sets ``end_id`` (``_prepare_sampling_params``,
+        llm.py at 4c05a74891e4df8066f08ed4ce14b0972abe4e25). ``include_stop_str_in_output`` keeps a
         matched stop word in the output, as NVIDIA's ``tensorrt_llm`` model returns it (the
         LLM API would cut it from the last response after earlier responses streamed it).
         ``perf_metrics`` (a traced generation-only request): ``return_perf_metrics``, for the
@@ -236,7 +238,7 @@ class TritonPythonModel:
             "presence_penalty": _unless(s.presence_penalty, 0.0),
             "frequency_penalty": _unless(s.frequency_penalty, 0.0),
             "min_tokens": s.min_tokens or None,
-            "logprobs": 1 if s.return_log_probs else None,
+            "logprobs": max(1, s.num_top_log_probs) if s.return_log_probs else None,
             "include_stop_str_in_output": True,
             "stop_token_ids": [w[0] for w in s.stop_words if len(w) == 1] or None,
             "bad_token_ids": [w[0] for w in s.bad_words if len(w) == 1] or None,

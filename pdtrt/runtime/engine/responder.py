@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pdtrt.engine_io import ERROR_OUTPUT, RequestType
+from pdtrt.engine_io import ERROR_OUTPUT, RequestType, TopLogProbs, top_log_prob_outputs
 from pdtrt.runtime.engine.inflight import StopHandle
 from pdtrt.runtime.metrics import Metrics
 from pdtrt.runtime.phase_params import ContextPhaseParams
@@ -72,6 +72,7 @@ class Responder:
         self.num_seen = 0  # tokens of outputs[0].token_ids already taken
         self.tokens: list[int] = []
         self.logprobs: list[float] = []  # of ``tokens``, when the request asked for them
+        self.top: list[TopLogProbs] = []  # their alternatives, when it asked for those too
         self.done = False  # the final response went out
         self.sent = False  # a response with data went out
         self.held = False  # the server is stopping: only the error goes out
@@ -123,36 +124,48 @@ class Responder:
             out = result.outputs[0]
             new = list(out.token_ids[self.num_seen:])
             if self.request.sampling.return_log_probs:
-                self.logprobs += self._logprobs(out, self.num_seen, new)
+                values, top = self._logprobs(out, self.num_seen, new)
+                self.logprobs += values
+                self.top += top
             self.num_seen += len(new)
             if new and not self.first_token_ns:
                 self.first_token_ns = time.time_ns()
             self._emit(new, final=bool(result.finished), out=out)
 
-    def _logprobs(self, out: Any, start: int, new: list[int]) -> list[float]:
-        """The log-probabilities of the ``new`` tokens at ``start`` (``outputs[0].logprobs``:
-        one ``{token: Logprob}`` per output token that has one). A generation-only request's
-        first tokens take the context phase's, carried in ``context_phase_params``: a release
-        without ``DisaggregatedParams.first_gen_log_probs`` has none for them, so its list is
-        that much shorter at the front and is read aligned to the end of ``token_ids``. A
-        sampled token missing from its entry (upstream's entry is the top-k of the logits,
-        which may not hold it) is NaN, logged, never a failed request."""
+    def _logprobs(self, out: Any, start: int, new: list[int]
+                  ) -> tuple[list[float], list[TopLogProbs]]:
+        """The log-probabilities of the ``new`` tokens at ``start`` and their alternatives (the
+        best ``num_top_log_probs`` of each entry; none asked: empty), from
+        ``outputs[0].logprobs``: one ``{token: Logprob}`` per output token that has one. A
+        generation-only request's first tokens take the context phase's, carried in
+        ``context_phase_params``: a release without ``DisaggregatedParams.first_gen_log_probs``
+        has none for them, so its list is that much shorter at the front and is read aligned
+        to the end of ``token_ids``. A sampled token missing from its entry (upstream's entry
+        is the top-k of the logits, which may not hold it) is NaN, logged, never a failed
+        request."""
+        k = self.request.sampling.num_top_log_probs
         first = self.request.context_phase_params
         given = first.first_gen_log_probs if first is not None else None
+        given_top = first.first_gen_top_log_probs if first is not None else None
         offset = len(out.token_ids) - len(out.logprobs or ())
-        values = []
+        values: list[float] = []
+        top: list[TopLogProbs] = []
         for i, token in enumerate(new, start):
             if given is not None and i < len(given):
                 values.append(given[i])
+                if k:
+                    top.append(given_top[i] if given_top is not None else ())
                 continue
             entry = out.logprobs[i - offset] if 0 <= i - offset < len(out.logprobs) else {}
+            if k:
+                top.append(_alternatives(entry, k))
             if token not in entry:
                 log.warning("request %s: no log-probability for its token %d at %d; NaN sent",
                             self.request.request_id, token, i)
                 values.append(math.nan)
                 continue
-            values.append(float(getattr(entry[token], "logprob", entry[token])))
-        return values
+            values.append(_value(entry[token]))
+        return values, top
 
     def _emit(self, new: list[int], *, final: bool, out: Any) -> None:
         num_before = len(self.tokens)
@@ -199,16 +212,24 @@ class Responder:
     def _logprob_outputs(self, start: int) -> dict[str, np.ndarray]:
         """``output_log_probs`` of the tokens from ``start`` on ([1, 1, n]: one beam) and
         ``cum_log_probs`` of all so far ([1, 1]), as NVIDIA's ``tensorrt_llm`` model sends
-        them: only to a request that asked (``return_log_probs``)."""
-        if not self.request.sampling.return_log_probs:
+        them: only to a request that asked (``return_log_probs``); and the tokens'
+        alternatives ([1, n, k]: :data:`~pdtrt.engine_io.TOP_LOG_PROBS_OUTPUT` and its ids)
+        when it asked for k of them."""
+        sampling = self.request.sampling
+        if not sampling.return_log_probs:
             return {}
-        return log_prob_outputs(self.logprobs[start:], sum(self.logprobs))
+        top = top_log_prob_outputs(self.top[start:], sampling.num_top_log_probs) \
+            if sampling.num_top_log_probs else {}
+        return {**log_prob_outputs(self.logprobs[start:], sum(self.logprobs)), **top}
 
     def _offer(self, params: Any) -> dict[str, np.ndarray]:
         """The ``context_phase_params`` output: what a decode needs to pull the KV."""
+        sampling = self.request.sampling
         encoded = ContextPhaseParams.from_disaggregated(
             params, len(self.request.prompt),
-            tuple(self.logprobs) if self.request.sampling.return_log_probs else None)
+            tuple(self.logprobs) if sampling.return_log_probs else None,
+            tuple(self.top) if sampling.return_log_probs and sampling.num_top_log_probs
+            else None)
         return {"context_phase_params": encoded.to_array().reshape(1, -1)}
 
     def _timing(self) -> dict[str, np.ndarray]:
@@ -243,3 +264,16 @@ class Responder:
         if not wanted:
             self.triton.send_error(self.incoming, message, final=False)
         self.triton.close(self.incoming)
+
+
+def _value(logprob: Any) -> float:
+    """The log-probability of one entry's value (a ``Logprob``, or a bare float)."""
+    return float(getattr(logprob, "logprob", logprob))
+
+
+def _alternatives(entry: dict[int, Any], k: int) -> TopLogProbs:
+    """The ``k`` best of one token's ``{token: Logprob}`` entry, best first: upstream's entry
+    holds the top-k ranked 1..k, and may also hold the chosen token outside them."""
+    ranked = sorted(entry.items(), key=lambda kv: (-_value(kv[1]),
+                                                   getattr(kv[1], "rank", None) or 0))
+    return tuple((int(t), _value(v)) for t, v in ranked[:k])

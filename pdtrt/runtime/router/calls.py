@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
@@ -26,9 +26,13 @@ from pdtrt.client.streams import GrpcStreamClient, StreamClient, StreamResponse
 from pdtrt.engine_io import (
     PHASE_ROLES,
     REQUEST_TYPE_PARAMETER,
+    TOP_LOG_PROB_IDS_OUTPUT,
+    TOP_LOG_PROBS_OUTPUT,
     TRACEPARENT_PARAMETER,
     RequestType,
     Role,
+    TopLogProbs,
+    top_log_probs_of,
 )
 from pdtrt.errors import PhaseError
 from pdtrt.runtime.metrics import Metrics
@@ -52,7 +56,8 @@ if TYPE_CHECKING:
     from pdtrt.runtime.router.trace import RequestTrace
 
 __all__ = ["FallBack", "Migrate", "PhaseCalls", "failure", "make_pools", "phase_id",
-           "response_logprobs", "response_tokens"]
+           "log_prob_outputs_of", "response_logprobs", "response_tokens",
+           "response_top_log_probs"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +100,18 @@ def response_logprobs(response: StreamResponse) -> list[float] | None:
     """The response's ``output_log_probs`` (one per token), if it has them."""
     values = response.outputs.get("output_log_probs")
     return None if values is None else [float(v) for v in values.reshape(-1)]
+
+
+def response_top_log_probs(response: StreamResponse) -> list[TopLogProbs] | None:
+    """The alternatives of each of the response's tokens, if it has them."""
+    return top_log_probs_of(response.outputs)
+
+
+def log_prob_outputs_of(request: RouterRequest) -> list[str]:
+    """The log-prob outputs to ask a phase for: what the client asked for."""
+    return (["output_log_probs"] if request.return_log_probs else []) + (
+        [TOP_LOG_PROBS_OUTPUT, TOP_LOG_PROB_IDS_OUTPUT]
+        if request.return_log_probs and request.num_top_log_probs else [])
 
 
 class PhaseCalls:
@@ -213,11 +230,12 @@ class PhaseCalls:
     # -- the calls ---------------------------------------------------------------------------
     def stream(self, endpoint: Endpoint, request_type: RequestType,
                inputs: dict[str, np.ndarray], phase_id: str, *, tokens: int = 0,
-               kv_tokens: int = 0, is_stop: bool = False, log_probs: bool = False,
+               kv_tokens: int = 0, is_stop: bool = False, log_probs: Sequence[str] = (),
                trace: RequestTrace | None = None) -> AsyncIterator[StreamResponse]:
         """One call's responses, watched by the liveness deadline; counted as outstanding
         work of ``endpoint`` while it runs (``tokens``: what it stands for; ``kv_tokens``: the
-        KV it holds at its end; ``log_probs``: ask for the tokens' log-probabilities too;
+        KV it holds at its end; ``log_probs``: the log-prob outputs to ask for too,
+        :func:`log_prob_outputs_of`;
         ``trace``: the request's spans, which get one for this call, its ``traceparent``
         going to the endpoint as a request parameter; None: no layer is added)."""
         parameters = {REQUEST_TYPE_PARAMETER: request_type.value}
@@ -232,10 +250,10 @@ class PhaseCalls:
     async def _stream(self, endpoint: Endpoint, request_type: RequestType,
                       inputs: dict[str, np.ndarray], phase_id: str,
                       parameters: dict[str, str], *, tokens: int, kv_tokens: int,
-                      is_stop: bool, log_probs: bool) -> AsyncIterator[StreamResponse]:
+                      is_stop: bool, log_probs: Sequence[str]) -> AsyncIterator[StreamResponse]:
         outputs = _PHASE_OUTPUTS + (
             ["context_phase_params"] if request_type is RequestType.CONTEXT_ONLY else []) + (
-            ["output_log_probs"] if log_probs else [])
+            list(log_probs))
         labels = self.labels(endpoint)
         if not is_stop:
             self.metrics.add("calls", **labels)
@@ -286,7 +304,7 @@ class PhaseCalls:
         async with aclosing(self.stream(endpoint, request_type, inputs, phase_id,
                                         tokens=request.max_new_tokens,
                                         kv_tokens=len(request.prompt) + request.max_new_tokens,
-                                        log_probs=request.return_log_probs,
+                                        log_probs=log_prob_outputs_of(request),
                                         trace=reply.trace)) as responses:
             async for r in responses:
                 if r.error is not None:
@@ -305,7 +323,8 @@ class PhaseCalls:
                         if request_type is RequestType.GENERATION_ONLY:
                             reply.timeline.decode_queue_s = queue_s
                     tokens = response_tokens(r)
-                    reply.extend(request.num_generated + seen, tokens, response_logprobs(r))
+                    reply.extend(request.num_generated + seen, tokens, response_logprobs(r),
+                                 response_top_log_probs(r))
                     seen += len(tokens)
                     if request.streaming:
                         reply.stream()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pdtrt.engine_io import RequestType, Role
+from pdtrt.engine_io import RequestType, Role, TopLogProbs
 from pdtrt.errors import PhaseError
 from pdtrt.runtime.request_parsing import RouterRequest
 from pdtrt.runtime.router.aggregated import aggregated
@@ -28,9 +28,11 @@ from pdtrt.runtime.router.calls import (
     FallBack,
     PhaseCalls,
     failure,
+    log_prob_outputs_of,
     phase_id,
     response_logprobs,
     response_tokens,
+    response_top_log_probs,
 )
 from pdtrt.runtime.router.pool import Endpoint
 from pdtrt.runtime.router.reply import Reply
@@ -54,6 +56,7 @@ class _Prefill:
     endpoint: Endpoint  # where the KV is held
     phase_id: str  # the id the prefill saw (and the decode sees)
     first_logprobs: list[float] | None = None  # when the client asked for log-probs
+    first_top: list[TopLogProbs] | None = None  # and for their alternatives
 
     def needs_decode(self, max_new_tokens: int) -> bool:
         return (bool(self.first_tokens) and self.context_phase_params is not None
@@ -85,7 +88,8 @@ async def _prefill_then_decode(calls: PhaseCalls, request: RouterRequest, reply:
     tried: list[Endpoint] = []  # decode endpoints that failed this request
     while True:
         prefill = await _prefill(calls, request, reply)
-        reply.extend(request.num_generated, prefill.first_tokens, prefill.first_logprobs)
+        reply.extend(request.num_generated, prefill.first_tokens, prefill.first_logprobs,
+                     prefill.first_top)
         if request.streaming and calls.config.early_first_token:
             reply.stream()  # before the cancel check: that is a round trip to the server
         if reply.cancelled(now=True):  # the client has gone: no decode
@@ -163,14 +167,14 @@ async def _watch(calls: PhaseCalls, reply: Reply, endpoint: Endpoint, request: R
 async def _prefill_call(calls: PhaseCalls, request: RouterRequest, endpoint: Endpoint,
                         reply: Reply, pid: str) -> _Prefill:
     first: tuple[int, ...] = ()
-    logprobs = None
+    logprobs = top = None
     params = None
     error = None
     uncached = len(request.prompt) - calls.kv.cached(request, endpoint)
     async with aclosing(calls.stream(endpoint, RequestType.CONTEXT_ONLY,
                                      request.phase_inputs(streaming=False), pid,
                                      tokens=uncached,
-                                     log_probs=request.return_log_probs,
+                                     log_probs=log_prob_outputs_of(request),
                                      trace=reply.trace)) as responses:
         async for r in responses:
             if r.error is not None:
@@ -178,12 +182,13 @@ async def _prefill_call(calls: PhaseCalls, request: RouterRequest, endpoint: End
             elif "output_ids" in r.outputs:
                 first = tuple(response_tokens(r))
                 logprobs = response_logprobs(r)
+                top = response_top_log_probs(r)
                 params = r.outputs.get("context_phase_params")
                 calls.queue_metric("prefill_queue_s", r)
     if error is not None:
         raise PhaseError(failure(Role.PREFILL, endpoint, error))
     reply.timeline.prefill_done_s = calls.clock()
-    return _Prefill(first, params, endpoint, pid, logprobs)
+    return _Prefill(first, params, endpoint, pid, logprobs, top)
 
 
 async def _decode(calls: PhaseCalls, request: RouterRequest, reply: Reply, prefill: _Prefill,

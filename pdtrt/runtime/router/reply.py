@@ -14,11 +14,11 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from pdtrt.engine_io import TIMING_OUTPUT
+from pdtrt.engine_io import TIMING_OUTPUT, TopLogProbs, top_log_prob_outputs
 from pdtrt.errors import PhaseError
 from pdtrt.runtime.metrics import Metrics
 from pdtrt.runtime.request_parsing import RouterRequest, TokenCounts
@@ -39,6 +39,8 @@ __all__ = ["Reply"]
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 # The least time between two asks whether a client cancelled (see Reply.cancelled): at most
 # this much more of a cancelled request is generated and relayed.
 CANCEL_CHECK_S = 0.1
@@ -57,6 +59,7 @@ class Reply:
         self.clock = clock
         self.tokens: list[int] = []  # the output so far, each position once
         self.logprobs: list[float] | None = None  # theirs, when the phases report them
+        self.top: list[TopLogProbs] | None = None  # their alternatives, likewise
         self.counts = TokenCounts()  # the token counts the client asked for
         self.num_prompt = 0  # its prompt's tokens
         self.num_streamed = 0  # of which already sent (streaming)
@@ -93,9 +96,11 @@ class Reply:
         self._cancelled = True
 
     def extend(self, position: int, tokens: Sequence[int],
-               logprobs: Sequence[float] | None = None) -> None:
-        """Tokens of the output from ``position`` on (with their log-probabilities, when the
-        phase reports them); positions already known are dropped.
+               logprobs: Sequence[float] | None = None,
+               top: Sequence[TopLogProbs] | None = None) -> None:
+        """Tokens of the output from ``position`` on (with their log-probabilities and those
+        of their alternatives, when the phase reports them); positions already known are
+        dropped.
 
         Raises :class:`PhaseError` when a known position comes with another token (a retried
         phase that sampled differently): the client must not get a changed output.
@@ -109,17 +114,17 @@ class Reply:
                     "than changing it")
         self.tokens += tokens[known:]
         if logprobs is not None:  # by position: a phase may report ones another did not
-            if self.logprobs is None:
-                self.logprobs = []
-            for at, value in enumerate(logprobs, position):
-                if at == len(self.logprobs):
-                    self.logprobs.append(value)
+            self.logprobs = _by_position(self.logprobs, position, logprobs)
+        if top is not None:
+            self.top = _by_position(self.top, position, top)
 
     def rollback(self) -> None:
         """Forget the tokens not sent to the client yet (a phase is about to be retried)."""
         del self.tokens[self.num_streamed:]
         if self.logprobs is not None:
             del self.logprobs[self.num_streamed:]
+        if self.top is not None:
+            del self.top[self.num_streamed:]
 
     def stream(self) -> None:
         """Send the tokens not sent yet, if any, as one (non-final) response."""
@@ -156,12 +161,15 @@ class Reply:
 
     def _outputs(self, tokens: Sequence[int], start: int) -> dict[str, np.ndarray]:
         """A response with ``tokens``, and the log-probabilities of the output's tokens from
-        ``start`` on when the phases reported them (never of the prompt)."""
+        ``start`` on (and their alternatives) when the phases reported them (never of the
+        prompt)."""
         counts = count_outputs(*self.counts.of(self.num_prompt, len(tokens)))
         if self.logprobs is None:
             return {**token_outputs(tokens), **counts}
+        top = {} if self.top is None else top_log_prob_outputs(
+            self.top[start:], max((len(row) for row in self.top), default=0))
         return {**token_outputs(tokens), **counts,
-                **log_prob_outputs(self.logprobs[start:], sum(self.logprobs))}
+                **log_prob_outputs(self.logprobs[start:], sum(self.logprobs)), **top}
 
     def close(self) -> None:
         """An empty final response (the client has gone)."""
@@ -187,3 +195,13 @@ class Reply:
         if self.num_streamed == 0:
             assert self.timeline.first_token_s is not None
             self.metrics.add("ttft_s", self.timeline.first_token_s - self.start_s)
+
+
+def _by_position(known: list[T] | None, position: int, values: Sequence[T]) -> list[T]:
+    """``known`` (None: nothing yet) with those of ``values`` -- the output's from
+    ``position`` on -- that extend it; a position it has keeps its value."""
+    known = [] if known is None else known
+    for at, value in enumerate(values, position):
+        if at == len(known):
+            known.append(value)
+    return known
