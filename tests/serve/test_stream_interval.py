@@ -13,7 +13,7 @@ response); ``pdtrt bench`` counts every token and spreads each response's gap ov
 from __future__ import annotations
 
 import pytest
-from conftest import EXAMPLES, serve_reference
+from conftest import serve_edited_reference
 from e2e_client import transformers_oracle
 
 from pdtrt.client import GenerateRequest, LLMClient
@@ -31,13 +31,10 @@ def every_fourth(reference_engines, tmp_path_factory):
     """The reference deployment with ``decode.engine.stream_interval: 4``: (gRPC URL,
     Prepared)."""
     root, _dep = reference_engines
-    work = tmp_path_factory.mktemp("stream-interval")
-    text = (EXAMPLES / "reference-cpu.yaml").read_text()
     decode = "decode:\n  gpu: cpu\n  instances: 1\n  engine:\n"
-    assert text.count(decode) == 1
-    spec = work / "reference-stream-interval.yaml"
-    spec.write_text(text.replace(decode, decode + "    stream_interval: 4\n"))
-    server, prepared = serve_reference(spec, root, work / "serve")
+    server, prepared = serve_edited_reference(
+        root, tmp_path_factory.mktemp("stream-interval"), old=decode,
+        new=decode + "    stream_interval: 4\n")
     yield server.endpoints.grpc_url, prepared
     server.stop()
 
