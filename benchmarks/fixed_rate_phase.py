@@ -1,7 +1,9 @@
 # router_capacity.py: a phase model that costs nothing but its tokens. Raw pb_utils on purpose
 # (no pdtrt import): the prefill answers a context-only request at once with one token and a
 # dummy hand-off; the decode streams request_output_len tokens, the first one again, at a fixed
-# rate per stream (parameter bench_tokens_per_s); a stop request gets an empty final response.
+# rate per stream (parameter bench_tokens_per_s), answering as TensorRT-LLM's stream_interval N
+# does (parameter bench_stream_interval, default 1): the first token alone, then the tokens of
+# every N-th iteration together, and the last; a stop request gets an empty final response.
 # Tokens cost only the Triton responses, so whatever limits tokens/s is the router in front.
 import asyncio
 import json
@@ -29,6 +31,7 @@ class TritonPythonModel:
                   for k, v in json.loads(args["model_config"]).get("parameters", {}).items()}
         self.role = params["pdtrt_role"]
         self.interval_s = 1.0 / float(params.get("bench_tokens_per_s", "50"))
+        self.stream_interval = int(params.get("bench_stream_interval", "1"))
 
     async def execute(self, requests):
         await asyncio.gather(*(self._serve(r) for r in requests))
@@ -43,7 +46,11 @@ class TritonPythonModel:
             sender.send(pb_utils.InferenceResponse(output_tensors=[
                 _tokens(FIRST), pb_utils.Tensor("context_phase_params", HAND_OFF)]), flags=FINAL)
             return
-        for i in range(n):
+        held = []
+        for k in range(1, n + 1):  # k: the request's iteration
             await asyncio.sleep(self.interval_s)
-            sender.send(pb_utils.InferenceResponse(output_tensors=[_tokens(FIRST + i)]),
-                        flags=FINAL if i == n - 1 else 0)
+            held.append(FIRST + k - 1)
+            if k == 1 or k % self.stream_interval == 0 or k == n:
+                sender.send(pb_utils.InferenceResponse(output_tensors=[_tokens(*held)]),
+                            flags=FINAL if k == n else 0)
+                held = []

@@ -2,14 +2,16 @@
 
     .venv/bin/python benchmarks/router_capacity.py [--concurrency 16,32,64,128]
         [--stream-tokens-per-s 50] [--output-tokens 64] [--duration-s 6] [--json out.json]
-        [--phase-transport bls|grpc]
+        [--phase-transport bls|grpc] [--stream-interval N]
 
 The engines are not the limit here: the router (pdtrt's, one instance, from the reference
 deployment's generated repository) calls stand-in phase models
 (:mod:`fixed_rate_phase`, raw ``pb_utils``) that answer a prefill at once and stream a decode at
 a fixed rate per stream (``--stream-tokens-per-s``, the inter-token time of a decode GPU at a
-large batch) without any compute. Each cell is a closed loop of ``c`` users (router_bench's
-client: one gRPC stream each, ``--output-tokens`` streamed tokens); the demand is
+large batch) without any compute -- with ``--stream-interval N``, as TensorRT-LLM's
+``stream_interval`` answers: the first token alone, then N tokens per response. Each cell is
+a closed loop of ``c`` users (router_bench's client: one gRPC stream each,
+``--output-tokens`` streamed tokens, counted per token); the demand is
 ``c x stream rate`` tokens/s. Per cell: delivered tokens/s, TTFT, ITL, and the CPU time of the
 router's stub and of the stand-ins' stubs per token (``/proc``). The router saturates where its
 stub reaches one core (its event loop and the GIL); the capacity is reported both as the
@@ -69,7 +71,7 @@ def _per_token(cpu_s_used: float, tokens: int) -> float:
 
 
 def start(work: Path, rate: float, transport: str = "bls",
-          also: Callable[[Path, str], None] | None = None):
+          also: Callable[[Path, str], None] | None = None, stream_interval: int = 1):
     """The reference repository's router as ``router_fixed`` (its pools pointed at the
     stand-ins), with ``prefill_fixed`` and ``decode_fixed``; nothing else is in it.
     ``transport``: how the router calls them -- ``bls`` (the same server, pdtrt's default) or
@@ -86,7 +88,8 @@ def start(work: Path, rate: float, transport: str = "bls",
         shutil.rmtree(repo / name, ignore_errors=True)
     stand_in = HERE / "fixed_rate_phase.py"
     _copy(repo, "prefill", "prefill_fixed", stand_in, bench_tokens_per_s=str(rate))
-    _copy(repo, "decode", "decode_fixed", stand_in, bench_tokens_per_s=str(rate))
+    _copy(repo, "decode", "decode_fixed", stand_in, bench_tokens_per_s=str(rate),
+          bench_stream_interval=str(stream_interval))
     grpc_port = free_port("127.0.0.1")
     url = f"127.0.0.1:{grpc_port}" if transport == "grpc" else ""
     _copy(repo, "router", "router_fixed", None, prefill_model="prefill_fixed",
@@ -105,7 +108,7 @@ def start(work: Path, rate: float, transport: str = "bls",
 
 @contextlib.contextmanager
 def stand_in_server(rate: float, transport: str = "bls",
-                    also: Callable[[Path, str], None] | None = None
+                    also: Callable[[Path, str], None] | None = None, stream_interval: int = 1
                     ) -> Iterator[tuple[Any, Path]]:
     """:func:`start` in a folder of its own; afterwards the server is stopped (its stubs with
     it) and the folder removed -- also when the benchmark is ended by SIGTERM (``timeout``),
@@ -114,7 +117,7 @@ def stand_in_server(rate: float, transport: str = "bls",
     work = Path(tempfile.mkdtemp(prefix="pdtrt-stand-ins-"))
     previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
-        server, repo = start(work, rate, transport, also)
+        server, repo = start(work, rate, transport, also, stream_interval)
         try:
             yield server, repo
         finally:
@@ -133,12 +136,16 @@ def main() -> None:
     ap.add_argument("--duration-s", type=float, default=6.0)
     ap.add_argument("--phase-transport", choices=("bls", "grpc"), default="bls",
                     help="how the router calls the stand-ins (grpc: as another server's)")
+    ap.add_argument("--stream-interval", type=int, default=1,
+                    help="tokens per decode response after the first (TensorRT-LLM's "
+                    "stream_interval)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     os.environ.setdefault("UCX_TLS", "sm,tcp")
     concurrency = [int(c) for c in args.concurrency.split(",")]
     cells = []
-    with stand_in_server(args.stream_tokens_per_s, args.phase_transport) as (server, repo):
+    with stand_in_server(args.stream_tokens_per_s, args.phase_transport,
+                         stream_interval=args.stream_interval) as (server, repo):
         url = server.endpoints.grpc_url
         users = [User(url, list(range(100, 100 + args.prompt_tokens)), args.output_tokens)
                  for _ in range(max(concurrency))]
@@ -162,7 +169,7 @@ def main() -> None:
         for u in users:
             u.close()
     last = cells[-1]
-    out = {"phase_transport": args.phase_transport,
+    out = {"phase_transport": args.phase_transport, "stream_interval": args.stream_interval,
            "stream_tokens_per_s": args.stream_tokens_per_s, "output_tokens": args.output_tokens,
            "cells": cells, "max_delivered_tok_per_s": max(c["tok_per_s"] for c in cells),
            "one_core_tok_per_s": 1e6 / last["stub_cpu_us_per_token"]}

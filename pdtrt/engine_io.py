@@ -314,6 +314,7 @@ class Param(StrEnum):
     ENABLE_BLOCK_REUSE = "enable_block_reuse"  # "true" | "false": KV block reuse and events
     SAMPLER_TYPE = "sampler_type"  # LlmArgs' sampler_type: "TRTLLMSampler" | "TorchSampler"
     KV_TRANSFER_TIMEOUT_S = "kv_transfer_timeout_s"
+    STREAM_INTERVAL = "stream_interval"  # LlmArgs' stream_interval (decode and aggregated)
     UCX_TLS = "ucx_tls"  # comma-joined UCX transports
     # pdtrt's LLM-API engine model (target trtllm-1.2): the checkpoint the LLM API loads and
     # the phase's LLM-API options file (extra_llm_api_options YAML) that ``pdtrt build`` wrote

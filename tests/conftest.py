@@ -97,6 +97,17 @@ def serve_reference(spec_path: Path, engines_root: Path, workdir: Path,
     return start_server(config, timeout_s=240), prepared
 
 
+def serve_edited_reference(engines_root: Path, workdir: Path, *, old: str, new: str,
+                           count: int = 1):
+    """The reference-cpu spec with ``old`` (found ``count`` times) replaced by ``new``, served
+    on the same engines: (TritonServer, Prepared)."""
+    text = (EXAMPLES / "reference-cpu.yaml").read_text()
+    assert text.count(old) == count, (old, text.count(old))
+    spec = workdir / "reference-edited.yaml"
+    spec.write_text(text.replace(old, new))
+    return serve_reference(spec, engines_root, workdir / "serve")
+
+
 def start_server(config, *, timeout_s: float):
     """A started TritonServer for ``config``. Triton 2.51's Python backend now and then never
     finishes loading a stub when a second server starts on this host (docs/design/serve.md); a

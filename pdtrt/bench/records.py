@@ -1,8 +1,12 @@
 """Per-request records of a benchmark run, and their CSV form.
 
-Times are seconds from the start of the measured run (monotonic clock). ``output_tokens`` is
-the number of streamed responses (one per token with streaming on). A warm-up request has
-``warmup`` set and negative times; the statistics leave it out.
+Times are seconds from the start of the measured run (monotonic clock). ``token_times_s`` are
+the receive times of the streamed responses -- one per token, unless the server's
+``stream_interval`` puts several tokens in one; ``tokens_per_response`` then says how many each
+held (the model's ``num_output_tokens``; empty: one each, and in files from before the column),
+``output_tokens`` is their sum and the inter-token latencies spread each response's gap over
+its tokens (:func:`pdtrt.client.types.token_gaps_s`). A warm-up request has ``warmup`` set and
+negative times; the statistics leave it out.
 
 ``server_timing`` is the server's own account of the request's TTFT when the model answers it
 (pdtrt's disaggregated ``ensemble``; :mod:`pdtrt.client.timing`): the CSV columns
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pdtrt.client.timing import TTFT_PHASE_FIELDS, ServerTiming
-from pdtrt.client.types import ErrorKind
+from pdtrt.client.types import ErrorKind, token_gaps_s
 
 __all__ = ["CSV_FIELDS", "SERVER_TIMING_FIELDS", "RequestRecord", "read_csv", "write_csv"]
 
@@ -31,7 +35,7 @@ class RequestRecord:
     warmup: bool
     scheduled_s: float | None  # open loop: the planned arrival; closed loop: None
     send_s: float
-    token_times_s: tuple[float, ...]
+    token_times_s: tuple[float, ...]  # of each response
     end_s: float
     input_tokens: int
     max_tokens: int
@@ -40,6 +44,7 @@ class RequestRecord:
     conversation: str | None = None  # a multi-turn trace's conversation id
     turn: int | None = None  # 0: the conversation's first turn
     server_timing: ServerTiming | None = None  # the server's TTFT and its phases, if answered
+    tokens_per_response: tuple[int, ...] = ()  # of each response; empty: one each
 
     @property
     def ok(self) -> bool:
@@ -47,7 +52,8 @@ class RequestRecord:
 
     @property
     def output_tokens(self) -> int:
-        return len(self.token_times_s)
+        return sum(self.tokens_per_response) if self.tokens_per_response \
+            else len(self.token_times_s)
 
     @property
     def ttft_s(self) -> float | None:
@@ -55,14 +61,17 @@ class RequestRecord:
 
     @property
     def itls_s(self) -> tuple[float, ...]:
-        t = self.token_times_s
-        return tuple(b - a for a, b in zip(t, t[1:], strict=False))
+        """Per token: each response's gap spread over its tokens (``token_gaps_s``)."""
+        return token_gaps_s(self.token_times_s, self.tokens_per_response)
 
     @property
     def tpot_s(self) -> float | None:
-        """(last token - first token) / (output tokens - 1); None below 2 tokens."""
-        t = self.token_times_s
-        return (t[-1] - t[0]) / (len(t) - 1) if len(t) >= 2 else None
+        """(last token - first token) / (output tokens - 1) -- the tokens after the first
+        response, which holds one (TensorRT-LLM answers the first token alone); the mean of
+        :attr:`itls_s`. None below 2 responses."""
+        t, first = self.token_times_s, (self.tokens_per_response or (1,))[0]
+        after = self.output_tokens - first
+        return (t[-1] - t[0]) / after if len(t) >= 2 and after > 0 else None
 
     @property
     def e2e_s(self) -> float:
@@ -80,7 +89,8 @@ SERVER_TIMING_FIELDS = ("server_ttft_ms", *TTFT_PHASE_FIELDS)
 CSV_FIELDS = ("index", "model", "request_id", "warmup", "scheduled_s", "send_s",
               "first_token_s", "end_s", "input_tokens", "max_tokens", "output_tokens",
               "ttft_ms", "tpot_ms", "e2e_ms", "error", "error_kind", "token_times_s",
-              "conversation", "turn", *SERVER_TIMING_FIELDS, "server_path")
+              "conversation", "turn", *SERVER_TIMING_FIELDS, "server_path",
+              "tokens_per_response")
 
 
 def _timing_cells(timing: ServerTiming | None) -> dict[str, object]:
@@ -115,6 +125,8 @@ def _row(r: RequestRecord) -> dict[str, object]:
         "token_times_s": json.dumps([round(t, 6) for t in r.token_times_s]),
         "conversation": r.conversation or "", "turn": "" if r.turn is None else r.turn,
         **_timing_cells(r.server_timing),
+        "tokens_per_response": json.dumps(list(r.tokens_per_response))
+        if r.tokens_per_response else "",
     }
 
 
@@ -140,5 +152,7 @@ def read_csv(path: Path) -> list[RequestRecord]:
             error_kind=ErrorKind(row["error_kind"]) if row["error_kind"] else None,
             conversation=row.get("conversation") or None,  # absent from older files
             turn=int(row["turn"]) if row.get("turn") else None,
-            server_timing=_timing_of(row))
+            server_timing=_timing_of(row),
+            tokens_per_response=tuple(json.loads(row["tokens_per_response"]))
+            if row.get("tokens_per_response") else ())  # absent from older files
             for row in csv.DictReader(f)]

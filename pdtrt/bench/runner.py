@@ -164,6 +164,9 @@ def _record(planned: PlannedRequest, result: GenerateResult, *, t0_s: float, war
         model=result.model, request_id=result.request_id, warmup=warmup,
         scheduled_s=scheduled_s, send_s=result.send_time_s - t0_s,
         token_times_s=tuple(c.time_s - t0_s for c in result.chunks),
+        # one each is left implicit, so a run without stream_interval reads as before
+        tokens_per_response=() if all(c.num_tokens == 1 for c in result.chunks)
+        else tuple(c.num_tokens for c in result.chunks),
         end_s=result.end_time_s - t0_s, input_tokens=planned.input_tokens,
         max_tokens=planned.max_tokens, error=result.error,
         error_kind=result.error_kind, conversation=planned.conversation, turn=planned.turn,

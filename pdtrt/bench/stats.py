@@ -1,9 +1,10 @@
 """Summary statistics of a benchmark run (definitions in docs/bench.md).
 
 - **TTFT**: first streamed response minus send time, per request.
-- **ITL** (inter-token latency): every gap between two consecutive streamed responses of a
-  request; the ITL distribution pools the gaps of all requests (a request with n tokens gives
-  n - 1 samples), so it shows stalls between tokens.
+- **ITL** (inter-token latency): every gap between two consecutive tokens of a request -- a
+  response holding k tokens (TensorRT-LLM's ``stream_interval``) gives k gaps of its gap / k
+  (:func:`pdtrt.client.types.token_gaps_s`); the ITL distribution pools the gaps of all
+  requests (a request with n tokens gives n - 1 samples), so it shows stalls between tokens.
 - **TPOT** (time per output token): per request, (last token - first token) / (n - 1), for
   requests with n >= 2 tokens -- the mean ITL of one request, one sample per request.
   (genai-perf calls this per-request value "inter token latency".)

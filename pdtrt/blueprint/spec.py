@@ -125,6 +125,13 @@ class EngineLimitsSection(_Section):
         "(TensorRT-LLM #16485, #16052, #17172, #12166), so the engine models refuse "
         "requests that set them. The aggregated model takes prefill's; docs/spec.md.")] = \
         Sampler.TRTLLM
+    stream_interval: int = Field(
+        default=1, ge=1, description="Decode pool: a streaming request gets a response at its "
+        "first token, then every stream_interval-th decoding iteration, and at its end, each "
+        "holding every token since the one before (TensorRT-LLM's LlmArgs stream_interval): "
+        "fewer responses per token for the engine, the router and the client to handle, at "
+        "the cost of burstier streams. The aggregated model takes the decode's; the prefill "
+        "pool's must stay 1 (a context-only request makes one token). docs/spec.md.")
     weights: Annotated[
         WeightQuant | None, _enum("Override of model.weights for this pool.")
     ] = None

@@ -22,7 +22,8 @@ def timing_line(result: GenerateResult) -> str:
     if itls:
         mean_ms = sum(itls) / len(itls) * 1e3
         parts.append(f"ITL mean {mean_ms:.1f} ms, max {max(itls) * 1e3:.1f} ms")
-    parts.append(f"{result.num_chunks} responses")
+    parts.append(f"{result.num_chunks} responses" + (
+        f" ({result.num_tokens} tokens)" if result.num_tokens != result.num_chunks else ""))
     parts.append(f"E2E {result.e2e_s * 1e3:.1f} ms")
     return ", ".join(parts)
 

@@ -85,8 +85,9 @@ class Pending:
             return
         if event.timing:
             self._timing = _parsed_timing(event.timing, self.request_id)
-        if event.text:
-            chunk = Chunk(text=event.text, time_s=now)
+        if event.text or event.num_tokens:  # a response with tokens, if no text (yet)
+            chunk = Chunk(text=event.text or "", time_s=now,
+                          num_tokens=1 if event.num_tokens is None else event.num_tokens)
             with self._lock:
                 if self._result is not None:
                     return

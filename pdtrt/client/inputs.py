@@ -4,7 +4,10 @@ The ensemble I/O (``shared/reference/triton-trtllm.md``): ``text_input`` BYTES a
 ``max_tokens`` INT32 are required; ``stream``, ``exclude_input_in_output``, ``temperature``,
 ``top_k``, ``top_p`` and the seed (``random_seed`` before TRT-LLM 1.2, ``seed`` after) are
 optional; pdtrt's disaggregated ensemble also takes ``return_timing``
-(:mod:`pdtrt.client.timing`). Only the inputs a model declares are sent, with the dtypes it
+(:mod:`pdtrt.client.timing`). Where the model declares ``return_num_output_tokens`` (and its
+output ``num_output_tokens``) it is asked, so each response says how many tokens it holds
+(TensorRT-LLM's ``stream_interval`` puts several in one). Only the inputs a model declares are
+sent, with the dtypes it
 declares, so the same client talks to pdtrt's generated ensembles and NVIDIA's. Asking for a
 sampling setting the model does not declare is a :class:`~pdtrt.errors.RequestError`, not a
 silent drop.
@@ -16,15 +19,17 @@ from pdtrt.client.types import GenerateRequest, InputTensor, ModelSignature
 from pdtrt.engine_io import TIMING_INPUT
 from pdtrt.errors import RequestError
 
-__all__ = ["OUTPUT_NAME", "REQUIRED_INPUTS", "build_inputs"]
+__all__ = ["COUNT_INPUT", "COUNT_OUTPUT", "OUTPUT_NAME", "REQUIRED_INPUTS", "build_inputs"]
 
 REQUIRED_INPUTS = ("text_input", "max_tokens")
 OUTPUT_NAME = "text_output"
+# NVIDIA's token count of each response (the ensemble's optional input and its output)
+COUNT_INPUT, COUNT_OUTPUT = "return_num_output_tokens", "num_output_tokens"
 _SEED_NAMES = ("random_seed", "seed")
 _DEFAULT_DTYPES = {"text_input": "BYTES", "max_tokens": "INT32", "stream": "BOOL",
                    "exclude_input_in_output": "BOOL", "temperature": "FP32", "top_k": "INT32",
                    "top_p": "FP32", "random_seed": "UINT64", "seed": "UINT64",
-                   TIMING_INPUT: "BOOL"}
+                   TIMING_INPUT: "BOOL", COUNT_INPUT: "BOOL"}
 
 
 def _missing_io(signature: ModelSignature) -> list[str]:
@@ -61,6 +66,9 @@ def build_inputs(request: GenerateRequest, signature: ModelSignature) -> list[In
             wanted[name] = value
     if request.return_timing and TIMING_INPUT in signature.inputs:
         wanted[TIMING_INPUT] = True
+    if COUNT_INPUT in signature.inputs and (not signature.outputs
+                                            or COUNT_OUTPUT in signature.outputs):
+        wanted[COUNT_INPUT] = True  # a response may hold several tokens (stream_interval)
     for name, value in sampling.items():
         if value is None:
             continue

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pdtrt.client.inputs import OUTPUT_NAME
+from pdtrt.client.inputs import COUNT_OUTPUT, OUTPUT_NAME
 from pdtrt.client.types import InputTensor, ModelSignature
 from pdtrt.engine_io import TIMING_OUTPUT
 from pdtrt.errors import ModelNotFoundError, ServerUnavailableError
@@ -32,10 +32,12 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, kw_only=True)
 class StreamEvent:
     """One thing that came off a stream: a response's text, the final flag, or an error;
-    ``timing``: the server's timing JSON (``pdtrt_timing``), when the response carries it."""
+    ``timing``: the server's timing JSON (``pdtrt_timing``), when the response carries it;
+    ``num_tokens``: the tokens it holds (``num_output_tokens``), when it says."""
 
     text: str | None = None
     timing: str | None = None
+    num_tokens: int | None = None  # the response's num_output_tokens, when it carries them
     final: bool = False
     error: str | None = None
     unavailable: bool = False  # the error is the connection/stream failing, not the request
@@ -138,12 +140,15 @@ class GrpcTransport:
             response = result.get_response()
             final = "triton_final_response" in response.parameters and \
                 response.parameters["triton_final_response"].bool_param
-            text = timing = None
+            text = timing = num_tokens = None
             if response.outputs:
                 text = _joined(result.as_numpy(OUTPUT_NAME))
-                if any(o.name == TIMING_OUTPUT for o in response.outputs):
+                names = {o.name for o in response.outputs}
+                if TIMING_OUTPUT in names:
                     timing = _joined(result.as_numpy(TIMING_OUTPUT))
-            on_event(StreamEvent(text=text, timing=timing, final=final))
+                if COUNT_OUTPUT in names:
+                    num_tokens = int(result.as_numpy(COUNT_OUTPUT).reshape(-1)[0])
+            on_event(StreamEvent(text=text, timing=timing, num_tokens=num_tokens, final=final))
 
         # tritonclient reads the stream on a thread that inherits the daemon flag of the
         # thread that starts it (threading.Thread's default). Started from a daemon thread, a

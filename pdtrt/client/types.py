@@ -1,14 +1,19 @@
 """The typed values of the LLM client: a generation request, its streamed chunks, its result.
 
-A *chunk* is one streamed response of the TensorRT-LLM ensemble (``text_output``); with
-streaming on, an in-flight-batching engine sends one response per generated token, so pdtrt
-counts output tokens as chunks. Every chunk carries the monotonic time (seconds, the client's
-injected clock) at which the client received it; TTFT, inter-token latencies and end-to-end
-latency are differences of those times and the send time. Nothing here does I/O.
+A *chunk* is one streamed response of the TensorRT-LLM ensemble (``text_output``). An
+in-flight-batching engine sends one response per generated token by default; with TensorRT-LLM's
+``stream_interval`` N, one at the first token and then every N-th, so a response may hold several
+tokens. Where the model answers ``num_output_tokens`` (NVIDIA's ``return_num_output_tokens``;
+pdtrt's ensembles do) each chunk carries its token count, else it counts as one token. Every
+chunk carries the monotonic time (seconds, the client's injected clock) at which the client
+received it; TTFT, inter-token latencies and end-to-end latency are differences of those times
+and the send time, the inter-token latencies spread over a response's tokens
+(:func:`token_gaps_s`). Nothing here does I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -16,7 +21,23 @@ from pdtrt.client.timing import ServerTiming
 from pdtrt.errors import ModelNotFoundError, RequestError, ServerUnavailableError
 
 __all__ = ["Chunk", "ErrorKind", "GenerateRequest", "GenerateResult", "ModelSignature",
-           "InputTensor"]
+           "InputTensor", "token_gaps_s"]
+
+
+def token_gaps_s(times_s: Sequence[float], sizes: Sequence[int] = ()) -> tuple[float, ...]:
+    """The inter-token latencies of a stream whose responses came at ``times_s`` holding
+    ``sizes`` tokens each (empty: one each): a response of k tokens that came g seconds after
+    the one before gives k gaps of g / k -- its tokens' mean spacing, as SGLang's
+    ``bench_serving`` counts them -- so the samples are per token, not per response, and sum to
+    the time from the first response to the last. The first response's tokens have no gap
+    (TensorRT-LLM answers the first token alone, so that is one token)."""
+    if not sizes:
+        return tuple(b - a for a, b in zip(times_s, times_s[1:], strict=False))
+    held = [(t, k) for t, k in zip(times_s, sizes, strict=True) if k > 0]  # text, no token: none
+    gaps: list[float] = []
+    for (a, _), (b, k) in zip(held, held[1:], strict=False):
+        gaps += [(b - a) / k] * k
+    return tuple(gaps)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,10 +64,12 @@ class GenerateRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class Chunk:
-    """One streamed response: its text and the monotonic receive time in seconds."""
+    """One streamed response: its text, the monotonic receive time in seconds and the tokens
+    it holds (the model's ``num_output_tokens``; 1 where the model does not say)."""
 
     text: str
     time_s: float
+    num_tokens: int = 1
 
 
 class ErrorKind(StrEnum):
@@ -82,15 +105,22 @@ class GenerateResult:
         return len(self.chunks)
 
     @property
+    def num_tokens(self) -> int:
+        """Output tokens: the responses' ``num_output_tokens``, one per response where the
+        model does not say."""
+        return sum(c.num_tokens for c in self.chunks)
+
+    @property
     def ttft_s(self) -> float | None:
         """Send to first non-empty response; None when nothing came back."""
         return self.chunks[0].time_s - self.send_time_s if self.chunks else None
 
     @property
     def itls_s(self) -> tuple[float, ...]:
-        """Gaps between consecutive responses (``num_chunks - 1`` of them)."""
-        times = [c.time_s for c in self.chunks]
-        return tuple(b - a for a, b in zip(times, times[1:], strict=False))
+        """Inter-token latencies, a response's gap spread over its tokens
+        (:func:`token_gaps_s`; ``num_tokens - 1`` of them when the first response holds one)."""
+        return token_gaps_s([c.time_s for c in self.chunks],
+                            [c.num_tokens for c in self.chunks])
 
     @property
     def e2e_s(self) -> float:
@@ -112,7 +142,7 @@ class GenerateResult:
     def to_dict(self) -> dict[str, object]:
         return {
             "request_id": self.request_id, "model": self.model, "text": self.text,
-            "num_chunks": self.num_chunks,
+            "num_chunks": self.num_chunks, "num_tokens": self.num_tokens,
             "ttft_ms": None if self.ttft_s is None else self.ttft_s * 1e3,
             "itl_ms": [x * 1e3 for x in self.itls_s], "e2e_ms": self.e2e_s * 1e3,
             "error": self.error, "error_kind": None if self.error_kind is None

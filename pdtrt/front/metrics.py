@@ -58,14 +58,18 @@ class RequestTimer:
         self.last_s: float | None = None
 
     def tokens(self, count: int) -> None:
-        """A response with ``count`` tokens arrived."""
+        """A response with ``count`` tokens arrived: the first one is the TTFT; after it, its
+        gap spread over its tokens (``count`` ITL samples of gap / count, one per token, as
+        ``pdtrt bench`` counts them: a deployment's ``stream_interval`` puts several tokens in
+        one response)."""
         if count <= 0:
             return
         t = self.now()
         if self.last_s is None:
             self.metrics.ttft.observe(t - self.start_s)
         else:
-            self.metrics.itl.observe(t - self.last_s)
+            for _ in range(count):
+                self.metrics.itl.observe((t - self.last_s) / count)
         self.last_s = t
 
     def finish(self, *, num_in: int, num_out: int) -> None:

@@ -68,6 +68,18 @@ def _sampler_equal(spec: DeploymentSpec) -> Iterator[SpecIssue]:
         )
 
 
+def _stream_interval_on_decode(spec: DeploymentSpec) -> Iterator[SpecIssue]:
+    """``stream_interval`` is the decode's: a context-only request makes one token, and the
+    aggregated model, which generates like the decode, takes the decode's value."""
+    value = spec.prefill.engine.stream_interval
+    if value != 1:
+        yield SpecIssue(
+            path="prefill.engine.stream_interval",
+            message=f"stream_interval {value} on the prefill pool has nothing to space out: its "
+            "context-only requests make one token each, and the aggregated model takes "
+            "decode.engine.stream_interval; set it there")
+
+
 def _input_within_seq(spec: DeploymentSpec) -> Iterator[SpecIssue]:
     for phase in Phase:
         eng = spec.pool(phase).engine
@@ -140,6 +152,7 @@ SHAPE_RULES: tuple[Rule, ...] = (
     _tokens_per_block_power_of_two,
     _kv_dtype_equal,
     _sampler_equal,
+    _stream_interval_on_decode,
     _input_within_seq,
     _workload_within_limits,
     _target_rules,

@@ -8,12 +8,13 @@ the GPU and the phase, each as an :class:`LlmOption` with the reason it is what 
 :func:`options_yaml` renders them deterministically. The values differ where the phases differ:
 the prefill phase gets no CUDA graphs (its batches hold context requests, which graphs never
 capture) and the overlap scheduler off (TensorRT-LLM's context servers do not support it); the
-decode phase gets CUDA graphs for its batch sizes and keeps the overlap scheduler. Both get UCX
-cache transceivers and KV block reuse off. The aggregated baseline (``--mode both`` /
-``aggregated``) gets a file of its own (:func:`aggregated_options`): the prefill's engine with
-the decode's batch, served the way TensorRT-LLM serves one engine by default (overlap, CUDA
-graphs, block reuse, chunked prefill where a prompt outgrows a step), no transceiver -- not
-the prefill's context-only settings, which would make it a weak comparison.
+decode phase gets CUDA graphs for its batch sizes, keeps the overlap scheduler and takes the
+spec's ``stream_interval``. Both get UCX cache transceivers and KV block reuse off. The
+aggregated baseline (``--mode both`` / ``aggregated``) gets a file of its own
+(:func:`aggregated_options`): the prefill's engine with the decode's batch and
+``stream_interval``, served the way TensorRT-LLM serves one engine by default (overlap, CUDA
+graphs, block reuse, chunked prefill where a prompt outgrows a step), no transceiver -- not the
+prefill's context-only settings, which would make it a weak comparison.
 
 Checking the keys against the pinned version's ``LlmArgs`` is :mod:`pdtrt.targets.llm_args`;
 writing the file is the target's in-process build step (:mod:`pdtrt.targets.trtllm_1_2`).
@@ -107,6 +108,18 @@ def _sampler(dep: Deployment, phase: Phase) -> LlmOption:
                      why=f"{phase}.engine.sampler {sampler}: {_SAMPLER_WHY[sampler]}")
 
 
+def _stream_interval(dep: Deployment) -> LlmOption:
+    """The decode's response cadence, for the decode and the aggregated baseline (the prefill's
+    context-only requests make one token: it gets none)."""
+    value = dep.spec.decode.engine.stream_interval
+    cadence = "a response per token" if value == 1 else (
+        f"a streaming request is answered at its first token, every {value}th iteration "
+        "after and at its end, each response holding the tokens since the one before")
+    return LlmOption(key="stream_interval", value=value, source=SettingSource.SPEC,
+                     why=f"decode.engine.stream_interval {value}: {cadence} (TensorRT-LLM's "
+                     "PyExecutor._handle_responses)")
+
+
 def _kv_dtype(dep: Deployment, phase: Phase) -> LlmOption:
     kv, model_dtype = dep.spec.kv_cache_dtype(phase), dep.spec.model.dtype
     if kv is KVDType.FP8:
@@ -162,8 +175,8 @@ def _fraction(memory: PhaseMemory, phase: Phase) -> LlmOption:
                      source=memory.fraction_source, why=why)
 
 
-def _phase_specific(phase: Phase, settings: EngineSettings, memory: PhaseMemory
-                    ) -> list[LlmOption]:
+def _phase_specific(dep: Deployment, phase: Phase, settings: EngineSettings,
+                    memory: PhaseMemory) -> list[LlmOption]:
     batch, budget = int(settings["max_batch_size"]), int(settings["max_num_tokens"])
     longest = int(settings["max_input_len"])
     if phase is Phase.PREFILL:
@@ -188,6 +201,7 @@ def _phase_specific(phase: Phase, settings: EngineSettings, memory: PhaseMemory
         _computed("disable_overlap_scheduler", False,
                   "decode steps overlap the host's scheduling with the GPU's step"),
         *_graphs(memory, batch),
+        _stream_interval(dep),
     ]
 
 
@@ -230,7 +244,7 @@ def phase_options(dep: Deployment, phase: Phase, settings: EngineSettings,
     return (
         *_limits(dep, phase, settings, memory, _block_reuse(pool.engine.enable_block_reuse,
                                                             phase)),
-        *_phase_specific(phase, settings, memory),
+        *_phase_specific(dep, phase, settings, memory),
         LlmOption(key="cache_transceiver_config.backend", value="UCX",
                   source=SettingSource.SPEC, why=f"kv_transfer.backend {spec.kv_transfer.backend}"),
         _transfer_buffer(dep, phase, settings),
@@ -282,6 +296,7 @@ def aggregated_options(dep: Deployment, settings: EngineSettings,
                   "TensorRT-LLM overlaps by default"),
         *_graphs(memory, batch, what="its generation-only steps are what CUDA graphs capture "
                  "(steps with a prompt in them run without)"),
+        _stream_interval(dep),
     )
 
 

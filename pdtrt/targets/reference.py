@@ -29,7 +29,7 @@ from pdtrt.blueprint.triton_models import (
     param_number,
     python_model,
 )
-from pdtrt.engine_io import ERROR_OUTPUT, REFERENCE_ENGINE_IO, Param
+from pdtrt.engine_io import ERROR_OUTPUT, REFERENCE_ENGINE_IO, Param, Role
 from pdtrt.enums import Phase, Target, TritonBackend, WeightQuant
 from pdtrt.errors import BuildError, SpecIssue
 from pdtrt.targets.base import BuildContext, BuildHost, BuildSource, PhaseBuild, TargetSupport
@@ -62,6 +62,10 @@ def engine_parameters(dep: Deployment, engine: EngineUse) -> tuple[tuple[str, st
         (Param.SAMPLER_TYPE, str(dep.spec.pool(engine.phase).engine.sampler)),
         (Param.KV_TRANSFER_TIMEOUT_S, param_number(kv.timeout_s)),
         (Param.UCX_TLS, ",".join(kv.transports)),
+        # the decode's response cadence, which the aggregated model takes too (as trtllm-1.2's
+        # options files: pdtrt/targets/llm_options.py); a context-only request makes one token
+        *(() if engine.role is Role.PREFILL else
+          ((Param.STREAM_INTERVAL, str(dep.spec.decode.engine.stream_interval)),)),
     )
 
 

@@ -109,6 +109,13 @@ class Trtllm021Target(ContainerTarget):
                                 message=f"{self.target}'s C++ backend always samples with the "
                                 f"C++ decoder (TRTLLMSampler), not {Sampler.TORCH}; remove "
                                 "the setting or use target trtllm-1.2")
+        if spec.decode.engine.stream_interval != 1:
+            # LlmArgs' stream_interval belongs to the LLM API's PyTorch executor; NVIDIA's C++
+            # backend config (tensorrtllm_backend's config.pbtxt) has no such parameter
+            yield SpecIssue(path="decode.engine.stream_interval",
+                            message=f"{self.target}'s C++ backend answers every token; "
+                            "stream_interval is the LLM API's (target trtllm-1.2): remove the "
+                            "setting")
         if spec.serving.share_gpus:
             yield SpecIssue(path="serving.share_gpus",
                             message=f"{self.target}'s MPI world gives every engine rank GPUs of "

@@ -3,6 +3,8 @@ records CSV. (Length syntax, trace files and arrivals: tests/workload.)"""
 
 from __future__ import annotations
 
+import pytest
+
 from pdtrt.bench import RequestPlan, RequestRecord, parse_length, read_csv, read_trace, write_csv
 from pdtrt.client.types import ErrorKind
 from pdtrt.sim.workload import SimWorkload, generate_requests
@@ -46,3 +48,26 @@ def test_records_csv_round_trip(tmp_path):
     ]
     path = write_csv(records, tmp_path / "r.csv")
     assert read_csv(path) == records
+
+
+def test_a_record_of_multi_token_responses_counts_and_spreads_per_token(tmp_path):
+    """Responses of 1, 3 and 4 tokens (stream_interval 4): 8 output tokens, 7 ITL samples of
+    the response gap / its tokens, TPOT their mean; the CSV keeps the counts."""
+    record = RequestRecord(index=0, model="ensemble", request_id="r", warmup=False,
+                           scheduled_s=None, send_s=0.0, token_times_s=(0.1, 0.4, 0.8),
+                           end_s=0.8, input_tokens=5, max_tokens=8,
+                           tokens_per_response=(1, 3, 4))
+    assert record.output_tokens == 8
+    assert record.itls_s == pytest.approx((0.1,) * 7)
+    assert record.tpot_s == pytest.approx(0.1)
+    assert read_csv(write_csv([record], tmp_path / "r.csv")) == [record]
+    one_each = RequestRecord(index=1, model="ensemble", request_id="s", warmup=False,
+                             scheduled_s=None, send_s=0.0, token_times_s=(0.1, 0.4),
+                             end_s=0.4, input_tokens=5, max_tokens=2)
+    assert (one_each.output_tokens, one_each.itls_s) == (2, pytest.approx((0.3,)))
+    not_streamed = RequestRecord(index=2, model="ensemble", request_id="t", warmup=False,
+                                 scheduled_s=None, send_s=0.0, token_times_s=(0.9,),
+                                 end_s=0.9, input_tokens=5, max_tokens=8,
+                                 tokens_per_response=(8,))
+    assert (not_streamed.output_tokens, not_streamed.itls_s, not_streamed.tpot_s) == (
+        8, (), None)

@@ -91,7 +91,8 @@ def test_a_compare_times_the_model_that_answers_and_writes_columns_plot_and_json
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     header = files.csvs[0].read_text().splitlines()[0].split(",")
-    assert header == list(CSV_FIELDS) and header[-7:] == [*SERVER_TIMING_FIELDS, "server_path"]
+    assert header == list(CSV_FIELDS) and header[-8:] == [*SERVER_TIMING_FIELDS, "server_path",
+                                                          "tokens_per_response"]
     back = read_csv(files.csvs[0])
     assert [r.server_timing for r in back] == [r.server_timing for r in disagg.records]
     assert all(r.server_timing is None for r in read_csv(files.csvs[1]))

@@ -67,7 +67,7 @@ SMOKE: dict[str, Smoke] = {
         triton=True),
     "router_capacity.py": Smoke(
         ("--concurrency", "1", "--output-tokens", "4", "--prompt-tokens", "8", "--duration-s",
-         "0.5"), r"tok/s", triton=True),
+         "0.5", "--stream-interval", "2"), r"tok/s", triton=True),
     "router_wedge.py": Smoke(("--transports", "bls", "--rounds", "1", "--stuck-s", "1",
                               "--json", "{tmp}/wedge.json"), r"", triton=True),
     "serve_overhead.py": Smoke(("--smoke",), r'"pdtrt_pull_ms"', triton=True),

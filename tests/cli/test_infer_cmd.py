@@ -45,3 +45,15 @@ def test_infer_errors(run, llm_server):
     result = run("infer", "hi", "--url", f"127.0.0.1:{free_port()}", "--json")
     assert result.exit_code == 2
     assert json.loads(result.stdout)["error"] == "ServerUnavailableError"
+
+
+def test_the_timing_line_counts_tokens_when_responses_hold_several():
+    from pdtrt.cli.infer import timing_line
+    from pdtrt.client.types import Chunk, GenerateResult
+
+    result = GenerateResult(request_id="r", model="ensemble", send_time_s=0.0, end_time_s=0.8,
+                            chunks=(Chunk(text="a", time_s=0.1),
+                                    Chunk(text="b c d", time_s=0.4, num_tokens=3),
+                                    Chunk(text="e f g h", time_s=0.8, num_tokens=4)))
+    assert timing_line(result) == ("TTFT 100.0 ms, ITL mean 100.0 ms, max 100.0 ms, "
+                                   "3 responses (8 tokens), E2E 800.0 ms")

@@ -194,3 +194,45 @@ def test_connection_errors_are_told_apart_from_request_errors(text, expected):
     from pdtrt.client.transport import _is_connection_error
 
     assert _is_connection_error(text) is expected
+
+
+@pytest.mark.parametrize(("times", "sizes", "gaps"), [
+    ((0.0, 1.0, 2.0), (), (1.0, 1.0)),  # the model does not say: one token each
+    ((0.0, 1.0, 2.0), (1, 1, 1), (1.0, 1.0)),
+    ((0.0, 0.3, 0.7), (1, 3, 4), (0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1)),  # stream_interval 4
+    ((0.0, 1.0, 1.5), (1, 0, 1), (1.5,)),  # a response with text and no token has no gap
+    ((0.0,), (5,), ()),  # one response (not streamed): no gap
+], ids=["unknown", "one-each", "interval-4", "empty-response", "single"])
+def test_token_gaps_spread_a_responses_gap_over_its_tokens(times, sizes, gaps):
+    from pdtrt.client.types import token_gaps_s
+
+    assert token_gaps_s(times, sizes) == pytest.approx(gaps)
+
+
+def test_the_token_count_is_asked_where_the_model_declares_it():
+    sig = ModelSignature(name="e", inputs={**ENSEMBLE_INPUTS,
+                                           "return_num_output_tokens": "BOOL"},
+                         outputs=("text_output", "num_output_tokens"))
+    tensors = {t.name: t for t in build_inputs(GenerateRequest(prompt="x"), sig)}
+    assert tensors["return_num_output_tokens"].values == (True,)
+    assert tensors["return_num_output_tokens"].datatype == "BOOL"
+    plain = ModelSignature(name="e", inputs=ENSEMBLE_INPUTS)
+    assert "return_num_output_tokens" not in {t.name for t in build_inputs(
+        GenerateRequest(prompt="x"), plain)}
+
+
+def test_responses_of_several_tokens_count_each_token_and_spread_the_itl():
+    """stream_interval 4 and 9 tokens: responses of 1, 3, 4 and 1 tokens."""
+    def every_fourth(model, tensors, request_id):
+        return [(0.05, StreamEvent(text=" a", num_tokens=1)),
+                (0.03, StreamEvent(text=" b c d", num_tokens=3)),
+                (0.04, StreamEvent(text=" e f g h", num_tokens=4)),
+                (0.01, StreamEvent(text=" i", num_tokens=1, final=True))]
+
+    hub = FakeHub(every_fourth)
+    with _client(hub) as client:
+        result = client.generate(GenerateRequest(prompt="x", max_tokens=9))
+    assert result.ok and result.num_chunks == 4 and result.num_tokens == 9
+    assert result.ttft_s == pytest.approx(0.05)
+    assert result.itls_s == pytest.approx((0.01,) * 8)
+    assert result.to_dict()["num_tokens"] == 9

@@ -309,3 +309,19 @@ def test_the_timing_header_returns_the_routers_timing(stream):
     assert sum(len(e["choices"][0].get("delta", {}).get("content", "")) for e in asked
                if stream) == (3 if stream else 0)
     assert not any("pdtrt_timing" in e for e in [*plain, *asked[:-1]])
+
+
+def test_the_itl_histogram_spreads_a_responses_gap_over_its_tokens():
+    """stream_interval 4: responses of 1, 3 and 4 tokens 0.3 s and 0.4 s apart give 7 ITL
+    samples of 0.1 s, not 2 of 0.3 and 0.4."""
+    from pdtrt.front.metrics import FrontMetrics, RequestTimer
+
+    clock = iter([0.0, 0.2, 0.5, 0.9])
+    metrics = FrontMetrics()
+    timer = RequestTimer(metrics, lambda: next(clock))
+    for count in (1, 3, 4):
+        timer.tokens(count)
+    registry = metrics.registry
+    assert registry.get_sample_value("pdtrt_front_itl_seconds_count") == 7
+    assert registry.get_sample_value("pdtrt_front_itl_seconds_sum") == pytest.approx(0.7)
+    assert registry.get_sample_value("pdtrt_front_ttft_seconds_sum") == pytest.approx(0.2)

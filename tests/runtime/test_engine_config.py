@@ -119,3 +119,31 @@ def test_the_sampler_parameter_becomes_sampler_type(monkeypatch):
         assert options["sampler_type"] == sampler
     # absent (a repository written before the parameter): LlmArgs' default, auto
     assert "sampler_type" not in LLMEngineConfig.from_params(params).options
+
+
+def test_the_stream_interval_parameter_becomes_the_option(monkeypatch):
+    params = _reference(Role.DECODE, monkeypatch)
+    options = LLMEngineConfig.from_params({**params, Param.STREAM_INTERVAL: "4"}).options
+    assert options["stream_interval"] == 4
+    # absent (the prefill, or a repository written before the parameter): LlmArgs' default, 1
+    assert "stream_interval" not in LLMEngineConfig.from_params(params).options
+
+
+def test_the_reference_repository_gives_the_decode_and_aggregated_models_the_interval(
+        tmp_path):
+    from pdtrt.blueprint.triton_models import RepoMode
+    from pdtrt.repo.plan import plan_repo
+    from pdtrt.spec.load import load_deployment
+    from tests.conftest import EXAMPLES
+
+    text = (EXAMPLES / "reference-cpu.yaml").read_text()
+    decode = "decode:\n  gpu: cpu\n  instances: 1\n  engine:\n"
+    assert decode in text
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text.replace(decode, decode + "    stream_interval: 4\n"))
+    plan = plan_repo(load_deployment(spec), engines_root=tmp_path, mode=RepoMode.BOTH)
+    params = {m.name: dict(m.parameters) for m in plan.models if m.role in
+              (Role.PREFILL, Role.DECODE, Role.AGGREGATED)}
+    assert params["decode"][Param.STREAM_INTERVAL] == "4"
+    assert params["aggregated"][Param.STREAM_INTERVAL] == "4"
+    assert Param.STREAM_INTERVAL not in params["prefill"]

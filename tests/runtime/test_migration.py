@@ -264,3 +264,46 @@ def test_a_migration_may_go_to_an_endpoint_that_failed_the_request_before(router
     assert _prompt(continued)[PROMPT_LEN:] == UNINTERRUPTED[:3]
     assert _max_new(continued) == MAX_NEW - 3
     assert triton.metrics["pdtrt_router_errors_total"] == 0
+
+
+def _every_fourth(responses):
+    """``responses`` (one token each) grouped as an engine with ``stream_interval`` 4 answers:
+    the first token alone, then up to every 4th iteration, then the rest (the last)."""
+    ids = [int(t) for r in responses for t in r["output_ids"].reshape(-1)]
+    extra = {k: v for k, v in responses[0].items() if k not in ("output_ids",
+                                                                 "sequence_length")}
+    cuts = [k for k in range(1, len(ids) + 1) if k == 1 or k % 4 == 0 or k == len(ids)]
+    return [tokens_out(*ids[a:b], **(extra if a == 0 else {}))
+            for a, b in zip([0, *cuts], cuts, strict=False)]
+
+
+def test_a_decode_answering_several_tokens_per_response_is_continued_each_token_once(router):
+    """stream_interval 4 on both decode endpoints, 12 tokens: decode_b answers [t0] [t1..t3]
+    [t4..t7] and dies; the continuation (prompt + the 8 tokens the client has) answers [t8]
+    [t9..t11]. The client gets every token once, in order; the continuation asks for exactly
+    the rest."""
+    max_new = 12
+    whole = [100 + PROMPT_LEN + i for i in range(max_new)]
+
+    def grouped(call):
+        if call.is_stop or is_probe(call):
+            return []
+        return _every_fourth(positional(call))
+
+    def dies_after_three_responses(call):
+        if is_probe(call):
+            return [Fail(DEAD)]
+        if call.is_stop:
+            return []
+        return [*_every_fourth(positional(call))[:3], Fail(DEAD)]
+
+    model, triton = router(_answers({"decode_b": dies_after_three_responses,
+                                     "decode": grouped}), **DECODES)
+    req = request(PROMPT_LEN, max_new)
+    route(model, req)
+    assert req.tokens == whole and ended_once(req)
+    [continued] = work(triton, "decode")
+    assert _prompt(continued)[PROMPT_LEN:] == whole[:8] and _max_new(continued) == 4
+    assert metric(triton, "pdtrt_router_migrations_total", phase="decode", reason="died") == 1
+    sizes = [len(r.tokens) for r in req.responses if r.tokens]
+    assert sum(sizes) == max_new and max(sizes) > 1  # several tokens in some responses

@@ -7,7 +7,7 @@ sampling rules are test_e2e.py's)."""
 from __future__ import annotations
 
 import pytest
-from conftest import EXAMPLES, serve_reference
+from conftest import serve_edited_reference
 from e2e_client import ensemble_inputs, generate, sampling_inputs, transformers_oracle
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
@@ -21,13 +21,10 @@ FIX = "set prefill.engine.sampler TRTLLMSampler"  # both paths start on the pref
 def torch_sampler(reference_engines, tmp_path_factory):
     """The reference deployment with both pools on TorchSampler (same engines)."""
     root, _dep = reference_engines
-    work = tmp_path_factory.mktemp("torch-sampler")
-    text = (EXAMPLES / "reference-cpu.yaml").read_text()
-    pool_engine = "    tokens_per_block: 16\n"
-    assert text.count(pool_engine) == 2  # prefill's and decode's engine sections
-    spec = work / "reference-torch-sampler.yaml"
-    spec.write_text(text.replace(pool_engine, pool_engine + "    sampler: TorchSampler\n"))
-    server, prepared = serve_reference(spec, root, work / "serve")
+    pool_engine = "    tokens_per_block: 16\n"  # in prefill's and decode's engine sections
+    server, prepared = serve_edited_reference(
+        root, tmp_path_factory.mktemp("torch-sampler"), old=pool_engine,
+        new=pool_engine + "    sampler: TorchSampler\n", count=2)
     yield server.endpoints.grpc_url, prepared
     server.stop()
 

@@ -329,3 +329,19 @@ def test_a_gpu_too_small_for_weights_buffer_and_margin_is_refused(tmp_path):
         "activations 1.31 GiB - transfer buffer 4.00 GiB) is less than the 2.00 GiB margin: no "
         "room for a KV cache on this GPU; use one with more memory, FP8 weights, a larger TP, "
         "or a smaller kv_transfer.buffer_size_bytes or max_num_tokens")
+
+
+def test_stream_interval_goes_to_the_decode_and_the_aggregated_baseline_only(plan, tmp_path):
+    assert _options(plan, Phase.DECODE)["stream_interval"] == 1  # written, never left implicit
+    assert "stream_interval" not in _options(plan, Phase.PREFILL)  # one token per request
+
+    def every_fourth(data):
+        data["decode"]["engine"]["stream_interval"] = 4
+    four = plan_build(_dep(tmp_path, every_fourth), engines_root=Path("engines"))
+    decode, aggregated = _options(four, Phase.DECODE), _aggregated(four)
+    assert decode["stream_interval"] == aggregated["stream_interval"] == 4
+    assert "stream_interval" not in _options(four, Phase.PREFILL)
+    assert option_problems(FACTS, decode) == option_problems(FACTS, aggregated) == []
+    why = four.phase(Phase.DECODE).settings.values["stream_interval"].why
+    assert why.startswith("decode.engine.stream_interval 4: a streaming request is answered "
+                          "at its first token, every 4th iteration after and at its end")

@@ -5,8 +5,10 @@ Exactly the pinned surface (``pdtrt/data/targets/trtllm-1.2-llmapi.yaml``): the 
 LLM-API options as keyword arguments (checked like ``LlmArgs``: :mod:`.options`),
 ``generate_async``, ``get_stats``, ``get_kv_cache_events`` and ``shutdown``. Inside, the
 in-flight :class:`~pdtrt.llmapi.reference.scheduler.Scheduler` runs the
-:class:`~pdtrt.llmapi.reference.engine.ReferenceEngine` and each scheduler emission becomes one
-response step of the request's :class:`~.outputs.RequestOutput`.
+:class:`~pdtrt.llmapi.reference.engine.ReferenceEngine`, and a streaming request's scheduler
+emissions become response steps of its :class:`~.outputs.RequestOutput` as upstream's
+``stream_interval`` says (:func:`stream_due`: the first token, every N-th iteration after, the
+last; a step carries every token since the one before); a non-streaming request gets one.
 
 Disaggregation as upstream (same file and commit, ``generate_async``; ``executor/result.py``
 at a678b91a; ``executor/base_worker.py`` ``abort_request``): with ``cache_transceiver_config``
@@ -63,7 +65,7 @@ from pdtrt.llmapi.reference.prefix_cache import BlockReuseStats, PrefixCache
 from pdtrt.llmapi.reference.scheduler import TORCH_SAMPLER_SEED, Emission, Scheduler, SeqRequest
 from pdtrt.llmapi.reference.transceiver import KVCacheTransceiver
 
-__all__ = ["LLM"]
+__all__ = ["LLM", "stream_due"]
 
 log = logging.getLogger(__name__)
 
@@ -242,9 +244,11 @@ class LLM:
     def _emitter(self, result: RequestOutput, params: SamplingParams, *, seq_mode: RequestType,
                  streaming: bool, caller: DisaggregatedParams | None, prompt_len: int,
                  marks: PerfMarks | None = None) -> Callable[[Emission], None]:
-        pending: list[int] = []  # a non-streaming request's tokens until its end
+        pending: list[int] = []  # tokens not in a response yet (stream_due says when)
         pending_lp: list[TokenLogprobs] = []
         emitted = [0]  # output tokens pushed so far
+        decoding_iter = [0]  # upstream's py_decoding_iter: emissions so far
+        interval = self.args.stream_interval
         stop_reasons = {tuple(w): r for r, w in params._get_stop_reasons_and_words()}
 
         def logprobs(tokens: tuple[int, ...], lps: tuple[TokenLogprobs, ...]
@@ -263,7 +267,8 @@ class LLM:
                 return
             if marks is not None and em.tokens:
                 marks.tokens()
-            if not em.final and not streaming:
+            decoding_iter[0] += 1
+            if not em.final and not (streaming and stream_due(decoding_iter[0], interval)):
                 pending.extend(em.tokens)
                 pending_lp.extend(em.logprobs)
                 return
@@ -391,6 +396,27 @@ class LLM:
             self._pulls.shutdown(wait=False, cancel_futures=True)
         if self._transceiver is not None:
             self._transceiver.stop()
+
+
+def stream_due(decoding_iter: int, stream_interval: int) -> bool:
+    """Whether a streaming request gets a response at its ``decoding_iter``-th iteration
+    (1: the one that made its first token -- for a generation-only request the one that
+    appended the imported first token): at the first, then every ``stream_interval``-th;
+    the last one always does (the caller's ``final``). A response carries every token since
+    the previous one.
+
+    Upstream's rule: ``PyExecutor._handle_responses`` answers a request when
+    ``py_decoding_iter == 1 or is_finished or py_decoding_iter % stream_interval == 0``
+    (tensorrt_llm/_torch/pyexecutor/py_executor.py, read at Tabrizian/TensorRT-LLM
+    5382fd3c680043160e4dd074ce2877b141092232, the copy nearest release/1.2 found:
+    pdtrt/data/targets/trtllm-1.2-llmapi.yaml says how near), and a generation-only request
+    starts at ``py_decoding_iter = 1`` when its first token is appended
+    (``_prepare_disagg_gen_transmission_complete``, read at NVIDIA/TensorRT-LLM
+    9521caf4696c1fb79b0f946f0d980f8f0ebd3e64 -- an older file, whose ``_handle_responses``
+    still counted the executor's iterations, ``iter_counter % stream_interval``, not the
+    request's). One token per iteration at beam width 1 without speculation, so the k-th
+    iteration is the k-th token."""
+    return decoding_iter == 1 or decoding_iter % stream_interval == 0
 
 
 def _prompt(inputs: Any) -> list[int]:

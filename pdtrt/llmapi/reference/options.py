@@ -7,9 +7,10 @@ understands, with upstream's names, so the options file the ``trtllm-1.2`` targe
 GPU is the same kind of file the reference target hands to the CPU: an unknown key is a
 ``ValueError`` naming it (with "did you mean"), not a silently ignored setting. Options that only
 tune GPU execution (CUDA graphs, the overlap scheduler, chunked prefill) are accepted and have no
-effect here: the fields below "accepted for the GPU". Every field, nested ones included, is one
-of upstream's with its type and default (``pdtrt/data/targets/trtllm-1.2-llm-args.yaml``;
-tests/llmapi/test_contract.py fails when the reference accepts a key or value that does not).
+effect here: the fields below "accepted for the GPU" (``stream_interval`` is honoured). Every
+field, nested ones included, is one of upstream's with its type and default
+(``pdtrt/data/targets/trtllm-1.2-llm-args.yaml``; tests/llmapi/test_contract.py fails when the
+reference accepts a key or value that does not).
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ class ReferenceLlmArgs(_Strict):
     sampler_type: Literal["TRTLLMSampler", "TorchSampler", "auto"] = "auto"
     kv_cache_config: KvCacheConfig = KvCacheConfig()
     cache_transceiver_config: CacheTransceiverConfig | None = None
+    # a streaming request's responses: the first token, every N-th iteration, the last
+    # (upstream's rule, llm.stream_due)
+    stream_interval: int = Field(default=1, gt=0)
     # accepted for the GPU; no effect on the CPU reference
     backend: Literal["pytorch"] = "pytorch"
     cuda_graph_config: CudaGraphConfig | None = CudaGraphConfig()
@@ -76,7 +80,6 @@ class ReferenceLlmArgs(_Strict):
     print_iter_log: bool = False
     pipeline_parallel_size: int = 1
     gpus_per_node: int | None = None  # the GPUs an instance pins (trtllm-1.2's gpu_device_ids)
-    stream_interval: int = Field(default=1, gt=0)
     enable_autotuner: bool = True
 
     @property

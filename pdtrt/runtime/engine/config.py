@@ -8,7 +8,8 @@ Two ways to say it in ``config.pbtxt`` (:class:`pdtrt.engine_io.Param`):
   instance makes its ``CUDA_VISIBLE_DEVICES`` before the LLM API starts;
 - the reference target's parameters (``engine_dir``, ``max_batch_size``, ``max_num_tokens``,
   ``max_input_len``, ``max_seq_len``, ``tokens_per_block``, ``kv_transfer_timeout_s``,
-  ``ucx_tls``, ``sampler_type``), turned here into the same LLM-API options: the KV block size
+  ``ucx_tls``, ``sampler_type``, ``stream_interval``), turned here into the same LLM-API
+  options (``stream_interval`` under its own name): the KV block size
   goes to ``kv_cache_config.tokens_per_block`` (block reuse off, as for trtllm-1.2), the
   sampler to ``sampler_type`` (as the trtllm-1.2 options file names it), the prefill and
   decode roles get ``cache_transceiver_config`` (backend UCX, ``kv_transfer_timeout_ms``),
@@ -72,6 +73,8 @@ class LLMEngineConfig:
         }
         if p.get(Param.SAMPLER_TYPE):  # absent: LlmArgs' default, auto
             options["sampler_type"] = p[Param.SAMPLER_TYPE]
+        if p.get(Param.STREAM_INTERVAL):  # absent: LlmArgs' default, 1 (a response per token)
+            options["stream_interval"] = int(p[Param.STREAM_INTERVAL])
         if role.phase is not None:  # one phase alone: its KV crosses to or from the other
             options["cache_transceiver_config"] = {
                 "backend": "UCX",
