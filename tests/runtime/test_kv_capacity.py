@@ -155,9 +155,10 @@ def _twin(tiny_model, max_blocks):
 async def _serve(llms, routing, num_requests):
     """``num_requests`` requests of :data:`NEED` tokens sent at once through a pool of the
     ``llms`` routed by ``routing`` (capacity read from each LLM's get_stats, the engine
-    model's answer); per endpoint the most requests seen queued while its KV blocks were all
-    in use (a request just submitted waits for the next iteration too, blocks or not) and the
-    largest used fraction of its KV blocks seen while they ran."""
+    model's answer); per endpoint the most requests queued while its KV blocks were all in use
+    (a request just submitted waits for the next iteration too, blocks or not) and the largest
+    used fraction of its KV blocks, both read after every engine iteration (on the engine's
+    thread: a reader polling from the event loop missed the full moment on a starved machine)."""
     from pdtrt.llmapi.reference import SamplingParams
 
     pool = EndpointPool(phase="decode", routing=routing, endpoints=[
@@ -167,14 +168,22 @@ async def _serve(llms, routing, num_requests):
 
     def read():
         for name, llm in llms.items():
-            kv = llm.get_stats(0)[-1]
-            stats = kv["kvCacheStats"]
+            stats = llm.get_stats(0)[-1]["kvCacheStats"]
             by_label[name].capacity.apply(json.dumps({
                 "max_blocks": stats["maxNumBlocks"], "used_blocks": stats["usedNumBlocks"],
                 "tokens_per_block": stats["tokensPerBlock"]}))
+
+    def watched(name, llm):
+        iteration = llm._scheduler._iteration
+
+        def watch():
+            iteration()
+            kv = llm.get_stats(0)[-1]
+            stats = kv["kvCacheStats"]
             if stats["usedNumBlocks"] >= stats["maxNumBlocks"]:  # queued for want of blocks
                 peak[name][0] = max(peak[name][0], kv["numQueuedRequests"])
             peak[name][1] = max(peak[name][1], stats["usedNumBlocks"] / stats["maxNumBlocks"])
+        return watch
 
     async def one(i):
         e = pool.choose(cost=capacity_cost(NEED))
@@ -186,11 +195,17 @@ async def _serve(llms, routing, num_requests):
     for llm in llms.values():  # one request each, so get_stats has something to say
         await llm.generate_async([5, 6], SamplingParams(max_tokens=1, end_id=-1)).aresult()
     read()
-    tasks = [asyncio.ensure_future(one(i)) for i in range(num_requests)]
-    while not all(t.done() for t in tasks):
-        read()
-        await asyncio.sleep(0.005)
-    await asyncio.gather(*tasks)
+    for name, llm in llms.items():
+        llm._scheduler._iteration = watched(name, llm)
+    try:
+        tasks = [asyncio.ensure_future(one(i)) for i in range(num_requests)]
+        while not all(t.done() for t in tasks):
+            read()
+            await asyncio.sleep(0.005)
+        await asyncio.gather(*tasks)
+    finally:
+        for llm in llms.values():
+            del llm._scheduler._iteration  # the class's again
     return peak
 
 
