@@ -41,6 +41,7 @@ class BenchConfig:
     num_warmup: int = 0
     timeout_s: float = 60.0
     stream: bool = True
+    ignore_eos: bool = False
     workload: RequestPlan
     slo: SLO = field(default_factory=SLO)
     cost_per_hour_usd: float | None = None
@@ -60,7 +61,7 @@ class BenchConfig:
             "rates_per_s": list(self.rates_per_s) if self.loop is LoopKind.OPEN else None,
             "concurrency": self.concurrency, "num_requests": self.num_requests,
             "duration_s": self.duration_s, "num_warmup": self.num_warmup,
-            "timeout_s": self.timeout_s, "stream": self.stream,
+            "timeout_s": self.timeout_s, "stream": self.stream, "ignore_eos": self.ignore_eos,
             "isl": str(self.workload.isl), "osl": str(self.workload.osl),
             "input_length_unit": self.workload.length_unit,
             "dataset_prompts": len(self.workload.dataset), "seed": self.workload.seed,
@@ -179,7 +180,7 @@ def run_bench(client: LLMClient, config: BenchConfig, *,
                            arrivals_s=arrivals, concurrency=config.concurrency,
                            num_requests=config.num_requests, duration_s=config.duration_s,
                            num_warmup=config.num_warmup, timeout_s=config.timeout_s,
-                           stream=config.stream)
+                           stream=config.stream, ignore_eos=config.ignore_eos)
             concurrency = config.concurrency if rate is None else None
             progress = on_run(run_label(model, rate, concurrency), plan.total) if on_run \
                 else None

@@ -44,6 +44,7 @@ class BenchOptions:
     dataset: Path | None = None
     seed: int = 0
     stream: bool = True
+    ignore_eos: bool = False
     timeout_s: float = 60.0
     slo_ttft_ms: float | None = None
     slo_itl_ms: float | None = None
@@ -110,5 +111,5 @@ def resolve_config(options: BenchOptions, deployment: Deployment | None = None) 
         models=options.models, loop=loop, process=options.arrival, rates_per_s=rates,
         concurrency=concurrency, num_requests=num_requests, duration_s=options.duration_s,
         num_warmup=options.num_warmup, timeout_s=options.timeout_s, stream=options.stream,
-        workload=workload, slo=_slo(options, deployment),
+        ignore_eos=options.ignore_eos, workload=workload, slo=_slo(options, deployment),
         cost_per_hour_usd=deployment.cost_per_hour_usd() if deployment else None)

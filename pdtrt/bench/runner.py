@@ -48,6 +48,7 @@ class RunPlan:
     num_warmup: int = 0
     timeout_s: float = 60.0
     stream: bool = True
+    ignore_eos: bool = False  # every request runs to its max_tokens (GenerateRequest)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -177,7 +178,8 @@ def _request(plan: RunPlan, planned: PlannedRequest) -> GenerateRequest:
     """What is sent for ``planned``; the server's timing is asked for wherever the model
     takes the question (the client sends it only then)."""
     return GenerateRequest(prompt=planned.prompt, max_tokens=planned.max_tokens,
-                           stream=plan.stream, return_timing=True)
+                           stream=plan.stream, ignore_eos=plan.ignore_eos,
+                           return_timing=True)
 
 
 def _streams_needed(plan: RunPlan, warmup: list[tuple[PlannedRequest, GenerateResult, bool,

@@ -63,6 +63,9 @@ from pdtrt.errors import BenchError
               help="Seed of the requests and arrival times.")
 @click.option("--stream/--no-stream", default=True, show_default=True,
               help="Stream tokens (needed for TTFT/ITL of every token).")
+@click.option("--ignore-eos", is_flag=True,
+              help="Never stop at the end token: every request generates --osl tokens "
+              "(sends the ensemble's end_id as -1; the model must declare it).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True),
               default=60.0, show_default=True, help="Per-request timeout, seconds.")
 @click.option("--spec", "spec_path", type=click.Path(path_type=Path, dir_okay=False),
@@ -86,7 +89,7 @@ def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: s
           arrival: str, concurrency: int | None, num_requests: int | None,
           duration_s: float | None, num_warmup: int, isl: str | None, osl: str | None,
           dataset: Path | None, tokenizer_dir: Path | None, seed: int, stream: bool,
-          timeout_s: float,
+          ignore_eos: bool, timeout_s: float,
           spec_path: Path | None, slo_ttft_ms: float | None, slo_itl_ms: float | None,
           slo_percentile: str | None, metrics_url: str | None, output_dir: Path | None,
           plots: bool, as_json: bool) -> None:
@@ -113,8 +116,8 @@ def bench(url: str, model: str, compare: bool, rate: float | None, rates_text: s
         models=COMPARED if compare else (model,), rates_per_s=rates,
         arrival=ArrivalProcess(arrival), concurrency=concurrency, num_requests=num_requests,
         duration_s=duration_s, num_warmup=num_warmup, isl=isl, osl=osl, dataset=dataset,
-        seed=seed, stream=stream, timeout_s=timeout_s, slo_ttft_ms=slo_ttft_ms,
-        slo_itl_ms=slo_itl_ms,
+        seed=seed, stream=stream, ignore_eos=ignore_eos, timeout_s=timeout_s,
+        slo_ttft_ms=slo_ttft_ms, slo_itl_ms=slo_itl_ms,
         slo_percentile=Percentile(int(slo_percentile)) if slo_percentile else None),
         deployment)
     out_dir = output_dir or Path(time.strftime("pdtrt-bench-%Y%m%d-%H%M%S"))

@@ -3,13 +3,14 @@
 The ensemble I/O (``shared/reference/triton-trtllm.md``): ``text_input`` BYTES and
 ``max_tokens`` INT32 are required; ``stream``, ``exclude_input_in_output``, ``temperature``,
 ``top_k``, ``top_p`` and the seed (``random_seed`` before TRT-LLM 1.2, ``seed`` after) are
-optional; pdtrt's disaggregated ensemble also takes ``return_timing``
-(:mod:`pdtrt.client.timing`). Where the model declares ``return_num_output_tokens`` (and its
-output ``num_output_tokens``) it is asked, so each response says how many tokens it holds
-(TensorRT-LLM's ``stream_interval`` puts several in one). Only the inputs a model declares are
-sent, with the dtypes it
-declares, so the same client talks to pdtrt's generated ensembles and NVIDIA's. Asking for a
-sampling setting the model does not declare is a :class:`~pdtrt.errors.RequestError`, not a
+optional; ``end_id`` -1 (:attr:`GenerateRequest.ignore_eos`) turns the end token off, as
+NVIDIA's ensemble and pdtrt's take it (the preprocessing model passes it on as ``OUT_END_ID``);
+pdtrt's disaggregated ensemble also takes ``return_timing`` (:mod:`pdtrt.client.timing`). Where
+the model declares ``return_num_output_tokens`` (and its output ``num_output_tokens``) it is
+asked, so each response says how many tokens it holds (TensorRT-LLM's ``stream_interval`` puts
+several in one). Only the inputs a model declares are sent, with the dtypes it declares, so the
+same client talks to pdtrt's generated ensembles and NVIDIA's. Asking for a sampling setting (or
+``ignore_eos``) the model does not declare is a :class:`~pdtrt.errors.RequestError`, not a
 silent drop.
 """
 
@@ -29,7 +30,8 @@ _SEED_NAMES = ("random_seed", "seed")
 _DEFAULT_DTYPES = {"text_input": "BYTES", "max_tokens": "INT32", "stream": "BOOL",
                    "exclude_input_in_output": "BOOL", "temperature": "FP32", "top_k": "INT32",
                    "top_p": "FP32", "random_seed": "UINT64", "seed": "UINT64",
-                   TIMING_INPUT: "BOOL", COUNT_INPUT: "BOOL"}
+                   "end_id": "INT32", TIMING_INPUT: "BOOL", COUNT_INPUT: "BOOL"}
+NO_END_ID = -1  # the end_id that no token matches: generation runs to max_tokens
 
 
 def _missing_io(signature: ModelSignature) -> list[str]:
@@ -59,7 +61,7 @@ def build_inputs(request: GenerateRequest, signature: ModelSignature) -> list[In
     }
     sampling: dict[str, object | None] = {
         "temperature": request.temperature, "top_k": request.top_k, "top_p": request.top_p,
-        seed_name: request.seed,
+        seed_name: request.seed, "end_id": NO_END_ID if request.ignore_eos else None,
     }
     for name, value in optional.items():
         if name in signature.inputs:

@@ -53,6 +53,9 @@ class GenerateRequest:
     seed: int | None = None
     request_id: str | None = None  # None: the client assigns a unique one
     exclude_input_in_output: bool = True
+    # never stop at the end token: sends the ensemble's ``end_id`` as -1 (NVIDIA's ensemble
+    # input; what OpenAI servers call ``ignore_eos``), so every request runs to max_tokens
+    ignore_eos: bool = False
     # ask for the server's timing (pdtrt.client.timing) where the model declares the input;
     # a model without it is not asked and the result has no timing
     return_timing: bool = False

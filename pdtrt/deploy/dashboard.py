@@ -1,8 +1,9 @@
 """The Grafana dashboard of a deployment: p50/p90/p99 of TTFT, time per output token, end to
-end and each phase (the router's histograms), of the OpenAI front's TTFT, inter-token latency
-(every token's gap) and end to end, its requests by status, where prefills ran, failovers and
-ejections, per-phase queue time, KV transfer, in-flight sequences and KV usage per pool,
-errors -- over the metrics the deployment really exports.
+end and each phase (the router's histograms), the TTFT stacked by phase (the means of the
+histograms that partition it, which add up to the TTFT's mean), of the OpenAI front's TTFT,
+inter-token latency (every token's gap) and end to end, its requests by status, where
+prefills ran, failovers and ejections, per-phase queue time, KV transfer, in-flight sequences
+and KV usage per pool, errors -- over the metrics the deployment really exports.
 
 Every query reads only names from :mod:`pdtrt.deploy.metrics` for the deployment's target
 (tests check each expression against :func:`pdtrt.deploy.metrics.exported`), filtered to one
@@ -46,6 +47,8 @@ class Panel:
     queries: tuple[Query, ...] = ()
     text: str | None = None  # a markdown panel instead of a graph
     row: str = ""  # the row it sits under
+    stack: bool = False  # the queries' series stacked (parts of one whole)
+    total: Query | None = None  # a stacked panel's whole, a line over the stack
 
 
 def _not_yet(gpu: bool) -> str | None:
@@ -102,6 +105,40 @@ _FRONT_HISTOGRAM_PANELS = (
 )
 
 
+def _mean(family: str, sel: str) -> str:
+    """The mean of a histogram family's observations over the rate window."""
+    return _ratio(f"{family}_sum", f"{family}_count", sel)
+
+
+# the TTFT's parts in the order a request passes them: (legend, histogram family)
+_TTFT_PARTS = (("queue", m.REQUEST_QUEUE),
+               *zip(("prefill", "decode queue", "KV transfer", "first decode"),
+                    m.REQUEST_TTFT_PHASES, strict=True))
+
+
+def _ttft_phase_panels(sel: str) -> tuple[Panel, ...]:
+    """The TTFT by phase: the means stacked (they add up to the mean TTFT, drawn over them)
+    and the p99 of each phase (percentiles do not add up: which phase makes the tail)."""
+    return (
+        Panel(row="Phases (per request)", title="Time to first token by phase (mean, stacked)",
+              unit="s", stack=True,
+              description="Where the mean TTFT went, request by request: the router's queue, "
+              "prefill (to the decode call, or to the first token when it leaves with the "
+              "prefill's answer), the decode engine's queue, the KV pull and the decode's "
+              "first step; a phase after the first token counts 0. The stack adds up to the "
+              "mean TTFT (the line).",
+              queries=tuple(Query(_mean(family, sel), legend) for legend, family in _TTFT_PARTS),
+              total=Query(_mean(m.REQUEST_TTFT, sel), "TTFT (mean)")),
+        Panel(row="Phases (per request)", title="Time to first token by phase (p99 of each)",
+              unit="s",
+              description="The p99 of each phase's part of the TTFT: which phase makes the "
+              "tail (percentiles do not add up to the TTFT's).",
+              queries=tuple(Query(f"histogram_quantile(0.99, sum by (le) (rate({family}_bucket"
+                                  f"{{{sel}}}{RATE})))", f"{legend} p99")
+                            for legend, family in _TTFT_PARTS)),
+    )
+
+
 def panels(target: Target, sel: str) -> tuple[Panel, ...]:
     """The panels of a ``target`` deployment; ``sel`` is the PromQL label filter of it."""
     comp = PROM_COMPONENT
@@ -151,6 +188,7 @@ def panels(target: Target, sel: str) -> tuple[Panel, ...]:
         *(Panel(row=row, title=f"{title} (p50, p90, p99)", unit=unit, description=what,
                 queries=_percentiles(family, sel))
           for row, title, family, unit, what in _FRONT_HISTOGRAM_PANELS + _HISTOGRAM_PANELS),
+        *_ttft_phase_panels(sel),
         Panel(row="Phases (per request)", title="Engine queue time per request, by phase",
               unit="s",
               description="Time a request waited in each phase before it was scheduled, as the "
@@ -235,12 +273,22 @@ def _panel_json(panel: Panel, pid: int, x: int, y: int) -> dict[str, Any]:
                            "gridPos": {"h": 8, "w": 12, "x": x, "y": y}}
     if panel.text is not None:
         return {**out, "type": "text", "options": {"mode": "markdown", "content": panel.text}}
+    defaults: dict[str, Any] = {"unit": panel.unit}
+    overrides: list[dict[str, Any]] = []
+    queries = panel.queries
+    if panel.stack:
+        defaults["custom"] = {"stacking": {"mode": "normal", "group": "A"}, "fillOpacity": 60}
+    if panel.total is not None:  # a line over the stack, not a part of it
+        queries += (panel.total,)
+        overrides.append({"matcher": {"id": "byName", "options": panel.total.legend},
+                          "properties": [{"id": "custom.stacking", "value": {"mode": "none"}},
+                                         {"id": "custom.fillOpacity", "value": 0}]})
     return {**out, "type": "timeseries", "datasource": DATASOURCE,
-            "fieldConfig": {"defaults": {"unit": panel.unit}, "overrides": []},
+            "fieldConfig": {"defaults": defaults, "overrides": overrides},
             "options": {"legend": {"displayMode": "list", "placement": "bottom"},
                         "tooltip": {"mode": "multi", "sort": "desc"}},
             "targets": [{"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": q.expr,
-                         "legendFormat": q.legend} for i, q in enumerate(panel.queries)]}
+                         "legendFormat": q.legend} for i, q in enumerate(queries)]}
 
 
 def _layout(items: tuple[Panel, ...]) -> list[dict[str, Any]]:

@@ -58,10 +58,17 @@ REQUEST_TTFT = "pdtrt_request_ttft_seconds"
 REQUEST_TPOT = "pdtrt_request_tpot_seconds"
 REQUEST_E2E = "pdtrt_request_e2e_seconds"
 REQUEST_INPUT_TOKENS = "pdtrt_request_input_tokens"
+# the parts of the TTFT after the queue (pdtrt.runtime.router.timing.TTFT_PHASES), in order:
+# with REQUEST_QUEUE they partition REQUEST_TTFT request by request
+REQUEST_TTFT_PHASES = ("pdtrt_request_ttft_prefill_seconds",
+                       "pdtrt_request_ttft_decode_queue_seconds",
+                       "pdtrt_request_ttft_kv_transfer_seconds",
+                       "pdtrt_request_ttft_first_decode_seconds")
 REQUEST_OUTPUT_TOKENS = "pdtrt_request_output_tokens"
 ROUTER_HISTOGRAMS = frozenset({REQUEST_QUEUE, REQUEST_PREFILL, REQUEST_KV_TRANSFER,
                                REQUEST_DECODE, REQUEST_TTFT, REQUEST_TPOT, REQUEST_E2E,
-                               REQUEST_INPUT_TOKENS, REQUEST_OUTPUT_TOKENS})
+                               REQUEST_INPUT_TOKENS, REQUEST_OUTPUT_TOKENS,
+                               *REQUEST_TTFT_PHASES})
 ROUTER = frozenset({ROUTER_REQUESTS, ROUTER_ERRORS, ROUTER_CANCELLED, ROUTER_TTFT_SECONDS,
                     PREFILL_QUEUE_SECONDS, DECODE_QUEUE_SECONDS, ROUTER_RETRIES,
                     ROUTER_FALLBACKS, ROUTER_STALLED, ROUTER_EJECTIONS, ROUTER_HEALTHY,

@@ -68,6 +68,19 @@ def test_errors_are_recorded_not_raised():
     assert [r.error_kind for r in records] == [None, ErrorKind.REQUEST, None]
 
 
+def test_ignore_eos_reaches_every_request_of_the_run():
+    inputs = {**FakeHub().models["ensemble"], "end_id": "INT32"}
+    hub = FakeHub(words_script(delay_s=0.01), models={"ensemble": inputs})
+    config = BenchConfig(loop=LoopKind.CLOSED, num_requests=2, num_warmup=1, ignore_eos=True,
+                         workload=WORKLOAD)
+    with _client(hub) as client:
+        report = run_bench(client, config, clock=hub.clock, sleep=hub.clock.advance)
+    sent = [dict((t.name, t.values[0]) for t in tensors)
+            for transport in hub.transports for _, tensors, _ in transport.sent]
+    assert len(sent) == 3 and all(s["end_id"] == -1 for s in sent)
+    assert report.to_dict()["config"]["ignore_eos"] is True
+
+
 def test_plan_needs_a_bound_and_users():
     with pytest.raises(BenchError, match="needs a bound"):
         RunPlan(model="m", workload=WORKLOAD, loop=LoopKind.CLOSED)

@@ -33,6 +33,7 @@ class Smoke:
     expect: str  # a regex the combined output must contain
     triton: bool = False  # starts the embedded Triton server (slow: 20-60 s here)
     timeout_s: float = 600  # a loaded 2-core machine: a server start alone can take minutes
+    rc: int = 0  # the exit status it must end with
 
 
 SMOKE: dict[str, Smoke] = {
@@ -77,16 +78,22 @@ SMOKE: dict[str, Smoke] = {
          "--sample-every-s", "1", "--out", "{tmp}/soak"), r"requests", triton=True),
     "bench_loop.sh": Smoke(("1", "docs/examples/reference-cpu.yaml", "2"),
                            r"runs not clean: 0 of 1", triton=True),
-    # genai-perf is not installed here (and must not be downloaded by a test): these run up to
-    # their check for it and must stop there with a clear message
-    "genai_perf_crosscheck.sh": Smoke((), r"genai-perf is not installed"),
-    "genai_perf_openai.sh": Smoke((), r"genai-perf is not installed"),
+    # genai-perf and aiperf are not installed here (and must not be downloaded by a test):
+    # these run up to their check for it and must stop there with a clear message, exit 3
+    # (tests/benchmarks/test_client_crosscheck.py runs client_crosscheck.py for real where
+    # the clients' venvs exist)
+    "genai_perf_crosscheck.sh": Smoke((), r"genai-perf is not installed", rc=3),
+    "genai_perf_openai.sh": Smoke((), r"genai-perf is not installed", rc=3),
+    "client_crosscheck.py": Smoke(("--clients", "aiperf,genai-perf"),
+                                  r"aiperf is not installed", rc=3),
 }
 
 RUN_BY = {
     "_cheapest.py": "seed_crossover.py",  # and tests/benchmarks/test_cheapest.py
     "_reference.py": "serve_overhead.py",
     "genai_perf_env.sh": "genai_perf_crosscheck.sh",
+    "aiperf_env.sh": "client_crosscheck.py",
+    "_client_results.py": "client_crosscheck.py",  # and tests/benchmarks/test_client_crosscheck.py
     "fixed_rate_phase.py": "router_capacity.py",  # a Triton model the script installs
     "minimal_relay.py": "relay_floor.py",  # a Triton model the script installs
     "router_naive_bls.py": "router_bench.py",  # a Triton model the script installs
@@ -117,7 +124,8 @@ def test_every_script_has_a_smoke_run():
 def _env(tmp: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHON": sys.executable,
             "PDTRT": str(BIN / "pdtrt"), "GP_VENV": str(tmp / "no-genai-perf"),
-            "GP_INSTALL": "0", "MPLBACKEND": "Agg"}
+            "GP_INSTALL": "0", "AIPERF_VENV": str(tmp / "no-aiperf"), "AIPERF_INSTALL": "0",
+            "MPLBACKEND": "Agg"}
 
 
 def run_smoke(name: str, tmp: Path) -> subprocess.CompletedProcess[str]:
@@ -152,8 +160,7 @@ def _check(name: str, tmp: Path) -> None:
     (tmp / "raw.txt").write_text(RAW_PROFILE)
     out = run_smoke(name, tmp)
     text = out.stdout + out.stderr
-    expected_rc = 0 if "genai" not in name else 3
-    assert out.returncode == expected_rc, text[-4000:]
+    assert out.returncode == SMOKE[name].rc, text[-4000:]
     assert re.search(SMOKE[name].expect, text), text[-4000:]
 
 

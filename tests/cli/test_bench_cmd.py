@@ -87,6 +87,10 @@ def test_bench_errors(run, llm_server, tmp_path):
     assert result.exit_code == 2 and result.stderr.startswith("error: --isl: length")
     result = run("bench", "--url", llm_server, "--rates", "1,x", *out)
     assert result.exit_code == 2 and "comma-separated" in result.stderr
+    # fake_llm declares no end_id: --ignore-eos cannot be honoured, so it is refused
+    result = run("bench", "--url", llm_server, "--requests", "1", "--warmup", "0",
+                 "--ignore-eos", *out)
+    assert result.exit_code == 2 and "has no input 'end_id'" in result.stderr
 
 
 def test_bench_without_a_tokenizer_says_lengths_are_approximate(run, llm_server, tmp_path):

@@ -71,11 +71,21 @@ def test_unset_sampling_inputs_are_not_sent():
     assert names == ["text_input", "max_tokens"]
 
 
+def test_ignore_eos_sends_end_id_minus_one_where_the_model_declares_it():
+    sig = ModelSignature(name="ensemble", inputs={**ENSEMBLE_INPUTS, "end_id": "INT32"})
+    tensors = {t.name: t for t in build_inputs(GenerateRequest(prompt="x", ignore_eos=True),
+                                                 sig)}
+    assert tensors["end_id"].values == (-1,) and tensors["end_id"].datatype == "INT32"
+    assert "end_id" not in {t.name for t in build_inputs(GenerateRequest(prompt="x"), sig)}
+
+
 @pytest.mark.parametrize(("inputs", "request_kwargs", "match"), [
     ({"text_input": "BYTES", "max_tokens": "INT32"}, {"top_k": 2}, "has no input 'top_k'"),
     ({"text_input": "BYTES", "max_tokens": "INT32"}, {"stream": False}, "no 'stream' input"),
     ({"prompt": "BYTES"}, {}, "lacks text_input, max_tokens"),
-], ids=["sampling-not-declared", "no-stream-input", "not-an-ensemble"])
+    ({"text_input": "BYTES", "max_tokens": "INT32"}, {"ignore_eos": True},
+     "has no input 'end_id'"),
+], ids=["sampling-not-declared", "no-stream-input", "not-an-ensemble", "no-end-id"])
 def test_requests_the_model_cannot_take(inputs, request_kwargs, match):
     sig = ModelSignature(name="e", inputs=inputs)
     with pytest.raises(RequestError, match=match):

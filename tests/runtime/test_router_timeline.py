@@ -51,6 +51,14 @@ def test_each_phase_of_a_disaggregated_request_is_observed_once(router):
     assert got["tpot_seconds"][0] == pytest.approx(0.08 / 3)
     assert got["e2e_seconds"][0] == pytest.approx(0.28)
     assert got["input_tokens"] == [5.0] and got["output_tokens"] == [4.0]
+    # the TTFT's phases: the first token left with the prefill's answer (early_first_token),
+    # so the whole TTFT is prefill; with the queue they add up to the TTFT
+    phases = {p: _observed(triton, f"ttft_{p}_seconds") for p in (
+        "prefill", "decode_queue", "kv_transfer", "first_decode")}
+    assert phases == {"prefill": [pytest.approx(0.2)], "decode_queue": [0.0],
+                      "kv_transfer": [0.0], "first_decode": [0.0]}
+    assert got["queue_seconds"][0] + sum(v[0] for v in phases.values()) == \
+        pytest.approx(got["ttft_seconds"][0])
 
 
 def test_the_aggregated_path_has_no_phase_observations(router):

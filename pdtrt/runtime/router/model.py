@@ -82,6 +82,7 @@ from pdtrt.runtime.router.reload_losses import read_lost
 from pdtrt.runtime.router.reply import Reply
 from pdtrt.runtime.router.startup import Background
 from pdtrt.runtime.router.timeline import observe
+from pdtrt.runtime.router.timing import ttft_phases
 from pdtrt.runtime.shutdown import SETTLE_S, SHUTTING_DOWN
 from pdtrt.runtime.triton_io import Incoming, Triton, model_params
 from pdtrt.tracing_settings import stub_settings
@@ -182,8 +183,11 @@ class TritonPythonModel:
             reply.counts, reply.num_prompt = request.counts, len(request.prompt)
             await migration.serve(self.calls, request, reply)
             if reply.done and not reply.stopped:
+                first_s = reply.timeline.first_token_s
                 observe(self.metrics, reply.timeline, end_s=self.clock(),
-                        num_in=len(request.prompt), num_out=len(reply.tokens))
+                        num_in=len(request.prompt), num_out=len(reply.tokens),
+                        ttft_phases_s=None if first_s is None else
+                        ttft_phases(reply.timeline, first_s))
         except (InvalidRequestError, PhaseError) as exc:
             self.metrics.add("errors")
             error = exc.message

@@ -26,6 +26,12 @@ window:
 ``pdtrt_request_e2e_seconds``         arrival -> the final response
 ``pdtrt_request_input_tokens``        prompt tokens
 ``pdtrt_request_output_tokens``       output tokens
+``pdtrt_request_ttft_<phase>_seconds`` for ``prefill``, ``decode_queue``, ``kv_transfer`` and
+                                      ``first_decode``: the part of the TTFT in that phase
+                                      (:func:`pdtrt.runtime.router.timing.ttft_phases`, zero when
+                                      it fell after the first token); with ``queue`` they
+                                      partition ``ttft`` request by request, so their means add
+                                      up to its mean (the dashboard stacks them)
 ``pdtrt_request_migration_seconds``   per migration (:mod:`~pdtrt.runtime.router.migration`):
                                       the client's last token before the failure -> its next
                                       token, from the continuation -- the time the migration
@@ -40,6 +46,7 @@ are not observed (they are counted by ``pdtrt_router_errors_total`` /
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pdtrt.prefill_policy import PrefillPath
@@ -74,6 +81,19 @@ HISTOGRAMS = {  # literal names: tests read them back from the sources
                                TOKEN_BUCKETS),
     "output_tokens": MetricSpec("pdtrt_request_output_tokens", "Output tokens per request", _H,
                                 TOKEN_BUCKETS),
+    # the TTFT's phases (with "queue" above, which always ends before the first token)
+    "ttft_prefill": MetricSpec("pdtrt_request_ttft_prefill_seconds", "Part of the TTFT from "
+                               "the first phase call to the decode call sent, seconds", _H,
+                               LATENCY_BUCKETS_S),
+    "ttft_decode_queue": MetricSpec("pdtrt_request_ttft_decode_queue_seconds", "Part of the "
+                                    "TTFT in the decode engine's queue, seconds", _H,
+                                    LATENCY_BUCKETS_S),
+    "ttft_kv_transfer": MetricSpec("pdtrt_request_ttft_kv_transfer_seconds", "Part of the TTFT "
+                                   "in the KV pull and hand-over to decode, seconds", _H,
+                                   LATENCY_BUCKETS_S),
+    "ttft_first_decode": MetricSpec("pdtrt_request_ttft_first_decode_seconds", "Part of the "
+                                    "TTFT from the decode's first response to the first token "
+                                    "out, seconds", _H, LATENCY_BUCKETS_S),
     "migration": MetricSpec("pdtrt_request_migration_seconds", "Time a migration added: the "
                             "client's last token before the failure to its next one, seconds",
                             _H, LATENCY_BUCKETS_S),
@@ -136,8 +156,11 @@ def _span(start: float | None, end: float | None) -> float | None:
     return None if start is None or end is None else max(0.0, end - start)
 
 
-def observe(metrics: Metrics, t: Timeline, *, end_s: float, num_in: int, num_out: int) -> None:
-    """One observation per histogram for a request that succeeded at ``end_s``."""
+def observe(metrics: Metrics, t: Timeline, *, end_s: float, num_in: int, num_out: int,
+            ttft_phases_s: Mapping[str, float] | None = None) -> None:
+    """One observation per histogram for a request that succeeded at ``end_s``;
+    ``ttft_phases_s``: seconds of its TTFT per phase (``timing.ttft_phases``; None: it had no
+    first token)."""
     spans = {
         "queue": _span(t.arrived_s, t.first_call_s),
         "prefill": _span(t.prefill_sent_s, t.prefill_done_s),
@@ -153,5 +176,8 @@ def observe(metrics: Metrics, t: Timeline, *, end_s: float, num_in: int, num_out
     for key, value in spans.items():
         if value is not None:
             metrics.observe(key, value)
+    for phase, seconds in (ttft_phases_s or {}).items():
+        if f"ttft_{phase}" in HISTOGRAMS:  # "queue" is observed whole above
+            metrics.observe(f"ttft_{phase}", seconds)
     for gap_s in t.migration_gaps_s:
         metrics.observe("migration", gap_s)
