@@ -223,12 +223,13 @@ class RequestType(StrEnum):
 
 
 REQUEST_TYPE_PARAMETER = "request_type"
-# W3C Trace Context ``traceparent`` of the caller's span, as a request parameter: set by a
-# tritonclient caller or the OpenAI front for the router, by the router for each phase call
-# (docs/tracing.md); read only by a process that traces
-TRACEPARENT_PARAMETER = "traceparent"
 """Request parameter (``pb_utils.InferenceRequest(parameters=...)``) selecting the phase; absent
 means ``context_and_generation``. The C++ backend logs and treats unknown values likewise."""
+
+TRACEPARENT_PARAMETER = "traceparent"
+"""W3C Trace Context ``traceparent`` of the caller's span, as a request parameter: set by a
+tritonclient caller or the OpenAI front for the router, by the router for each phase call
+(docs/tracing.md); read only by a process that traces."""
 
 TIMING_INPUT = "return_timing"
 """The router's optional input (BOOL) asking for the request's timing: where its time to first
@@ -287,10 +288,11 @@ def top_log_probs_of(outputs: Any) -> list[TopLogProbs] | None:
     if values is None or ids is None:
         return None
     k = ids.shape[-1] if ids.ndim else 0
-    ids, values = ids.reshape(-1, k).tolist() if k else [], values.reshape(-1, k).tolist() \
-        if k else []
+    if not k:
+        return []
     return [tuple((int(t), float(v)) for t, v in zip(row_ids, row_values, strict=True) if t >= 0)
-            for row_ids, row_values in zip(ids, values, strict=True)]
+            for row_ids, row_values in zip(ids.reshape(-1, k).tolist(),
+                                           values.reshape(-1, k).tolist(), strict=True)]
 
 
 # How much later than the KV's hold (kv_transfer.timeout_s) the router gives up on a decode that

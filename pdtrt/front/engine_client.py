@@ -35,11 +35,11 @@ from pdtrt.engine_io import (
     TOP_LOG_PROB_IDS_OUTPUT,
     TOP_LOG_PROBS_INPUT,
     TOP_LOG_PROBS_OUTPUT,
+    TRACEPARENT_PARAMETER,
     ModelName,
     TopLogProbs,
     top_log_probs_of,
 )
-from pdtrt.engine_io import TRACEPARENT_PARAMETER as TRACEPARENT
 from pdtrt.errors import ApiError
 from pdtrt.front.protocol import OpenAIRequest
 
@@ -111,7 +111,7 @@ class EngineClient:
             [TOP_LOG_PROBS_OUTPUT, TOP_LOG_PROB_IDS_OUTPUT]
             if logprobs and TOP_LOG_PROBS_INPUT in inputs else []) + (
             [TIMING_OUTPUT] if TIMING_INPUT in inputs else [])
-        parameters = {} if traceparent is None else {TRACEPARENT: traceparent}
+        parameters = {} if traceparent is None else {TRACEPARENT_PARAMETER: traceparent}
         stream = self.phase.stream(self.model, inputs, request_id=request_id,
                                    parameters=parameters, outputs=outputs,
                                    error_output=self.error_output)

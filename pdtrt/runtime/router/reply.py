@@ -166,8 +166,9 @@ class Reply:
         counts = count_outputs(*self.counts.of(self.num_prompt, len(tokens)))
         if self.logprobs is None:
             return {**token_outputs(tokens), **counts}
-        top = {} if self.top is None else top_log_prob_outputs(
-            self.top[start:], max((len(row) for row in self.top), default=0))
+        rows = None if self.top is None else self.top[start:]
+        top = {} if rows is None else top_log_prob_outputs(
+            rows, max((len(row) for row in rows), default=0))
         return {**token_outputs(tokens), **counts,
                 **log_prob_outputs(self.logprobs[start:], sum(self.logprobs)), **top}
 

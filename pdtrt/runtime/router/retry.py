@@ -75,7 +75,7 @@ class Failure:
     num_tried: int  # endpoints of the phase's pool tried for this phase, the failed one included
     max_attempts: int  # the most endpoints tried per phase of one request
     other_healthy: bool  # the phase's pool has a healthy endpoint not tried yet
-    migration_target: bool = False  # ... a healthy endpoint besides the failed one, tried or not
+    migration_target: bool  # ... a healthy endpoint besides the failed one, tried or not
     fallback_to_aggregated: bool  # the router's switch
     aggregated_healthy: bool  # the aggregated pool has a healthy endpoint
     migrations_left: int = 0  # how many more times the request may be migrated
