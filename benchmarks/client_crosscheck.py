@@ -44,6 +44,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -98,14 +99,17 @@ def _children_cpu_s() -> float:
 
 
 def run(cmd: list[str], *, log: Path, timeout_s: float, cwd: Path | None = None,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        env: dict[str, str] | None = None, cpus: frozenset[int] | None = None
+        ) -> subprocess.CompletedProcess[str]:
     """``cmd`` with stdout and stderr kept in ``log`` (stdout also returned, and in ``stderr``
-    the CPU seconds its process tree used); killed as a whole session after ``timeout_s``
-    (Failure)."""
+    the CPU seconds its process tree used), on ``cpus`` (its whole tree: children inherit the
+    affinity; None: wherever this process may run); killed as a whole session after
+    ``timeout_s`` (Failure)."""
     cpu_before_s = _children_cpu_s()
+    pin = None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
     with log.open("w") as err:
         proc = subprocess.Popen(cmd, cwd=cwd, env=env or _env(), stdout=subprocess.PIPE,
-                                stderr=err, text=True, start_new_session=True)
+                                stderr=err, text=True, start_new_session=True, preexec_fn=pin)
         try:
             out, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -167,7 +171,7 @@ def start_deployment(args: argparse.Namespace, work: Path) -> Deployment:
                           metrics_url=args.metrics_url, tokenizer=args.tokenizer)
     out = run([*_pdtrt(), "serve", str(args.spec), "--detach", "--workdir", str(work / "serve"),
                "--engines-dir", str(args.engines_dir), "--json"], log=work / "serve.log",
-              timeout_s=args.serve_timeout)
+              timeout_s=args.serve_timeout, cpus=args.server_cpus)
     if out.returncode != 0:
         raise Failure(f"pdtrt serve failed ({out.returncode}):\n"
                       + (work / "serve.log").read_text()[-2000:])
@@ -192,7 +196,7 @@ def run_pdtrt(args: argparse.Namespace, dep: Deployment, out: Path, seed: int) -
                 "--warmup", str(args.warmup), "--isl", str(args.isl), "--osl", str(args.osl),
                 "--ignore-eos", "--tokenizer", dep.tokenizer, "--seed", str(seed),
                 "--no-plots", "--output-dir", str(out), "--json"],
-               log=out.with_suffix(".log"), timeout_s=args.run_timeout)
+               log=out.with_suffix(".log"), timeout_s=args.run_timeout, cpus=args.client_cpus)
     check_alive(dep, "pdtrt bench")
     if proc.returncode not in (0, 1):  # 1: some requests failed, the report is whole
         raise Failure(f"pdtrt bench failed ({proc.returncode}); log: {out.with_suffix('.log')}")
@@ -240,7 +244,8 @@ def run_client(client: str, venv: Path, args: argparse.Namespace, dep: Deploymen
         env.pop("HF_HUB_OFFLINE", None)
     before = scrape(dep, out / "metrics-before.txt")
     proc = run(_client_cmd(client, venv, args, dep, out / "artifacts", seed, model),
-               log=out / f"{client}.log", timeout_s=args.run_timeout, cwd=out, env=env)
+               log=out / f"{client}.log", timeout_s=args.run_timeout, cwd=out, env=env,
+               cpus=args.client_cpus)
     check_alive(dep, client)
     counts = server_counts(before, scrape(dep, out / "metrics-after.txt"))
     name = "aiperf" if client == "aiperf" else "genai_perf"
@@ -259,10 +264,11 @@ def run_client(client: str, venv: Path, args: argparse.Namespace, dep: Deploymen
 def _known_cause(client: str, log: str) -> str:
     if client == "genai-perf" and "Failed to parse JSON string" in log:
         return ("\nknown cause: perf_analyzer (tritonclient 2.51) exports a value for every "
-                "output the model declares, also those a response does not carry (pdtrt's "
-                "ensemble sends cum_log_probs, output_log_probs, num_*_tokens only when asked), "
-                "reading memory it does not own; a NaN among them cuts its JSON short "
-                "(docs/bench.md, 'Agreement with aiperf and genai-perf')")
+                "output the model declares, also those a response does not carry, reading "
+                "memory it does not own; a NaN among them cuts its JSON short. pdtrt's "
+                "ensembles carry every output on every response since issue 46 -- is the "
+                "repository older, or not pdtrt's? (docs/bench.md, 'Agreement with aiperf and "
+                "genai-perf')")
     return ""
 
 
@@ -287,6 +293,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-url", help="its Triton metrics, http://HOST:PORT/metrics")
     p.add_argument("--tokenizer", help="its tokenizer directory")
     p.add_argument("--out", type=Path, help="results folder (default: in the work folder)")
+    p.add_argument("--server-cpus", type=_cpus, help="CPUs for the deployment this script "
+                   "starts, e.g. 0 or 0-3 (default: all)")
+    p.add_argument("--client-cpus", type=_cpus, help="CPUs for pdtrt bench and the other "
+                   "client, e.g. 1 -- apart from the server's, so a client's own CPU is not "
+                   "taken from the server (default: all)")
     p.add_argument("--run-timeout", type=float, default=600.0, help="seconds per run")
     p.add_argument("--serve-timeout", type=float, default=1200.0,
                    help="seconds for pdtrt serve (a first build downloads the model)")
@@ -295,11 +306,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not clients or set(clients) - set(CLIENTS):
         p.error(f"--clients: choose from {', '.join(CLIENTS)}")
     args.clients = clients
+    if "genai-perf" in clients and 0 < args.warmup < args.concurrency:
+        # measured: perf_analyzer 2.51 with 1 warm-up request at concurrency 2 never ends
+        # its measurement (0, or as many as the users, end)
+        p.error(f"--warmup {args.warmup} with --concurrency {args.concurrency}: genai-perf's "
+                "perf_analyzer never finishes with fewer warm-up requests than users; give "
+                f"--warmup 0 or at least {args.concurrency}")
     existing = (args.grpc_url, args.openai_url, args.metrics_url, args.tokenizer)
+    if args.server_cpus and args.grpc_url:
+        p.error("--server-cpus pins the deployment this script starts; with --grpc-url, pin "
+                "yours where you start it")
+    if args.server_cpus and args.client_cpus and args.server_cpus & args.client_cpus:
+        p.error(f"--server-cpus and --client-cpus share CPU(s) "
+                f"{_cpu_list(args.server_cpus & args.client_cpus)}: give them apart")
     if any(existing) and not all(existing):
         p.error("an existing deployment needs all of --grpc-url, --openai-url, --metrics-url "
                 "and --tokenizer")
     return args
+
+
+def _cpus(text: str) -> frozenset[int]:
+    """``0,2`` or ``0-3`` -> the CPUs, each one this process may run on."""
+    try:
+        cpus = frozenset(n for part in text.split(",") for n in (
+            range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give CPUs as 0,2 or 0-3") from None
+    if not cpus or not cpus <= (allowed := os.sched_getaffinity(0)):
+        raise argparse.ArgumentTypeError(f"{text!r}: CPUs this machine gives are "
+                                         f"{_cpu_list(allowed)}")
+    return cpus
+
+
+def _cpu_list(cpus: Iterable[int]) -> str:
+    return ",".join(str(n) for n in sorted(cpus))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -346,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
 def write_results(args: argparse.Namespace, pairs: dict[str, list[Pair]], out_dir: Path) -> None:
     load = {k: getattr(args, k) for k in ("isl", "osl", "concurrency", "requests", "warmup",
                                           "aiperf_endpoint")}
+    load |= {k: None if getattr(args, k) is None else _cpu_list(getattr(args, k))
+             for k in ("server_cpus", "client_cpus")}
     data = {"load": {**load, "spec": str(args.spec) if not args.grpc_url else None},
             "written": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "clients": {client: summary(p) for client, p in pairs.items()}}

@@ -28,10 +28,12 @@ from pdtrt.engine_io import (
 )
 from pdtrt.enums import Target
 
-__all__ = ["ENGINE_STEP_MAP", "ENSEMBLE_IO", "GPT_MODEL_PATH", "POSTPROCESSING_IO",
-           "POSTPROCESSING_STEP_MAP", "PREPROCESSING_IO", "PREPROCESSING_STEP_MAP",
-           "TRTLLM_0_21_ENGINE_IO", "TRTLLM_0_21_INPUT_NAMES", "StepMap", "engine_input_name",
-           "engine_input_renames", "engine_io", "engine_step_map", "ensemble_io"]
+__all__ = ["ENGINE_STEP_MAP", "ENSEMBLE_IO", "GPT_MODEL_PATH", "PASSED_OUTPUTS",
+           "POSTPROCESSING_IO", "POSTPROCESSING_STEP_MAP", "PREPROCESSING_IO",
+           "PREPROCESSING_STEP_MAP", "TRTLLM_0_21_ENGINE_IO", "TRTLLM_0_21_INPUT_NAMES",
+           "StepMap", "engine_input_name", "engine_input_renames", "engine_io",
+           "engine_step_map", "ensemble_io", "passed_input", "passed_output",
+           "postprocessing_step_map"]
 
 _t, _s = tensor_spec, scalar_spec
 B, U8, I32, I64, U64 = (TritonDType.BOOL, TritonDType.UINT8, TritonDType.INT32,
@@ -94,9 +96,35 @@ PREPROCESSING_IO = ModelIO(
     ),
 )
 
+PASSED_OUTPUTS = tuple(t for t in ENSEMBLE_IO.outputs if t.name != "text_output")
+"""The ensemble's outputs besides the text: the middle step's log-probabilities, token counts
+and timing, which postprocessing carries past the text -- each present on *every* response,
+zeros (an empty timing) where the middle step did not send it (it sends them only when asked).
+Clients that read every declared output of every response need that: perf_analyzer (and so
+genai-perf) exports a value per declared output and reads memory it does not own for one a
+response lacks (measured with tritonclient 2.51's, docs/bench.md). NVIDIA's postprocessing did
+the same for its log-probabilities and logits up to v0.13 (``CUM_LOG_PROBS`` ->
+``OUT_CUM_LOG_PROBS``, ``np.array([[0.0]])`` when absent:
+triton-inference-server/tensorrtllm_backend f80395e,
+``all_models/inflight_batcher_llm/postprocessing/1/model.py``); postprocessing's names here
+follow that pattern."""
+
+
+def passed_input(output: str) -> str:
+    """Postprocessing's input for the ensemble output ``output`` (:data:`PASSED_OUTPUTS`)."""
+    return output.upper()
+
+
+def passed_output(output: str) -> str:
+    """Postprocessing's output for the ensemble output ``output`` (:data:`PASSED_OUTPUTS`)."""
+    return f"OUT_{output.upper()}"
+
+
 POSTPROCESSING_IO = ModelIO(
-    inputs=(_t("TOKENS_BATCH", I32, -1, -1), _t("SEQUENCE_LENGTH", I32, -1)),
-    outputs=(_t("OUTPUT", STR, -1),),
+    inputs=(_t("TOKENS_BATCH", I32, -1, -1), _t("SEQUENCE_LENGTH", I32, -1),
+            *(replace(t, name=passed_input(t.name), optional=True) for t in PASSED_OUTPUTS)),
+    outputs=(_t("OUTPUT", STR, -1),
+             *(replace(t, name=passed_output(t.name)) for t in PASSED_OUTPUTS)),
 )
 
 _V021_EXTRA_INPUTS = (
@@ -223,14 +251,13 @@ ENGINE_STEP_MAP = StepMap(
             ("min_tokens", "min_tokens"), ("seed", "seed"),
             *((name, name) for name in TOKEN_COUNT_TENSORS), (TIMING_INPUT, TIMING_INPUT)),
     outputs=(("output_ids", "_TOKENS_BATCH"), ("sequence_length", "_SEQUENCE_LENGTH"),
-             ("cum_log_probs", "cum_log_probs"), ("output_log_probs", "output_log_probs"),
-             *((name, name) for name in TOKEN_COUNT_TENSORS.values()),
-             (TIMING_OUTPUT, TIMING_OUTPUT)),
+             *((t.name, f"_{passed_input(t.name)}") for t in PASSED_OUTPUTS)),
 )
-"""The middle step: the router (disaggregated) or the aggregated engine model. The router's
-timing (:data:`~pdtrt.engine_io.TIMING_OUTPUT`) goes from this step straight to the ensemble's
-output, never through postprocessing (which still runs on that response: the router sends it
-with empty tokens when every token went out before it)."""
+"""The middle step: the router (disaggregated) or the aggregated engine model. Its outputs
+besides the tokens go to postprocessing, which sends each on every response
+(:data:`PASSED_OUTPUTS`); the router's timing (:data:`~pdtrt.engine_io.TIMING_OUTPUT`) too, on
+the final response (the router sends that one with empty tokens when every token went out
+before it: postprocessing needs its tokens on every response)."""
 
 
 def _has_aliases(target: Target) -> bool:
@@ -268,12 +295,21 @@ def ensemble_io(middle: StepMap) -> ModelIO:
     and the optional outputs it does not give (the aggregated ensembles: no timing; on
     TensorRT-LLM 0.21 also no ``min_tokens`` / ``seed``, no counts)."""
     fed = {tensor for _, tensor in middle.inputs}
-    given = {tensor for _, tensor in middle.outputs}
+    given = {name for name, _ in middle.outputs}
     return ENSEMBLE_IO.without(
         *(name for name in (*INPUT_ALIASES, *_OPTIONAL_INPUTS) if name not in fed),
         *(name for name in _OPTIONAL_OUTPUTS if name not in given))
 
-POSTPROCESSING_STEP_MAP = StepMap(
-    inputs=(("TOKENS_BATCH", "_TOKENS_BATCH"), ("SEQUENCE_LENGTH", "_SEQUENCE_LENGTH")),
-    outputs=(("OUTPUT", "text_output"),),
-)
+
+def postprocessing_step_map(middle: StepMap) -> StepMap:
+    """Postprocessing's step after ``middle``: the tokens to text, and each of
+    :data:`PASSED_OUTPUTS` that ``middle`` gives carried on to the ensemble's output."""
+    given = [t.name for t in PASSED_OUTPUTS if t.name in {name for name, _ in middle.outputs}]
+    return StepMap(
+        inputs=(("TOKENS_BATCH", "_TOKENS_BATCH"), ("SEQUENCE_LENGTH", "_SEQUENCE_LENGTH"),
+                *((passed_input(name), f"_{passed_input(name)}") for name in given)),
+        outputs=(("OUTPUT", "text_output"), *((passed_output(name), name) for name in given)))
+
+
+POSTPROCESSING_STEP_MAP = postprocessing_step_map(ENGINE_STEP_MAP)
+"""Postprocessing's step in the disaggregated ensemble (after the router)."""

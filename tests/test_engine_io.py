@@ -35,6 +35,7 @@ from pdtrt.ensemble import (
     engine_io,
     engine_step_map,
     ensemble_io,
+    postprocessing_step_map,
 )
 from pdtrt.enums import Phase, Target
 
@@ -119,12 +120,27 @@ def test_router_is_core_minus_phase_handoff():
     assert ROUTER_IO.input(TIMING_INPUT).optional  # asked for, never required
 
 
-def test_the_disaggregated_ensemble_carries_the_timing_past_postprocessing():
+def test_the_disaggregated_ensemble_carries_the_timing_through_postprocessing():
     assert (TIMING_INPUT, TIMING_INPUT) in ENGINE_STEP_MAP.inputs
-    assert (TIMING_OUTPUT, TIMING_OUTPUT) in ENGINE_STEP_MAP.outputs  # straight out
+    assert (TIMING_OUTPUT, "_PDTRT_TIMING") in ENGINE_STEP_MAP.outputs
+    assert ("PDTRT_TIMING", "_PDTRT_TIMING") in POSTPROCESSING_STEP_MAP.inputs
+    assert ("OUT_PDTRT_TIMING", TIMING_OUTPUT) in POSTPROCESSING_STEP_MAP.outputs
     assert {TIMING_INPUT, TIMING_OUTPUT} <= set(ensemble_io(ENGINE_STEP_MAP).input_names
                                                 + ensemble_io(ENGINE_STEP_MAP).output_names)
-    assert TIMING_OUTPUT not in {t for _, t in POSTPROCESSING_STEP_MAP.inputs}
+
+
+@pytest.mark.parametrize("target", list(Target), ids=str)
+def test_every_output_of_an_ensemble_comes_from_postprocessing(target):
+    """So postprocessing can put each on every response (perf_analyzer reads every declared
+    output of every response: ensemble.PASSED_OUTPUTS)."""
+    for middle in (ENGINE_STEP_MAP, engine_step_map(target)):
+        post = postprocessing_step_map(middle)
+        from_post = {tensor for _, tensor in post.outputs}
+        assert set(ensemble_io(middle).output_names) == from_post
+        assert not from_post & {tensor for _, tensor in middle.outputs}
+        for name, tensor in post.inputs:  # optional but the tokens: sent only when asked
+            assert POSTPROCESSING_IO.input(name).optional is (
+                name not in ("TOKENS_BATCH", "SEQUENCE_LENGTH")), tensor
 
 
 def test_step_maps_name_existing_tensors():
@@ -153,8 +169,8 @@ def test_the_aggregated_step_feeds_the_engine_under_its_own_names(target):
                  else set()) | {TIMING_OUTPUT}
     assert [t for _, t in step.inputs] == [t for _, t in ENGINE_STEP_MAP.inputs
                                            if t not in dropped]
-    assert [t for _, t in step.outputs] == [t for _, t in ENGINE_STEP_MAP.outputs
-                                            if t not in uncounted]
+    assert [n for n, _ in step.outputs] == [n for n, _ in ENGINE_STEP_MAP.outputs
+                                            if n not in uncounted]
     assert set(ensemble_io(step).input_names) == set(ENSEMBLE_IO.input_names) - dropped
     assert set(ensemble_io(step).output_names) == set(ENSEMBLE_IO.output_names) - uncounted
     assert len({n for n, _ in step.inputs}) == len(step.inputs)  # no model input fed twice

@@ -144,8 +144,9 @@ class GrpcTransport:
             if response.outputs:
                 text = _joined(result.as_numpy(OUTPUT_NAME))
                 names = {o.name for o in response.outputs}
-                if TIMING_OUTPUT in names:
-                    timing = _joined(result.as_numpy(TIMING_OUTPUT))
+                if TIMING_OUTPUT in names:  # every response of pdtrt's ensembles carries
+                    # it, empty but on the final one (ensemble.PASSED_OUTPUTS)
+                    timing = _joined(result.as_numpy(TIMING_OUTPUT)) or None
                 if COUNT_OUTPUT in names:
                     num_tokens = int(result.as_numpy(COUNT_OUTPUT).reshape(-1)[0])
             on_event(StreamEvent(text=text, timing=timing, num_tokens=num_tokens, final=final))

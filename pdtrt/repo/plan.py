@@ -41,13 +41,13 @@ from pdtrt.engine_io import KV_TRANSFER_DEADLINE_MARGIN_S, ROUTER_IO, ModelName,
 from pdtrt.ensemble import (
     ENGINE_STEP_MAP,
     POSTPROCESSING_IO,
-    POSTPROCESSING_STEP_MAP,
     PREPROCESSING_IO,
     PREPROCESSING_STEP_MAP,
     StepMap,
     engine_input_renames,
     engine_step_map,
     ensemble_io,
+    postprocessing_step_map,
 )
 from pdtrt.enums import Phase, PhaseTransport, Routing, Target
 from pdtrt.errors import RepoError
@@ -320,4 +320,4 @@ def _tokenizer_models(batch: int, tokenizer_dir: str) -> tuple[ModelPlan, ModelP
 def _steps(middle: ModelName, middle_map: StepMap = ENGINE_STEP_MAP
            ) -> tuple[tuple[ModelName, StepMap], ...]:
     return ((ModelName.PREPROCESSING, PREPROCESSING_STEP_MAP), (middle, middle_map),
-            (ModelName.POSTPROCESSING, POSTPROCESSING_STEP_MAP))
+            (ModelName.POSTPROCESSING, postprocessing_step_map(middle_map)))

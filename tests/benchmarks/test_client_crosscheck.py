@@ -122,6 +122,12 @@ def test_help_and_flags_refused_before_anything_runs():
     assert out.returncode == 2 and "needs all of --grpc-url, --openai-url" in out.stderr
     out = _script("--clients", "locust")
     assert out.returncode == 2 and "--clients: choose from aiperf, genai-perf" in out.stderr
+    out = _script("--server-cpus", "0", "--client-cpus", "0")
+    assert out.returncode == 2 and "share CPU(s) 0" in out.stderr
+    out = _script("--client-cpus", "100000")
+    assert out.returncode == 2 and "CPUs this machine gives are" in out.stderr
+    out = _script("--clients", "genai-perf", "--warmup", "1", "--concurrency", "2")
+    assert out.returncode == 2 and "give --warmup 0 or at least 2" in out.stderr
 
 
 def test_a_missing_client_stops_it_before_a_server_starts(tmp_path):
@@ -136,28 +142,43 @@ def _venv(var: str, default: str, exe: str) -> Path | None:
     return venv if (venv / "bin" / exe).is_file() else None
 
 
+_CLIENTS = {"aiperf": ("AIPERF_VENV", "/tmp/pdtrt-aiperf-venv", "aiperf", "AIPERF_INSTALL"),
+            "genai-perf": ("GP_VENV", "/tmp/pdtrt-genai-perf-venv", "genai-perf",
+                           "GP_INSTALL")}
+
+
 @pytest.mark.triton
 @pytest.mark.slow
-def test_aiperf_for_real_against_the_reference_deployment(tmp_path):
-    """aiperf for real on the tiny reference deployment, a few requests (genai-perf is not run:
-    against pdtrt's ensemble its perf_analyzer cuts its own export short, docs/bench.md)."""
+@pytest.mark.parametrize("client", list(_CLIENTS))
+def test_a_client_for_real_against_the_reference_deployment(tmp_path, client):
+    """Each client for real on the tiny reference deployment, a few requests: aiperf against
+    the OpenAI front, genai-perf against ``ensemble`` -- whose perf_analyzer reads every
+    declared output of every response, so this fails if a response of the ensemble lacks one
+    (ensemble.PASSED_OUTPUTS). genai-perf's run is pinned apart from the server where the
+    machine has two CPUs (``--server-cpus`` / ``--client-cpus``)."""
     from pdtrt.facts.embedded_triton import find_embedded_triton
 
+    var, default, exe, install = _CLIENTS[client]
     if find_embedded_triton() is None:
         pytest.skip("needs the embedded Triton server (nvidia-pytriton)")
-    if _venv("AIPERF_VENV", "/tmp/pdtrt-aiperf-venv", "aiperf") is None:
-        pytest.skip("aiperf is not installed in its venv (AIPERF_VENV, default "
-                    "/tmp/pdtrt-aiperf-venv; run benchmarks/client_crosscheck.py once to "
-                    "install it -- tests never download)")
+    if _venv(var, default, exe) is None:
+        pytest.skip(f"{client} is not installed in its venv ({var}, default {default}; run "
+                    "benchmarks/client_crosscheck.py once to install it -- tests never "
+                    "download)")
     spec = str(ROOT / "docs/examples/reference-cpu.yaml")
-    out = _script("--clients", "aiperf", "--spec", spec, "--engines-dir",
-                  str(tmp_path / "engines"), "--pairs", "1", "--requests", "4", "--warmup", "1",
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = ("--server-cpus", str(cpus[0]), "--client-cpus", str(cpus[1])) \
+        if client == "genai-perf" and len(cpus) >= 2 else ()
+    out = _script("--clients", client, "--spec", spec, "--engines-dir",
+                  str(tmp_path / "engines"), "--pairs", "1", "--requests", "4", "--warmup", "2",
                   "--isl", "16", "--osl", "8", "--concurrency", "2", "--out", str(tmp_path),
-                  env={"AIPERF_INSTALL": "0"}, timeout_s=1500)
+                  *pin, env={install: "0"}, timeout_s=1500)
     assert out.returncode == 0, out.stderr[-4000:]
     data = json.loads((tmp_path / "crosscheck.json").read_text())
-    [pair] = data["clients"]["aiperf"]["pairs"]
+    [pair] = data["clients"][client]["pairs"]
     assert pair["pdtrt"]["num_ok"] == pair["other"]["num_ok"] == 4
     assert pair["other"]["server"]["output_per_request"] == 8  # every token, no end token
     assert pair["other"]["server"]["input_per_request"] == pytest.approx(16, abs=1)
-    assert "| 1 | aiperf | 4/4 |" in (tmp_path / "crosscheck.md").read_text()
+    assert f"| 1 | {client} | 4/4 |" in (tmp_path / "crosscheck.md").read_text()
+    if pin:
+        assert data["load"]["server_cpus"] == str(cpus[0])

@@ -1,5 +1,7 @@
 """Postprocessing for Triton: token ids -> text (NVIDIA's ``TOKENS_BATCH`` /
-``SEQUENCE_LENGTH`` -> ``OUTPUT``). Each streamed chunk is decoded on its own, as NVIDIA's
+``SEQUENCE_LENGTH`` -> ``OUTPUT``), and the ensemble's other outputs carried on, each on every
+response (zeros, or an empty timing, where the middle step sent none:
+:data:`~pdtrt.ensemble.PASSED_OUTPUTS`). Each streamed chunk is decoded on its own, as NVIDIA's
 postprocessing does; special tokens are dropped. All of Triton goes through the injected seam
 (:class:`~pdtrt.runtime.triton_io.Triton`)."""
 
@@ -9,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from pdtrt.engine_io import Param
-from pdtrt.ensemble import POSTPROCESSING_IO
+from pdtrt.engine_io import Param, TensorSpec, TritonDType
+from pdtrt.ensemble import PASSED_OUTPUTS, POSTPROCESSING_IO, passed_input, passed_output
 from pdtrt.runtime.text.preprocessing import load_tokenizer
 from pdtrt.runtime.triton_io import Triton, model_params
 
@@ -39,5 +41,19 @@ class TritonPythonModel:
             texts = [[self.tokenizer.decode(tokens[b, k, :lengths[b, k]].tolist(),
                                             skip_special_tokens=True).encode("utf-8")
                       for k in range(tokens.shape[1])] for b in range(tokens.shape[0])]
-            responses.append(self.triton.response({"OUTPUT": np.array(texts, dtype=object)}))
+            outputs = {"OUTPUT": np.array(texts, dtype=object)}
+            for spec in PASSED_OUTPUTS:
+                value = request.tensor(passed_input(spec.name))
+                outputs[passed_output(spec.name)] = _placeholder(
+                    spec, tokens.shape[0]) if value is None else value
+            responses.append(self.triton.response(outputs))
         return responses
+
+
+def _placeholder(spec: TensorSpec, batch: int) -> np.ndarray:
+    """What a response carries for ``spec`` when the middle step sent none: one zero (an
+    empty string) per batch row, every other dimension 1 -- NVIDIA's placeholder shape."""
+    shape = (batch, *(1 for _ in spec.dims))
+    if spec.dtype is TritonDType.STRING:
+        return np.full(shape, b"", dtype=object)
+    return np.zeros(shape, dtype=spec.dtype.numpy_name)
