@@ -2,7 +2,7 @@
 relay that can be written there, beside pdtrt's router (issue 29, item 2).
 
     .venv/bin/python benchmarks/relay_floor.py [--concurrency 32] [--duration-s 20]
-        [--rounds 2] [--json out.json]
+        [--rounds 2] [--json out.json] [--py-spy DIR]
 
 One server (:func:`router_capacity.start`, gRPC phase transport) holds the decode stand-in
 (``decode_fixed``: an asyncio timer and one ``send`` per token at a fixed rate per stream,
@@ -40,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from router_bench import User, cpu_s, loadavg, run_cell, stub_pids, summarize  # noqa: E402
+from router_bench import User, cpu_s, loadavg, run_cell, spy, stub_pids, summarize  # noqa: E402
 from router_capacity import _copy, stand_in_server  # noqa: E402
 
 PATHS = ("decode_fixed", "receive_only", "relay_min", "relay_min_len", "router_fixed",
@@ -113,6 +113,18 @@ def _receive_cell(url: str, args: argparse.Namespace) -> dict[str, float]:
     return json.loads(out.stdout)
 
 
+def _profile(out: Path, repo: Path, users: list[User], paths: list[str],
+             duration_s: float) -> None:
+    """One cell of each of ``paths`` with py-spy recording the stub the users call
+    (``out/<path>-stub0.txt``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        procs = spy(out, path, {"stub": stub_pids(repo, path)}, duration_s)
+        run_cell(users, path, duration_s)
+        for p in procs:
+            p.wait(60)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--concurrency", type=int, default=32)
@@ -122,8 +134,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--paths", default=",".join(PATHS))
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--py-spy", type=Path, help="after the rounds, one more cell of each model "
+                    "path with py-spy recording its stub into this directory (not in the "
+                    "results; benchmarks/router_profile.py reads the files)")
     ap.add_argument("--receive-only", metavar="URL", help=argparse.SUPPRESS)  # the subprocess
     args = ap.parse_args()
+    if args.py_spy and not Path(sys.executable).with_name("py-spy").exists():
+        ap.error("--py-spy needs py-spy in this environment: .venv/bin/pip install -e '.[profile]'")
     if args.receive_only:
         print(json.dumps(asyncio.run(_receive(args.receive_only, args.concurrency,
                                               args.output_tokens, args.duration_s))))
@@ -150,6 +167,9 @@ def main() -> None:
                 s.update(path=path, round=rnd, c=args.concurrency, loadavg=loadavg())
                 cells.append(s)
                 print(json.dumps(s), file=sys.stderr, flush=True)
+        if args.py_spy:
+            _profile(args.py_spy, repo, users, [p for p in paths if p != RECEIVE_ONLY],
+                     args.duration_s)
         for u in users:
             u.close()
     print("| round | path | delivered tok/s | TTFT p50 ms | ITL p50 ms | stub µs/token "
