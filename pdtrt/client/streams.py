@@ -127,8 +127,7 @@ class GrpcStreamClient:
                     yield StreamResponse(error=response.error_message)
                     continue
                 infer = response.infer_response
-                result = InferResult(infer)
-                got = {o.name: result.as_numpy(o.name) for o in infer.outputs}
+                got = _outputs(infer, InferResult)
                 if infer.parameters["triton_final_response"].bool_param:
                     final.set()
                 if got:
@@ -139,6 +138,36 @@ class GrpcStreamClient:
             final.set()
             if not call.done():  # the caller stopped listening: end the call too
                 call.cancel()
+
+
+_FIXED_SIZE: dict[str, np.dtype[Any]] = {}  # Triton datatype -> numpy dtype, filled on first use
+
+
+def _outputs(infer: Any, infer_result: Any) -> dict[str, np.ndarray]:
+    """The outputs of a ``ModelInferResponse`` by name, as tritonclient's
+    ``InferResult.as_numpy`` reads them (tritonclient 2.x ``grpc/_infer_result.py``: the
+    i-th output's bytes are ``raw_output_contents[i]``, a fixed-size type read with
+    ``np.frombuffer`` and reshaped to the output's shape). Read here for the fixed-size types
+    (every token of a relayed stream: ``as_numpy`` looks each name up again and builds the
+    shape element by element); BYTES, BF16 and outputs without raw contents go to
+    ``InferResult`` itself."""
+    if not _FIXED_SIZE:
+        from tritonclient.utils import triton_to_np_dtype
+
+        _FIXED_SIZE.update({name: np.dtype(triton_to_np_dtype(name)) for name in (
+            "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+            "FP16", "FP32", "FP64")})
+    raw = infer.raw_output_contents
+    got: dict[str, np.ndarray] = {}
+    result = None
+    for i, output in enumerate(infer.outputs):
+        dtype = _FIXED_SIZE.get(output.datatype)
+        if dtype is not None and i < len(raw):
+            got[output.name] = np.frombuffer(raw[i], dtype=dtype).reshape(tuple(output.shape))
+        else:
+            result = result or infer_result(infer)
+            got[output.name] = result.as_numpy(output.name)
+    return got
 
 
 def probe_inputs() -> dict[str, np.ndarray]:

@@ -122,12 +122,18 @@ class Metrics:
         hist = self._histograms.get(key)
         if hist is None:
             return
-        for bound, metric in hist.buckets:
-            if value <= bound:
-                self._add(metric, 1.0)
-        for metric, amount in ((hist.sum, value), (hist.count, 1.0)):
-            if metric is not None:
-                self._add(metric, amount)
+        adds = [(metric, 1.0) for bound, metric in hist.buckets if value <= bound]
+        adds += [(metric, amount) for metric, amount in ((hist.sum, value), (hist.count, 1.0))
+                 if metric is not None]
+        if self._flush_s <= 0:
+            for metric, amount in adds:
+                self._triton.increment(metric, amount)
+            return
+        with self._pending_lock:  # once for the whole observation (a dozen counters or more)
+            pending = self._pending
+            for metric, amount in adds:
+                pending[metric] = pending.get(metric, 0.0) + amount
+            self._start_flusher()
 
     def flush(self) -> None:
         """Send the summed increments now."""

@@ -93,7 +93,7 @@ def phase_id(client_id: str) -> str:
 
 
 def response_tokens(response: StreamResponse) -> list[int]:
-    return [int(t) for t in response.outputs["output_ids"].reshape(-1)]
+    return response.outputs["output_ids"].reshape(-1).tolist()  # Python ints
 
 
 def response_logprobs(response: StreamResponse) -> list[float] | None:
