@@ -2,7 +2,7 @@
 relay that can be written there, beside pdtrt's router (issue 29, item 2).
 
     .venv/bin/python benchmarks/relay_floor.py [--concurrency 32] [--duration-s 20]
-        [--rounds 2] [--json out.json] [--py-spy DIR]
+        [--rounds 2] [--json out.json] [--py-spy DIR] [--baseline-rev REV]
 
 One server (:func:`router_capacity.start`, gRPC phase transport) holds the decode stand-in
 (``decode_fixed``: an asyncio timer and one ``send`` per token at a fixed rate per stream,
@@ -21,7 +21,10 @@ the users call (``/proc``, user + system, all threads).
   nothing: what the gRPC half of a relay costs in Python; its CPU is that process's;
 - ``router_fixed``: pdtrt's router, for the difference;
 - ``naive_bls_32``: router_bench's naive BLS (:mod:`router_naive_bls`, 32 instances: sync
-  ``execute``, a BLS iterator read per token), the design issue 29 measures the router against.
+  ``execute``, a BLS iterator read per token), the design issue 29 measures the router against;
+- ``router_base`` (with ``--baseline-rev REV``): pdtrt's router as of git revision ``REV``
+  (router_bench's baseline) in front of the same stand-ins, so a change to the router is
+  measured against its parent in one server, cells interleaved.
 """
 
 from __future__ import annotations
@@ -40,12 +43,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from router_bench import User, cpu_s, loadavg, run_cell, spy, stub_pids, summarize  # noqa: E402
+from router_bench import (  # noqa: E402
+    User,
+    add_baseline,
+    cpu_s,
+    loadavg,
+    run_cell,
+    spy,
+    stub_pids,
+    summarize,
+)
 from router_capacity import _copy, stand_in_server  # noqa: E402
 
 PATHS = ("decode_fixed", "receive_only", "relay_min", "relay_min_len", "router_fixed",
          "naive_bls_32")
 RECEIVE_ONLY = "receive_only"
+BASELINE = "router_base"
 
 
 def _add_relay(repo: Path, url: str) -> None:
@@ -137,6 +150,8 @@ def main() -> None:
     ap.add_argument("--py-spy", type=Path, help="after the rounds, one more cell of each model "
                     "path with py-spy recording its stub into this directory (not in the "
                     "results; benchmarks/router_profile.py reads the files)")
+    ap.add_argument("--baseline-rev", default="", help=f"also {BASELINE}: the router of this "
+                    "git revision (or of the pdtrt package in this directory)")
     ap.add_argument("--receive-only", metavar="URL", help=argparse.SUPPRESS)  # the subprocess
     args = ap.parse_args()
     if args.py_spy and not Path(sys.executable).with_name("py-spy").exists():
@@ -146,9 +161,15 @@ def main() -> None:
                                               args.output_tokens, args.duration_s))))
         return
     os.environ.setdefault("UCX_TLS", "sm,tcp")
-    paths = args.paths.split(",")
+    paths = args.paths.split(",") + ([BASELINE] if args.baseline_rev else [])
+
+    def also(repo: Path, url: str) -> None:
+        _add_relay(repo, url)
+        if args.baseline_rev:
+            add_baseline(repo.parent, repo, args.baseline_rev, 1, source="router_fixed")
+
     cells = []
-    with stand_in_server(args.stream_tokens_per_s, "grpc", also=_add_relay) as (server, repo):
+    with stand_in_server(args.stream_tokens_per_s, "grpc", also=also) as (server, repo):
         users = [User(server.endpoints.grpc_url, list(range(100, 164)), args.output_tokens)
                  for _ in range(args.concurrency)]
         for path in paths:
