@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -122,7 +123,9 @@ class Metrics:
         hist = self._histograms.get(key)
         if hist is None:
             return
-        adds = [(metric, 1.0) for bound, metric in hist.buckets if value <= bound]
+        # the buckets from the first bound >= value on (bounds ascending; none for a NaN)
+        first = bisect_left(hist.bounds, value) if value == value else len(hist.bounds)
+        adds = [(metric, 1.0) for _, metric in hist.buckets[first:]]
         adds += [(metric, amount) for metric, amount in ((hist.sum, value), (hist.count, 1.0))
                  if metric is not None]
         if self._flush_s <= 0:
@@ -165,6 +168,13 @@ class _Histogram:
     buckets: tuple[tuple[float, Any], ...]
     sum: Any
     count: Any
+    bounds: tuple[float, ...] = ()  # the buckets' bounds, for bisect
+
+    def __post_init__(self) -> None:
+        bounds = tuple(bound for bound, _ in self.buckets)
+        if list(bounds) != sorted(bounds):
+            raise ValueError(f"histogram bucket bounds must ascend: {bounds}")
+        object.__setattr__(self, "bounds", bounds)
 
     @classmethod
     def make(cls, triton: MetricSink, spec: MetricSpec, labels: Mapping[str, str]) -> _Histogram:

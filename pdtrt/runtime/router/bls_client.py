@@ -82,7 +82,9 @@ class ResponseStream:
         self.closed = False
         # one release per response the reader asks for (and one at close): a producer that
         # must not read ahead waits on it (BlsPhaseClient says why)
-        self.asked = threading.Semaphore(0) if on_demand else None
+        self.asked: threading.Semaphore | None = None
+        if on_demand:
+            self.asked = threading.Semaphore(0)
         self._asking = False
         # the deadline of timed reads (read(timeout_s=...)): one timer per stream, re-armed
         # only when it fires, not one per read
