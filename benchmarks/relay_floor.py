@@ -10,7 +10,8 @@ nothing else), ``relay_min`` (:mod:`minimal_relay`: one raw grpc.aio read and on
 token, nothing else) in front of it, and pdtrt's router (``router_fixed``) in front of the
 stand-ins. The same closed loop of ``c`` users (router_bench's client) drives each in turn,
 rounds interleaved. Per cell: delivered tokens/s and the CPU per token of the stub of the model
-the users call (``/proc``, user + system, all threads).
+the users call (``/proc``, user + system, all threads), and the same per thread of the stub
+(``/proc/PID/task``, largest first: the event loop's thread, gRPC's, the stub's own).
 
 - ``decode_fixed`` called directly: what one ``send`` per token costs a Python-backend model
   (with a timer wake-up per token, as a relay has a wake-up per received token);
@@ -59,6 +60,25 @@ PATHS = ("decode_fixed", "receive_only", "relay_min", "relay_min_len", "router_f
          "naive_bls_32")
 RECEIVE_ONLY = "receive_only"
 BASELINE = "router_base"
+
+
+def _thread_cpu_s(pids: list[int]) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of ``pids``, by thread id."""
+    out = {}
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[int(task.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def _per_thread(before: dict[int, float], after: dict[int, float], tokens: int) -> list[float]:
+    """µs per token of each thread that used any CPU, largest first."""
+    used = (after[t] - before.get(t, 0.0) for t in after)
+    return sorted((round(u / tokens * 1e6, 1) for u in used if u > 0 and tokens), reverse=True)
 
 
 def _add_relay(repo: Path, url: str) -> None:
@@ -181,10 +201,13 @@ def main() -> None:
                     s = _receive_cell(server.endpoints.grpc_url, args)
                 else:
                     pids = stub_pids(repo, path)
+                    threads = _thread_cpu_s(pids)
                     before, t0 = cpu_s(pids), time.perf_counter()
                     records, wall = run_cell(users, path, args.duration_s)
                     s = summarize(records, wall, cpu_s(pids) - before)
-                    s.update(cores=(cpu_s(pids) - before) / (time.perf_counter() - t0))
+                    s.update(cores=(cpu_s(pids) - before) / (time.perf_counter() - t0),
+                             threads_us_per_token=_per_thread(threads, _thread_cpu_s(pids),
+                                                              s["tokens"]))
                 s.update(path=path, round=rnd, c=args.concurrency, loadavg=loadavg())
                 cells.append(s)
                 print(json.dumps(s), file=sys.stderr, flush=True)
@@ -194,12 +217,13 @@ def main() -> None:
         for u in users:
             u.close()
     print("| round | path | delivered tok/s | TTFT p50 ms | ITL p50 ms | stub µs/token "
-          "| stub cores | errors |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| stub cores | errors | largest threads µs/token |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for s in cells:
+        top = " / ".join(f"{u:.0f}" for u in s.get("threads_us_per_token", [])[:4])
         print(f"| {s['round']} | {s['path']} | {s['tok_per_s']:.0f} | {s['ttft_ms_p50']:.1f} | "
               f"{s['itl_ms_p50']:.1f} | {s['stub_cpu_us_per_token']:.0f} | {s['cores']:.2f} | "
-              f"{s['errors']} |")
+              f"{s['errors']} | {top} |")
     if args.json:
         args.json.write_text(json.dumps({"concurrency": args.concurrency,
                                          "stream_tokens_per_s": args.stream_tokens_per_s,
