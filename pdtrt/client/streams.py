@@ -33,8 +33,8 @@ import numpy as np
 
 from pdtrt.engine_io import PROBE_ID_PREFIX
 
-__all__ = ["PROBE_ID_PREFIX", "PROBE_SILENT", "GrpcStreamClient", "StreamClient",
-           "StreamResponse", "probe", "probe_inputs"]
+__all__ = ["FIXED_SIZE_DTYPES", "PROBE_ID_PREFIX", "PROBE_SILENT", "GrpcStreamClient",
+           "StreamClient", "StreamResponse", "probe", "probe_inputs"]
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,12 @@ class GrpcStreamClient:
                 call.cancel()
 
 
-_FIXED_SIZE: dict[str, np.dtype[Any]] = {}  # Triton datatype -> numpy dtype, filled on first use
+# The fixed-size tensor datatypes of the KServe v2 protocol, as numpy reads their raw bytes
+# (tritonclient.utils.triton_to_np_dtype gives the same; tests/client/test_streams.py checks)
+FIXED_SIZE_DTYPES: dict[str, np.dtype[Any]] = {name: np.dtype(t) for name, t in (
+    ("BOOL", np.bool_), ("UINT8", np.uint8), ("UINT16", np.uint16), ("UINT32", np.uint32),
+    ("UINT64", np.uint64), ("INT8", np.int8), ("INT16", np.int16), ("INT32", np.int32),
+    ("INT64", np.int64), ("FP16", np.float16), ("FP32", np.float32), ("FP64", np.float64))}
 
 
 def _outputs(infer: Any, infer_result: Any) -> dict[str, np.ndarray]:
@@ -150,18 +155,12 @@ def _outputs(infer: Any, infer_result: Any) -> dict[str, np.ndarray]:
     ``np.frombuffer`` and reshaped to the output's shape). Read here for the fixed-size types
     (every token of a relayed stream: ``as_numpy`` looks each name up again and builds the
     shape element by element); BYTES, BF16 and outputs without raw contents go to
-    ``InferResult`` itself."""
-    if not _FIXED_SIZE:
-        from tritonclient.utils import triton_to_np_dtype
-
-        _FIXED_SIZE.update({name: np.dtype(triton_to_np_dtype(name)) for name in (
-            "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
-            "FP16", "FP32", "FP64")})
+    ``infer_result`` (tritonclient's ``InferResult``) itself."""
     raw = infer.raw_output_contents
     got: dict[str, np.ndarray] = {}
     result = None
     for i, output in enumerate(infer.outputs):
-        dtype = _FIXED_SIZE.get(output.datatype)
+        dtype = FIXED_SIZE_DTYPES.get(output.datatype)
         if dtype is not None and i < len(raw):
             got[output.name] = np.frombuffer(raw[i], dtype=dtype).reshape(tuple(output.shape))
         else:

@@ -22,9 +22,9 @@ def test_a_response_reads_as_tritonclients_infer_result_reads_it():
     """The stream client reads fixed-size outputs itself (every relayed token) and leaves the
     rest to tritonclient: every output must come out as ``InferResult.as_numpy`` gives it."""
     from tritonclient.grpc import InferResult, service_pb2
-    from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor
+    from tritonclient.utils import np_to_triton_dtype, serialize_byte_tensor, triton_to_np_dtype
 
-    from pdtrt.client.streams import _outputs
+    from pdtrt.client.streams import FIXED_SIZE_DTYPES, _outputs
 
     arrays = {"output_ids": np.array([[[7, 8]]], np.int32),
               "context_phase_params": np.frombuffer(b"abc", np.uint8).reshape(1, -1),
@@ -39,6 +39,8 @@ def test_a_response_reads_as_tritonclients_infer_result_reads_it():
         response.raw_output_contents.append(serialize_byte_tensor(value).item()
                                             if value.dtype == np.object_ else value.tobytes())
     got, want = _outputs(response, InferResult), InferResult(response)
+    for datatype, dtype in FIXED_SIZE_DTYPES.items():
+        assert np.dtype(triton_to_np_dtype(datatype)) == dtype, datatype
     assert list(got) == list(arrays)
     for name in arrays:
         expected = want.as_numpy(name)
