@@ -2,7 +2,7 @@
 relay that can be written there, beside pdtrt's router (issue 29, item 2).
 
     .venv/bin/python benchmarks/relay_floor.py [--concurrency 32] [--duration-s 20]
-        [--rounds 2] [--json out.json]
+        [--rounds 2] [--json out.json] [--py-spy DIR] [--baseline-rev REV]
 
 One server (:func:`router_capacity.start`, gRPC phase transport) holds the decode stand-in
 (``decode_fixed``: an asyncio timer and one ``send`` per token at a fixed rate per stream,
@@ -10,7 +10,8 @@ nothing else), ``relay_min`` (:mod:`minimal_relay`: one raw grpc.aio read and on
 token, nothing else) in front of it, and pdtrt's router (``router_fixed``) in front of the
 stand-ins. The same closed loop of ``c`` users (router_bench's client) drives each in turn,
 rounds interleaved. Per cell: delivered tokens/s and the CPU per token of the stub of the model
-the users call (``/proc``, user + system, all threads).
+the users call (``/proc``, user + system, all threads), and the same per thread of the stub
+(``/proc/PID/task``, largest first: the event loop's thread, gRPC's, the stub's own).
 
 - ``decode_fixed`` called directly: what one ``send`` per token costs a Python-backend model
   (with a timer wake-up per token, as a relay has a wake-up per received token);
@@ -21,7 +22,10 @@ the users call (``/proc``, user + system, all threads).
   nothing: what the gRPC half of a relay costs in Python; its CPU is that process's;
 - ``router_fixed``: pdtrt's router, for the difference;
 - ``naive_bls_32``: router_bench's naive BLS (:mod:`router_naive_bls`, 32 instances: sync
-  ``execute``, a BLS iterator read per token), the design issue 29 measures the router against.
+  ``execute``, a BLS iterator read per token), the design issue 29 measures the router against;
+- ``router_base`` (with ``--baseline-rev REV``): pdtrt's router as of git revision ``REV``
+  (router_bench's baseline) in front of the same stand-ins, so a change to the router is
+  measured against its parent in one server, cells interleaved.
 """
 
 from __future__ import annotations
@@ -40,12 +44,41 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from router_bench import User, cpu_s, loadavg, run_cell, stub_pids, summarize  # noqa: E402
+from router_bench import (  # noqa: E402
+    User,
+    add_baseline,
+    cpu_s,
+    loadavg,
+    run_cell,
+    spy,
+    stub_pids,
+    summarize,
+)
 from router_capacity import _copy, stand_in_server  # noqa: E402
 
 PATHS = ("decode_fixed", "receive_only", "relay_min", "relay_min_len", "router_fixed",
          "naive_bls_32")
 RECEIVE_ONLY = "receive_only"
+BASELINE = "router_base"
+
+
+def _thread_cpu_s(pids: list[int]) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of ``pids``, by thread id."""
+    out = {}
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            out[int(task.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def _per_thread(before: dict[int, float], after: dict[int, float], tokens: int) -> list[float]:
+    """µs per token of each thread that used any CPU, largest first."""
+    used = (after[t] - before.get(t, 0.0) for t in after)
+    return sorted((round(u / tokens * 1e6, 1) for u in used if u > 0 and tokens), reverse=True)
 
 
 def _add_relay(repo: Path, url: str) -> None:
@@ -113,6 +146,18 @@ def _receive_cell(url: str, args: argparse.Namespace) -> dict[str, float]:
     return json.loads(out.stdout)
 
 
+def _profile(out: Path, repo: Path, users: list[User], paths: list[str],
+             duration_s: float) -> None:
+    """One cell of each of ``paths`` with py-spy recording the stub the users call
+    (``out/<path>-stub0.txt``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        procs = spy(out, path, {"stub": stub_pids(repo, path)}, duration_s)
+        run_cell(users, path, duration_s)
+        for p in procs:
+            p.wait(60)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--concurrency", type=int, default=32)
@@ -122,16 +167,29 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--paths", default=",".join(PATHS))
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--py-spy", type=Path, help="after the rounds, one more cell of each model "
+                    "path with py-spy recording its stub into this directory (not in the "
+                    "results; benchmarks/router_profile.py reads the files)")
+    ap.add_argument("--baseline-rev", default="", help=f"also {BASELINE}: the router of this "
+                    "git revision (or of the pdtrt package in this directory)")
     ap.add_argument("--receive-only", metavar="URL", help=argparse.SUPPRESS)  # the subprocess
     args = ap.parse_args()
+    if args.py_spy and not Path(sys.executable).with_name("py-spy").exists():
+        ap.error("--py-spy needs py-spy in this environment: .venv/bin/pip install -e '.[profile]'")
     if args.receive_only:
         print(json.dumps(asyncio.run(_receive(args.receive_only, args.concurrency,
                                               args.output_tokens, args.duration_s))))
         return
     os.environ.setdefault("UCX_TLS", "sm,tcp")
-    paths = args.paths.split(",")
+    paths = args.paths.split(",") + ([BASELINE] if args.baseline_rev else [])
+
+    def also(repo: Path, url: str) -> None:
+        _add_relay(repo, url)
+        if args.baseline_rev:
+            add_baseline(repo.parent, repo, args.baseline_rev, 1, source="router_fixed")
+
     cells = []
-    with stand_in_server(args.stream_tokens_per_s, "grpc", also=_add_relay) as (server, repo):
+    with stand_in_server(args.stream_tokens_per_s, "grpc", also=also) as (server, repo):
         users = [User(server.endpoints.grpc_url, list(range(100, 164)), args.output_tokens)
                  for _ in range(args.concurrency)]
         for path in paths:
@@ -143,22 +201,29 @@ def main() -> None:
                     s = _receive_cell(server.endpoints.grpc_url, args)
                 else:
                     pids = stub_pids(repo, path)
+                    threads = _thread_cpu_s(pids)
                     before, t0 = cpu_s(pids), time.perf_counter()
                     records, wall = run_cell(users, path, args.duration_s)
                     s = summarize(records, wall, cpu_s(pids) - before)
-                    s.update(cores=(cpu_s(pids) - before) / (time.perf_counter() - t0))
+                    s.update(cores=(cpu_s(pids) - before) / (time.perf_counter() - t0),
+                             threads_us_per_token=_per_thread(threads, _thread_cpu_s(pids),
+                                                              s["tokens"]))
                 s.update(path=path, round=rnd, c=args.concurrency, loadavg=loadavg())
                 cells.append(s)
                 print(json.dumps(s), file=sys.stderr, flush=True)
+        if args.py_spy:
+            _profile(args.py_spy, repo, users, [p for p in paths if p != RECEIVE_ONLY],
+                     args.duration_s)
         for u in users:
             u.close()
     print("| round | path | delivered tok/s | TTFT p50 ms | ITL p50 ms | stub µs/token "
-          "| stub cores | errors |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| stub cores | errors | largest threads µs/token |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for s in cells:
+        top = " / ".join(f"{u:.0f}" for u in s.get("threads_us_per_token", [])[:4])
         print(f"| {s['round']} | {s['path']} | {s['tok_per_s']:.0f} | {s['ttft_ms_p50']:.1f} | "
               f"{s['itl_ms_p50']:.1f} | {s['stub_cpu_us_per_token']:.0f} | {s['cores']:.2f} | "
-              f"{s['errors']} |")
+              f"{s['errors']} | {top} |")
     if args.json:
         args.json.write_text(json.dumps({"concurrency": args.concurrency,
                                          "stream_tokens_per_s": args.stream_tokens_per_s,

@@ -94,10 +94,12 @@ class TritonPythonModel(PdtrtModel):
 """
 
 
-def add_baseline(work: Path, repo: Path, rev: str, instances: int) -> str:
+def add_baseline(work: Path, repo: Path, rev: str, instances: int, source: str = "router"
+                 ) -> str:
     """``router_base``: the router of git revision ``rev`` (``git archive``, nothing in the
     work tree changes) -- or, when ``rev`` is a directory, of the ``pdtrt`` package in it --
-    its stubs importing pdtrt from that copy; returns the model name."""
+    its stubs importing pdtrt from that copy (the config of model ``source``); returns the
+    model name."""
     if Path(rev).is_dir():
         src = Path(rev).resolve()
     else:
@@ -108,7 +110,7 @@ def add_baseline(work: Path, repo: Path, rev: str, instances: int) -> str:
         subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     shim = work / "baseline_model.py"
     shim.write_text(_BASELINE_SHIM.format(rev=rev, src=str(src)))
-    _copy_model(repo, "router", "router_base", instances, shim)
+    _copy_model(repo, source, "router_base", instances, shim)
     return "router_base"
 
 

@@ -33,8 +33,8 @@ import numpy as np
 
 from pdtrt.engine_io import PROBE_ID_PREFIX
 
-__all__ = ["PROBE_ID_PREFIX", "PROBE_SILENT", "GrpcStreamClient", "StreamClient",
-           "StreamResponse", "probe", "probe_inputs"]
+__all__ = ["FIXED_SIZE_DTYPES", "PROBE_ID_PREFIX", "PROBE_SILENT", "GrpcStreamClient",
+           "StreamClient", "StreamResponse", "probe", "probe_inputs"]
 
 
 @dataclass(frozen=True)
@@ -127,8 +127,7 @@ class GrpcStreamClient:
                     yield StreamResponse(error=response.error_message)
                     continue
                 infer = response.infer_response
-                result = InferResult(infer)
-                got = {o.name: result.as_numpy(o.name) for o in infer.outputs}
+                got = _outputs(infer, InferResult)
                 if infer.parameters["triton_final_response"].bool_param:
                     final.set()
                 if got:
@@ -139,6 +138,35 @@ class GrpcStreamClient:
             final.set()
             if not call.done():  # the caller stopped listening: end the call too
                 call.cancel()
+
+
+# The fixed-size tensor datatypes of the KServe v2 protocol, as numpy reads their raw bytes
+# (tritonclient.utils.triton_to_np_dtype gives the same; tests/client/test_streams.py checks)
+FIXED_SIZE_DTYPES: dict[str, np.dtype[Any]] = {name: np.dtype(t) for name, t in (
+    ("BOOL", np.bool_), ("UINT8", np.uint8), ("UINT16", np.uint16), ("UINT32", np.uint32),
+    ("UINT64", np.uint64), ("INT8", np.int8), ("INT16", np.int16), ("INT32", np.int32),
+    ("INT64", np.int64), ("FP16", np.float16), ("FP32", np.float32), ("FP64", np.float64))}
+
+
+def _outputs(infer: Any, infer_result: Any) -> dict[str, np.ndarray]:
+    """The outputs of a ``ModelInferResponse`` by name, as tritonclient's
+    ``InferResult.as_numpy`` reads them (tritonclient 2.x ``grpc/_infer_result.py``: the
+    i-th output's bytes are ``raw_output_contents[i]``, a fixed-size type read with
+    ``np.frombuffer`` and reshaped to the output's shape). Read here for the fixed-size types
+    (every token of a relayed stream: ``as_numpy`` looks each name up again and builds the
+    shape element by element); BYTES, BF16 and outputs without raw contents go to
+    ``infer_result`` (tritonclient's ``InferResult``) itself."""
+    raw = infer.raw_output_contents
+    got: dict[str, np.ndarray] = {}
+    result = None
+    for i, output in enumerate(infer.outputs):
+        dtype = FIXED_SIZE_DTYPES.get(output.datatype)
+        if dtype is not None and i < len(raw):
+            got[output.name] = np.frombuffer(raw[i], dtype=dtype).reshape(tuple(output.shape))
+        else:
+            result = result or infer_result(infer)
+            got[output.name] = result.as_numpy(output.name)
+    return got
 
 
 def probe_inputs() -> dict[str, np.ndarray]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -122,12 +123,20 @@ class Metrics:
         hist = self._histograms.get(key)
         if hist is None:
             return
-        for bound, metric in hist.buckets:
-            if value <= bound:
-                self._add(metric, 1.0)
-        for metric, amount in ((hist.sum, value), (hist.count, 1.0)):
-            if metric is not None:
-                self._add(metric, amount)
+        # the buckets from the first bound >= value on (bounds ascending; none for a NaN)
+        first = bisect_left(hist.bounds, value) if value == value else len(hist.bounds)
+        adds = [(metric, 1.0) for _, metric in hist.buckets[first:]]
+        adds += [(metric, amount) for metric, amount in ((hist.sum, value), (hist.count, 1.0))
+                 if metric is not None]
+        if self._flush_s <= 0:
+            for metric, amount in adds:
+                self._triton.increment(metric, amount)
+            return
+        with self._pending_lock:  # once for the whole observation (a dozen counters or more)
+            pending = self._pending
+            for metric, amount in adds:
+                pending[metric] = pending.get(metric, 0.0) + amount
+            self._start_flusher()
 
     def flush(self) -> None:
         """Send the summed increments now."""
@@ -159,6 +168,13 @@ class _Histogram:
     buckets: tuple[tuple[float, Any], ...]
     sum: Any
     count: Any
+    bounds: tuple[float, ...] = ()  # the buckets' bounds, for bisect
+
+    def __post_init__(self) -> None:
+        bounds = tuple(bound for bound, _ in self.buckets)
+        if list(bounds) != sorted(bounds):
+            raise ValueError(f"histogram bucket bounds must ascend: {bounds}")
+        object.__setattr__(self, "bounds", bounds)
 
     @classmethod
     def make(cls, triton: MetricSink, spec: MetricSpec, labels: Mapping[str, str]) -> _Histogram:

@@ -104,7 +104,7 @@ def _prompt(request: Incoming, empty: str) -> tuple[int, ...]:
     if n != width:
         raise InvalidRequestError(f"input 'input_lengths' is {n} but 'input_ids' holds {width} "
                                   f"tokens; allowed: exactly {width}")
-    return tuple(int(t) for t in ids.reshape(-1))
+    return tuple(ids.reshape(-1).tolist())  # Python ints
 
 
 # -- sampling: TensorRT-LLM's rules ---------------------------------------------------------------

@@ -201,11 +201,11 @@ class BackendTriton:
             return [self._read(r, names, decoupled) for r in requests]
 
     def _read(self, request: Any, names: tuple[str, ...], decoupled: bool) -> Incoming:
-        inputs = {}
-        for name in names:
-            t = self._pb.get_input_tensor_by_name(request, name)
-            if t is not None:
-                inputs[name] = np.array(t.as_numpy())
+        # The request's tensors listed once, not once per name: pb_utils'
+        # get_input_tensor_by_name lists them all on each call (python_backend r24.10
+        # src/resources/triton_python_backend_utils.py), and the router asks for 27 names.
+        given = {t.name(): t for t in request.inputs()}
+        inputs = {name: np.array(given[name].as_numpy()) for name in names if name in given}
         return Incoming(request_id=request.request_id(),
                         parameters=_json_object(request.parameters()), inputs=inputs,
                         requested_outputs=tuple(request.requested_output_names()),
@@ -312,11 +312,8 @@ class BackendTriton:
         with _LOCK:
             if response.has_error():
                 raise PhaseError(response.error().message())
-            got = {}
-            for name in outputs:
-                t = self._pb.get_output_tensor_by_name(response, name)
-                if t is not None:
-                    got[name] = np.array(t.as_numpy())
+            given = {t.name(): t for t in response.output_tensors()}  # once (see _read)
+            got = {name: np.array(given[name].as_numpy()) for name in outputs if name in given}
             del response  # freed here, under the lock, not on whichever thread drops it
         return got
 

@@ -62,6 +62,9 @@ SMOKE: dict[str, Smoke] = {
     "relay_floor.py": Smoke(
         ("--concurrency", "1", "--output-tokens", "4", "--duration-s", "0.5", "--rounds", "1"),
         r"\| 0 \| relay_min \|", triton=True),
+    "relay_python.py": Smoke(
+        ("--concurrency", "2", "--output-tokens", "4,8", "--tokens-per-cell", "64"),
+        r"\| 8 \| [\d.]+ \| [\d.]+ \| [-+][\d.]+ \|"),
     "router_bench.py": Smoke(
         ("--concurrency", "1", "--rounds", "1", "--duration-s", "0.5", "--prompt-tokens", "8",
          "--output-tokens", "4", "--bls-instances", "1"), r"\| 1 \| naive_bls×1 \| \d+ \| 0 \|",

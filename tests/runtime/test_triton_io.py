@@ -38,7 +38,11 @@ def recording_pb_utils(rec: Recorder) -> SimpleNamespace:
     class Tensor:
         def __init__(self, name, value):
             rec.note("Tensor")
-            self.name, self.value = name, value
+            self._name, self.value = name, value
+
+        def name(self):
+            rec.note("Tensor.name")
+            return self._name
 
         def as_numpy(self):
             rec.note("as_numpy")
@@ -56,7 +60,11 @@ def recording_pb_utils(rec: Recorder) -> SimpleNamespace:
     class InferenceResponse:
         def __init__(self, output_tensors=(), error=None):
             rec.note("InferenceResponse")
-            self.tensors, self.err = {t.name: t for t in output_tensors}, error
+            self.tensors, self.err = list(output_tensors), error
+
+        def output_tensors(self):
+            rec.note("output_tensors")
+            return self.tensors
 
         def has_error(self):
             rec.note("has_error")
@@ -123,26 +131,20 @@ def recording_pb_utils(rec: Recorder) -> SimpleNamespace:
             rec.note("get_response_sender")
             return Sender()
 
+        def inputs(self):
+            rec.note("inputs")
+            return [Tensor("input_ids", np.array([[1, 2, 3]], dtype=np.int32))]
+
         def is_cancelled(self):
             rec.note("is_cancelled")
             return False
-
-    def get_input_tensor_by_name(request, name):
-        rec.note("get_input_tensor_by_name")
-        return Tensor(name, np.array([[1, 2, 3]], dtype=np.int32)) if name == "input_ids" else None
-
-    def get_output_tensor_by_name(response, name):
-        rec.note("get_output_tensor_by_name")
-        return response.tensors.get(name)
 
     answers = [InferenceResponse([Tensor("output_ids", np.array([[[7]]], dtype=np.int32))]),
                InferenceResponse(error=TritonError("boom"))]
     return SimpleNamespace(
         TRITONSERVER_RESPONSE_COMPLETE_FINAL=1, Tensor=Tensor, TritonError=TritonError,
         InferenceResponse=InferenceResponse, InferenceRequest=InferenceRequest,
-        MetricFamily=MetricFamily, Request=Request,
-        get_input_tensor_by_name=get_input_tensor_by_name,
-        get_output_tensor_by_name=get_output_tensor_by_name)
+        MetricFamily=MetricFamily, Request=Request)
 
 
 def test_every_pb_utils_call_holds_the_lock_except_the_blocking_exec_and_next():
@@ -173,7 +175,8 @@ def test_every_pb_utils_call_holds_the_lock_except_the_blocking_exec_and_next():
     unlocked = sorted({what for what, locked in rec.calls if not locked})
     assert unlocked == ["exec", "next"], rec.calls
     assert {what for what, _ in rec.calls} >= {"send", "exec", "increment", "set", "Metric",
-                                               "is_cancelled", "get_response_sender"}
+                                               "is_cancelled", "get_response_sender",
+                                               "inputs", "output_tensors"}
 
 
 def test_a_bls_call_waiting_for_its_first_response_blocks_nothing_else():

@@ -66,11 +66,13 @@ class ResponseStream:
     deadline of :func:`pdtrt.runtime.router.health.watched`) or be cancelled without losing a
     response or ending the stream, and a response that is already waiting costs no task, no
     timer and no wake-up of the event loop (the producer wakes the loop only when the reader
-    waits). :attr:`asked` tells a producer that reads on demand when the reader wants the next
-    response, :attr:`closed` that the reader has gone.
+    waits). With ``on_demand``, :attr:`asked` tells a producer that reads on demand when the
+    reader wants the next response (None otherwise: a release per read costs a Python-level
+    ``Condition`` on every relayed token); :attr:`closed` tells it that the reader has gone.
     """
 
-    def __init__(self, on_close: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(self, on_close: Callable[[], Awaitable[None]] | None = None, *,
+                 on_demand: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._items: deque[StreamResponse | BaseException | None] = deque()
@@ -80,7 +82,9 @@ class ResponseStream:
         self.closed = False
         # one release per response the reader asks for (and one at close): a producer that
         # must not read ahead waits on it (BlsPhaseClient says why)
-        self.asked = threading.Semaphore(0)
+        self.asked: threading.Semaphore | None = None
+        if on_demand:
+            self.asked = threading.Semaphore(0)
         self._asking = False
         # the deadline of timed reads (read(timeout_s=...)): one timer per stream, re-armed
         # only when it fires, not one per read
@@ -121,8 +125,8 @@ class ResponseStream:
         every token relayed; here the stream's one timer is re-armed only when it fires while
         the wait it was armed for is over (:meth:`_expire`).
         """
-        if not self._asking:  # one ask per response: a retried (timed-out) wait asks no more
-            self._asking = True
+        if not self._asking and self.asked is not None:  # one ask per response: a retried
+            self._asking = True                             # (timed-out) wait asks no more
             self.asked.release()
         while True:
             with self._lock:
@@ -173,7 +177,8 @@ class ResponseStream:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self.asked.release()  # a producer waiting for the next ask ends
+        if self.asked is not None:
+            self.asked.release()  # a producer waiting for the next ask ends
         on_close, self._on_close = self._on_close, None
         if on_close is not None:
             await on_close()
@@ -269,7 +274,9 @@ class BlsPhaseClient:
                fail_fast: bool = True) -> ResponseStream:
         names = outputs + ([error_output] if error_output else [])
         skip_if = (lambda: self._down.get(model)) if fail_fast else None
-        stream = ResponseStream()
+        stream = ResponseStream(on_demand=True)
+        asked = stream.asked
+        assert asked is not None
 
         def read() -> None:
             responses = None
@@ -278,7 +285,7 @@ class BlsPhaseClient:
                                                  parameters=parameters, outputs=names,
                                                  skip_if=skip_if)
                 while True:
-                    stream.asked.acquire()  # the caller asks for the next response, or goes
+                    asked.acquire()  # the caller asks for the next response, or goes
                     if stream.closed:
                         break
                     got = self.triton.bls_next(responses, names)

@@ -93,7 +93,7 @@ def phase_id(client_id: str) -> str:
 
 
 def response_tokens(response: StreamResponse) -> list[int]:
-    return [int(t) for t in response.outputs["output_ids"].reshape(-1)]
+    return response.outputs["output_ids"].reshape(-1).tolist()  # Python ints
 
 
 def response_logprobs(response: StreamResponse) -> list[float] | None:
@@ -301,6 +301,7 @@ class PhaseCalls:
         seen = 0
         error = None
         stopping = False
+        log_probs = request.return_log_probs  # else the phase sends none: nothing to look up
         async with aclosing(self.stream(endpoint, request_type, inputs, phase_id,
                                         tokens=request.max_new_tokens,
                                         kv_tokens=len(request.prompt) + request.max_new_tokens,
@@ -323,8 +324,11 @@ class PhaseCalls:
                         if request_type is RequestType.GENERATION_ONLY:
                             reply.timeline.decode_queue_s = queue_s
                     tokens = response_tokens(r)
-                    reply.extend(request.num_generated + seen, tokens, response_logprobs(r),
-                                 response_top_log_probs(r))
+                    if log_probs:
+                        reply.extend(request.num_generated + seen, tokens, response_logprobs(r),
+                                     response_top_log_probs(r))
+                    else:
+                        reply.extend(request.num_generated + seen, tokens)
                     seen += len(tokens)
                     if request.streaming:
                         reply.stream()
