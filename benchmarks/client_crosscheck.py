@@ -28,6 +28,7 @@ be. Every process it starts runs under a timeout, in a session of its own that i
 
     benchmarks/client_crosscheck.py                              # both clients, 2 pairs each
     benchmarks/client_crosscheck.py --clients aiperf --pairs 1 --requests 8 --warmup 1
+    benchmarks/client_crosscheck.py --server-cpus 0 --client-cpus 1   # clients on a core apart
 """
 
 from __future__ import annotations
