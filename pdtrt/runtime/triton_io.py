@@ -104,6 +104,7 @@ class Triton(Protocol):
     def set_gauge(self, metric: Any, value: float) -> None: ...
     # the model's end: the server stopping (SIGTERM), then finalize
     def on_server_stop(self, callback: Callable[[], None]) -> None: ...
+    def watch_parent(self) -> None: ...
     def release(self) -> None: ...
 
 
@@ -355,10 +356,17 @@ class BackendTriton:
         """Call ``callback`` (once, on a thread of its own) when the server is told to stop --
         before Triton stops scheduling ensemble steps for good (:mod:`pdtrt.runtime.shutdown`
         says why a model must end its requests then)."""
-        from pdtrt.runtime.shutdown import ParentWatch, ShutdownWatch
+        from pdtrt.runtime.shutdown import ShutdownWatch
 
         ShutdownWatch(callback).install()
-        ParentWatch().start()  # and when the server dies instead, this stub is killed
+        self.watch_parent()  # and when the server dies instead, this stub is killed
+
+    def watch_parent(self) -> None:
+        """Have this stub killed when its server dies, even if the stub's own exit then hangs
+        (:class:`~pdtrt.runtime.shutdown.ParentWatch`). Once per stub."""
+        from pdtrt.runtime.shutdown import ParentWatch
+
+        ParentWatch().start()
 
     def release(self) -> None:
         """Delete this model's metrics and metric families now; later metric updates are

@@ -119,6 +119,7 @@ class FakeTriton:
         self.calls: list[PhaseCall] = []
         self.metrics: dict[str, float] = {}
         self.released = False  # the model's finalize() released the seam
+        self.parent_watched = False  # the model asked to be killed with its server
         self._on_stop: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
@@ -201,6 +202,9 @@ class FakeTriton:
 
     def on_server_stop(self, callback: Callable[[], None]) -> None:
         self._on_stop.append(callback)
+
+    def watch_parent(self) -> None:
+        self.parent_watched = True
 
     def stop_server(self) -> None:
         """What SIGTERM to the server does in a stub: the models' callbacks run."""

@@ -27,6 +27,7 @@ from e2e_client import ensemble_inputs, generate
 from supervised_server import PDTRT
 
 from pdtrt.facts.embedded_triton import find_embedded_triton
+from pdtrt.runtime.shutdown import PARENT_WATCH_NAME
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 
@@ -115,8 +116,28 @@ def _all_gone(below: dict[int, str]) -> None:
     assert left == {}, f"still running {GONE_WITHIN_S:g} s after pdtrt serve died: {left}"
 
 
+def _unwatched_stubs(below: dict[int, str]) -> list[str]:
+    """The stubs among ``below`` with no parent watch below them (its whole command line
+    names :data:`~pdtrt.runtime.shutdown.PARENT_WATCH_NAME`)."""
+    kids = _children()
+
+    def watched(stub: int) -> bool:
+        for kid in kids.get(stub, []):
+            try:
+                if PARENT_WATCH_NAME.encode() in Path(f"/proc/{kid}/cmdline").read_bytes():
+                    return True
+            except OSError:
+                continue
+        return False
+
+    return [c for p, c in below.items() if "triton_python_backend_stub" in c and not watched(p)]
+
+
 def test_a_sigkilled_serve_leaves_nothing_behind(serving):
+    """Every stub is watched, the readiness marker's (``health``) too: a stub's own exit when
+    its server dies can hang, and one unwatched stub outlived this test once (2026-12-07)."""
     serve, below = serving
+    assert _unwatched_stubs(below) == []
     serve.kill()
     serve.wait(10)
     _all_gone(below)

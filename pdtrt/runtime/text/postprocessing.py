@@ -22,6 +22,7 @@ class TritonPythonModel:
         self.triton = triton
 
     def initialize(self, args: dict[str, Any]) -> None:
+        self.triton.watch_parent()  # gone with the server, as every pdtrt stub
         self.tokenizer = load_tokenizer(model_params(args)[Param.TOKENIZER_DIR])
 
     def execute(self, requests: list[Any]) -> list[Any]:

@@ -38,6 +38,7 @@ class TritonPythonModel:
         self.triton = triton
 
     def initialize(self, args: dict[str, Any]) -> None:
+        self.triton.watch_parent()  # gone with the server, as every pdtrt stub
         self.tokenizer = load_tokenizer(model_params(args)[Param.TOKENIZER_DIR])
         self.end_id = self.tokenizer.eos_token_id if self.tokenizer.eos_token_id is not None else -1
         pad = self.tokenizer.pad_token_id

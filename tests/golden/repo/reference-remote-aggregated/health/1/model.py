@@ -5,4 +5,10 @@
 
 
 class TritonPythonModel:
-    """No inputs, no outputs, no work."""
+    """No inputs, no outputs, no work; and gone when the server dies, like pdtrt's other stubs
+    (pdtrt.runtime.shutdown.ParentWatch: a stub's own exit on its parent's death can hang)."""
+
+    def initialize(self, args):
+        from pdtrt.runtime.shutdown import ParentWatch
+
+        ParentWatch().start()
