@@ -304,7 +304,8 @@ def ensemble_io(middle: StepMap) -> ModelIO:
 def postprocessing_step_map(middle: StepMap) -> StepMap:
     """Postprocessing's step after ``middle``: the tokens to text, and each of
     :data:`PASSED_OUTPUTS` that ``middle`` gives carried on to the ensemble's output."""
-    given = [t.name for t in PASSED_OUTPUTS if t.name in {name for name, _ in middle.outputs}]
+    gives = {name for name, _ in middle.outputs}
+    given = [t.name for t in PASSED_OUTPUTS if t.name in gives]
     return StepMap(
         inputs=(("TOKENS_BATCH", "_TOKENS_BATCH"), ("SEQUENCE_LENGTH", "_SEQUENCE_LENGTH"),
                 *((passed_input(name), f"_{passed_input(name)}") for name in given)),

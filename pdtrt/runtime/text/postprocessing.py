@@ -16,6 +16,9 @@ from pdtrt.ensemble import PASSED_OUTPUTS, POSTPROCESSING_IO, passed_input, pass
 from pdtrt.runtime.text.preprocessing import load_tokenizer
 from pdtrt.runtime.triton_io import Triton, model_params
 
+# (postprocessing's input, its output, the ensemble output's spec), named once, not per response
+_PASSED = tuple((passed_input(t.name), passed_output(t.name), t) for t in PASSED_OUTPUTS)
+
 
 class TritonPythonModel:
     def __init__(self, triton: Triton) -> None:
@@ -43,10 +46,9 @@ class TritonPythonModel:
                                             skip_special_tokens=True).encode("utf-8")
                       for k in range(tokens.shape[1])] for b in range(tokens.shape[0])]
             outputs = {"OUTPUT": np.array(texts, dtype=object)}
-            for spec in PASSED_OUTPUTS:
-                value = request.tensor(passed_input(spec.name))
-                outputs[passed_output(spec.name)] = _placeholder(
-                    spec, tokens.shape[0]) if value is None else value
+            for name, out, spec in _PASSED:
+                value = request.tensor(name)
+                outputs[out] = _placeholder(spec, tokens.shape[0]) if value is None else value
             responses.append(self.triton.response(outputs))
         return responses
 
