@@ -105,115 +105,39 @@ class GrpcStreamClient:
         req.parameters["triton_enable_empty_final_response"].bool_param = True
         return req
 
-    def stream(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
-               parameters: Mapping[str, str], outputs: list[str], error_output: str = "",
-               fail_fast: bool = True) -> GrpcResponseStream:
+    async def stream(self, model: str, inputs: Mapping[str, np.ndarray], *, request_id: str,
+                     parameters: Mapping[str, str], outputs: list[str], error_output: str = "",
+                     fail_fast: bool = True) -> AsyncIterator[StreamResponse]:
+        import grpc
+        from tritonclient.grpc import InferResult
+
         request = self.request(model, inputs, request_id=request_id, parameters=parameters,
                                outputs=outputs + ([error_output] if error_output else []))
-        return GrpcResponseStream(self._service, request, error_output, self.where)
+        final = asyncio.Event()
 
+        async def requests() -> AsyncIterator[Any]:
+            yield request
+            await final.wait()  # then half-close: the server ends the stream
 
-class GrpcResponseStream:
-    """The responses of one ``ModelStreamInfer`` call, read in the caller's task (``async
-    for``, or :meth:`read`). The call starts on the first read; the stream is half-closed
-    after the final response (the server then ends it); :meth:`aclose` -- or dropping the
-    stream unread -- cancels a call that has not ended.
-
-    :meth:`end` ends the stream from elsewhere (another task, a timer) with one error
-    response: the read waiting, or the next one, returns it, and the call is cancelled. It is
-    how the router's liveness deadline ends a call without a task between the call and its
-    reader (:func:`pdtrt.runtime.router.health.watched`): a read of a ``grpc.aio`` call cannot
-    time out without cancelling the call (grpc ``aio/_call.py``: a cancelled ``_read`` cancels
-    the RPC), so it is never timed out; the deadline ends the stream only once the endpoint
-    is found dead.
-    """
-
-    def __init__(self, service: Any, request: Any, error_output: str, where: str) -> None:
-        self._service, self._request = service, request
-        self._error_output, self._where = error_output, where
-        self._call: Any = None
-        self._final = asyncio.Event()
-        self._ended: str | None = None  # end()'s message, until a read has returned it
-        self._done = False
-
-    def __aiter__(self) -> GrpcResponseStream:
-        return self
-
-    async def __anext__(self) -> StreamResponse:
-        response = await self.read()
-        if response is None:
-            raise StopAsyncIteration
-        return response
-
-    async def read(self) -> StreamResponse | None:
-        """The next response, None at the end (and after an error response)."""
-        import grpc
-
-        while not self._done:
-            if self._ended is not None:
-                return self._end_with(self._ended)
-            if self._call is None:
-                self._call = self._service().ModelStreamInfer(
-                    _requests(self._request, self._final))
-            try:
-                response = await self._call.read()
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if self._ended is None or (task is not None and task.cancelling()):
-                    raise  # the reader itself was cancelled
-                continue  # end() cancelled the call: its message is the response
-            except grpc.aio.AioRpcError as exc:
-                return self._end_with(self._ended or
-                                      f"{self._where}: {exc.code().name}: {exc.details()}")
-            if response is grpc.aio.EOF:
-                self._done = True
-                return None
-            if response.error_message:
-                self._final.set()
-                return StreamResponse(error=response.error_message)
-            infer = response.infer_response
-            if infer.parameters["triton_final_response"].bool_param:
-                self._final.set()
-            got = _outputs(infer)
-            if got:
-                return StreamResponse.of(got, self._error_output)
-        return None
-
-    def end(self, message: str) -> None:
-        """End the stream with an error response saying ``message`` (from any task of the
-        stream's event loop; nothing once it has ended)."""
-        if self._done or self._ended is not None:
-            return
-        self._ended = message
-        self._cancel()
-
-    async def aclose(self) -> None:
-        self._done = True
-        self._cancel()
-
-    def _end_with(self, message: str) -> StreamResponse:
-        self._done = True
-        self._ended = None
-        self._cancel()
-        return StreamResponse(error=message)
-
-    def _cancel(self) -> None:
-        self._final.set()
-        if self._call is not None and not self._call.done():
-            self._call.cancel()
-
-    def __del__(self) -> None:  # dropped unread, as an async generator's close would
-        call = getattr(self, "_call", None)
-        if call is not None and not call.done():
-            call.cancel()
-
-
-async def _requests(request: Any, final: asyncio.Event) -> AsyncIterator[Any]:
-    """A call's request stream: ``request``, then half-closed once ``final`` is set (the
-    server then ends the call). Holds no reference to the stream, so a stream dropped unread is
-    freed (and its call cancelled) at once."""
-    yield request
-    await final.wait()
+        call = self._service().ModelStreamInfer(requests())
+        try:
+            async for response in call:
+                if response.error_message:
+                    final.set()
+                    yield StreamResponse(error=response.error_message)
+                    continue
+                infer = response.infer_response
+                got = _outputs(infer, InferResult)
+                if infer.parameters["triton_final_response"].bool_param:
+                    final.set()
+                if got:
+                    yield StreamResponse.of(got, error_output)
+        except grpc.aio.AioRpcError as exc:
+            yield StreamResponse(error=f"{self.where}: {exc.code().name}: {exc.details()}")
+        finally:
+            final.set()
+            if not call.done():  # the caller stopped listening: end the call too
+                call.cancel()
 
 
 # The fixed-size tensor datatypes of the KServe v2 protocol, as numpy reads their raw bytes
@@ -224,14 +148,14 @@ FIXED_SIZE_DTYPES: dict[str, np.dtype[Any]] = {name: np.dtype(t) for name, t in 
     ("INT64", np.int64), ("FP16", np.float16), ("FP32", np.float32), ("FP64", np.float64))}
 
 
-def _outputs(infer: Any) -> dict[str, np.ndarray]:
+def _outputs(infer: Any, infer_result: Any) -> dict[str, np.ndarray]:
     """The outputs of a ``ModelInferResponse`` by name, as tritonclient's
     ``InferResult.as_numpy`` reads them (tritonclient 2.x ``grpc/_infer_result.py``: the
     i-th output's bytes are ``raw_output_contents[i]``, a fixed-size type read with
     ``np.frombuffer`` and reshaped to the output's shape). Read here for the fixed-size types
     (every token of a relayed stream: ``as_numpy`` looks each name up again and builds the
     shape element by element); BYTES, BF16 and outputs without raw contents go to
-    tritonclient's ``InferResult`` itself."""
+    ``infer_result`` (tritonclient's ``InferResult``) itself."""
     raw = infer.raw_output_contents
     got: dict[str, np.ndarray] = {}
     result = None
@@ -240,9 +164,7 @@ def _outputs(infer: Any) -> dict[str, np.ndarray]:
         if dtype is not None and i < len(raw):
             got[output.name] = np.frombuffer(raw[i], dtype=dtype).reshape(tuple(output.shape))
         else:
-            if result is None:
-                from tritonclient.grpc import InferResult
-                result = InferResult(infer)
+            result = result or infer_result(infer)
             got[output.name] = result.as_numpy(output.name)
     return got
 

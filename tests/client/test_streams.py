@@ -38,7 +38,7 @@ def test_a_response_reads_as_tritonclients_infer_result_reads_it():
                              shape=list(value.shape))
         response.raw_output_contents.append(serialize_byte_tensor(value).item()
                                             if value.dtype == np.object_ else value.tobytes())
-    got, want = _outputs(response), InferResult(response)
+    got, want = _outputs(response, InferResult), InferResult(response)
     for datatype, dtype in FIXED_SIZE_DTYPES.items():
         assert np.dtype(triton_to_np_dtype(datatype)) == dtype, datatype
     assert list(got) == list(arrays)

@@ -1,8 +1,10 @@
-"""The liveness deadline of a phase call over gRPC, read in the relay's own task
-(:func:`pdtrt.runtime.router.health.watched` over a
-:class:`~pdtrt.client.streams.GrpcResponseStream`): a real ``grpc.aio`` server (Triton's
-``ModelStreamInfer`` service from tritonclient's protobufs, scripted per test) on a free
-loopback port, pdtrt's gRPC stream client in front of it.
+"""The liveness deadline of a phase call over gRPC (:func:`pdtrt.runtime.router.health.watched`
+over :meth:`~pdtrt.client.streams.GrpcStreamClient.stream`): a real ``grpc.aio`` server
+(Triton's ``ModelStreamInfer`` service from tritonclient's protobufs, scripted per test) on a
+free loopback port, pdtrt's gRPC stream client in front of it. What the deadline must never
+do to a gRPC call: cancel it while its endpoint is alive (a timed-out ``grpc.aio`` read
+cancels its call, grpc ``aio/_call.py``), lose a response, or leave the call running on the
+server once the stream is given up.
 
 The server here is a stand-in for a Triton server whose model stalls or never answers; the
 same deadline on the real server and the BLS path is covered by tests/serve
@@ -20,7 +22,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from pdtrt.client.streams import GrpcResponseStream, GrpcStreamClient
+from pdtrt.client.streams import GrpcStreamClient
 from pdtrt.runtime.router.health import STOPPED_ANSWERING, watched
 
 LIVENESS_S = 0.3
@@ -83,11 +85,9 @@ def served():
     return run
 
 
-def _open(client: GrpcStreamClient) -> GrpcResponseStream:
-    stream = client.stream("decode", {"input_ids": np.array([[1, 2]], np.int32)},
-                           request_id="r", parameters={}, outputs=["output_ids"])
-    assert isinstance(stream, GrpcResponseStream)
-    return stream
+def _open(client: GrpcStreamClient) -> AsyncIterator:
+    return client.stream("decode", {"input_ids": np.array([[1, 2]], np.int32)},
+                         request_id="r", parameters={}, outputs=["output_ids"])
 
 
 async def _read_all(responses) -> list:
@@ -171,8 +171,7 @@ def test_a_call_that_never_answers_ends_within_its_first_response_deadline(serve
 
 
 def test_a_cancelled_reader_is_cancelled_and_cancels_its_call(served):
-    """Cancelling the relay's task is a cancellation, not an ended stream: the reader's
-    ``CancelledError`` is not mistaken for the deadline's."""
+    """Cancelling the relay's task cancels it (not an error response) and the call."""
     async def test(decode: _Decode, client: GrpcStreamClient) -> None:
         async def script():
             yield _token(1)
@@ -205,7 +204,7 @@ def test_a_stream_dropped_unread_cancels_its_call(served):
             await asyncio.sleep(60)
         decode.script = script
         stream = _open(client)
-        assert (await stream.read()).outputs["output_ids"].tolist() == [[1]]
+        assert (await stream.__anext__()).outputs["output_ids"].tolist() == [[1]]
         del stream
         gc.collect()
         for _ in range(50):

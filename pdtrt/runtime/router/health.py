@@ -44,13 +44,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
-from pdtrt.client.streams import (
-    PROBE_SILENT,
-    GrpcResponseStream,
-    StreamClient,
-    StreamResponse,
-    probe,
-)
+from pdtrt.client.streams import PROBE_SILENT, StreamClient, StreamResponse, probe
 from pdtrt.engine_io import DRAINING
 from pdtrt.runtime.router.bls_client import STUB_GONE, ResponseStream
 from pdtrt.runtime.router.pool import Endpoint, eject, mark_draining, readmit
@@ -147,37 +141,12 @@ async def watched(stream: AsyncIterator[StreamResponse], *, liveness_s: float,
     (an endpoint can answer probes and still never answer one call). ``stream`` is closed when
     this one ends or is closed.
 
-    Two ways to keep the deadline, by the kind of stream:
-
-    - a :class:`~pdtrt.client.streams.GrpcResponseStream` is read in the caller's task, with no
-      task between the gRPC call and the relay (one wake-up per token, not two); a
-      :class:`_Deadline` (one timer per stream, re-armed only when it fires) notices a wait
-      that has lasted ``liveness_s`` and asks ``alive()`` in a task of its own, and only when
-      the endpoint is not alive ends the stream (:meth:`~GrpcResponseStream.end`), which
-      cancels the call -- a gRPC read cannot time out without cancelling its call;
-    - any other stream is read through a
-      :class:`~pdtrt.runtime.router.bls_client.ResponseStream` (a BLS stream is one; anything
-      else is pumped into one by a task of its own), whose timed read survives a timed-out
-      wait and keeps one timer for the whole stream
-      (:meth:`~pdtrt.runtime.router.bls_client.ResponseStream.read`).
-
-    Neither costs a task or a timer per response.
+    The deadline is a timed read of a
+    :class:`~pdtrt.runtime.router.bls_client.ResponseStream` (any other stream is read into
+    one by a task of its own), which survives a timed-out wait and keeps one timer for the whole
+    stream (:meth:`~pdtrt.runtime.router.bls_client.ResponseStream.read`), so there is no task
+    and no timer per response.
     """
-    if isinstance(stream, GrpcResponseStream):
-        deadline = _Deadline(stream, liveness_s=liveness_s, alive=alive, what=what,
-                             first_within_s=first_within_s)
-        try:
-            while True:
-                deadline.waiting_since = deadline.clock()
-                response = await stream.read()
-                deadline.waiting_since = None
-                if response is None:
-                    return
-                deadline.first_by = None
-                yield response
-        finally:
-            deadline.close()
-            await stream.aclose()
     responses = stream if isinstance(stream, ResponseStream) else ResponseStream.pumped(stream)
     timeout_s = liveness_s if liveness_s > 0 else None
     clock = asyncio.get_running_loop().time
@@ -190,7 +159,8 @@ async def watched(stream: AsyncIterator[StreamResponse], *, liveness_s: float,
                 response = await responses.read(wait_s)
             except TimeoutError:
                 if first_by is not None and clock() >= first_by:
-                    yield StreamResponse(error=_silent_from_start(what, first_within_s))
+                    yield StreamResponse(error=f"{what} sent nothing within "
+                                        f"{first_within_s:g} s of the call")
                     return
                 problem = await alive()
                 if problem is not None:
@@ -203,74 +173,6 @@ async def watched(stream: AsyncIterator[StreamResponse], *, liveness_s: float,
             yield response
     finally:
         await responses.aclose()
-
-
-def _silent_from_start(what: str, first_within_s: float) -> str:
-    return f"{what} sent nothing within {first_within_s:g} s of the call"
-
-
-class _Deadline:
-    """The liveness deadline of a stream its reader reads directly (:func:`watched`): the
-    reader sets :attr:`waiting_since` (loop time) when it starts waiting for a response and
-    None when one has come, and :attr:`first_by` to None at the first; nothing else per
-    response. One timer, re-armed when it fires: a wait that has lasted ``liveness_s`` gets
-    ``alive()`` asked (a task of its own); not alive ends the stream, alive gives the same
-    wait another ``liveness_s``. Past ``first_by`` with no response yet ends it too."""
-
-    def __init__(self, stream: GrpcResponseStream, *, liveness_s: float,
-                 alive: Callable[[], Awaitable[str | None]], what: str,
-                 first_within_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        self.clock = loop.time
-        self._loop, self._stream, self._liveness_s = loop, stream, liveness_s
-        self._alive, self._what, self._first_within_s = alive, what, first_within_s
-        self.waiting_since: float | None = None
-        now = self.clock()
-        self.first_by: float | None = now + first_within_s if first_within_s > 0 else None
-        self._asking: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._arm(now + liveness_s)
-
-    def _arm(self, at: float) -> None:
-        if self._liveness_s <= 0:
-            at = math.inf  # no liveness deadline: only the first response's, if any
-        if self.first_by is not None:
-            at = min(at, self.first_by)
-        if at < math.inf:
-            self._timer = self._loop.call_at(at, self._fire)
-
-    def _fire(self) -> None:
-        self._timer = None
-        now = self.clock()
-        if self.first_by is not None and now >= self.first_by:
-            self._stream.end(_silent_from_start(self._what, self._first_within_s))
-            return
-        since = self.waiting_since
-        if since is None or now - since < self._liveness_s:  # not waiting, or not that long
-            self._arm((now if since is None else since) + self._liveness_s)
-        elif self._asking is None:
-            self._asking = self._loop.create_task(self._ask(since))
-
-    async def _ask(self, since: float) -> None:
-        try:
-            problem = await self._alive()
-        finally:
-            self._asking = None
-        if self.waiting_since != since:  # a response came meanwhile: the endpoint lives
-            self._arm(self.clock() + self._liveness_s)
-        elif problem is not None:
-            self._stream.end(f"{self._what} {STOPPED_ANSWERING}: {problem}")
-        else:  # alive: the same wait gets another liveness_s
-            self.waiting_since = now = self.clock()
-            self._arm(now + self._liveness_s)
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._asking is not None:
-            self._asking.cancel()
-            self._asking = None
 
 
 def probe_due(endpoint: Endpoint, now_s: float, interval_s: float) -> bool:
