@@ -90,6 +90,14 @@ def _open(client: GrpcStreamClient) -> AsyncIterator:
                          request_id="r", parameters={}, outputs=["output_ids"])
 
 
+async def _ended(decode: _Decode, within_s: float = 10.0) -> None:
+    """Wait until the server has seen its call end (gRPC tells it asynchronously)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while not decode.ended and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+
+
 async def _read_all(responses) -> list:
     return [r async for r in responses]
 
@@ -116,10 +124,7 @@ def test_a_stalled_call_ends_with_an_error_once_its_endpoint_is_found_dead(serve
             f"endpoint decode {STOPPED_ANSWERING}: no answer to a health probe within 0.1 s")
         assert len(asked) == 1 and LIVENESS_S <= asked[0] - started < LIVENESS_S + 1.0
         assert took < LIVENESS_S + 2.0
-        for _ in range(50):  # the call was cancelled, not left running on the server
-            if decode.ended:
-                break
-            await asyncio.sleep(0.05)
+        await _ended(decode)  # the call was cancelled, not left running on the server
         assert decode.ended == ["cancelled"]
     served(test)
 
@@ -189,10 +194,7 @@ def test_a_cancelled_reader_is_cancelled_and_cancels_its_call(served):
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        for _ in range(50):
-            if decode.ended:
-                break
-            await asyncio.sleep(0.05)
+        await _ended(decode)
         assert decode.ended == ["cancelled"]
     served(test)
 
@@ -207,10 +209,7 @@ def test_a_stream_dropped_unread_cancels_its_call(served):
         assert (await stream.__anext__()).outputs["output_ids"].tolist() == [[1]]
         del stream
         gc.collect()
-        for _ in range(50):
-            if decode.ended:
-                break
-            await asyncio.sleep(0.05)
+        await _ended(decode)
         assert decode.ended == ["cancelled"]
     served(test)
 
