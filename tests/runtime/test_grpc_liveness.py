@@ -46,6 +46,15 @@ def _final() -> service_pb2.ModelStreamInferResponse:
 Script = Callable[[], AsyncIterator[service_pb2.ModelStreamInferResponse]]
 
 
+def _then_stall(*tokens: int) -> Script:
+    """A model that sends ``tokens``, then nothing for a minute."""
+    async def script():
+        for token in tokens:
+            yield _token(token)
+        await asyncio.sleep(60)
+    return script
+
+
 class _Decode(service_pb2_grpc.GRPCInferenceServiceServicer):
     """Answers each ``ModelStreamInfer`` call with what the test's script yields, and notes
     how each call ended."""
@@ -104,10 +113,7 @@ async def _read_all(responses) -> list:
 
 def test_a_stalled_call_ends_with_an_error_once_its_endpoint_is_found_dead(served):
     async def test(decode: _Decode, client: GrpcStreamClient) -> None:
-        async def script():
-            yield _token(7)
-            await asyncio.sleep(60)  # the model stalls
-        decode.script = script
+        decode.script = _then_stall(7)  # the model stalls
         asked = []
 
         async def alive():
@@ -157,10 +163,7 @@ def test_a_slow_but_alive_endpoint_keeps_its_call_and_every_response(served):
 
 def test_a_call_that_never_answers_ends_within_its_first_response_deadline(served):
     async def test(decode: _Decode, client: GrpcStreamClient) -> None:
-        async def script():
-            await asyncio.sleep(60)
-            yield _token(1)
-        decode.script = script
+        decode.script = _then_stall()
 
         async def alive():
             return None  # alive: only the first-response deadline can end it
@@ -178,10 +181,7 @@ def test_a_call_that_never_answers_ends_within_its_first_response_deadline(serve
 def test_a_cancelled_reader_is_cancelled_and_cancels_its_call(served):
     """Cancelling the relay's task cancels it (not an error response) and the call."""
     async def test(decode: _Decode, client: GrpcStreamClient) -> None:
-        async def script():
-            yield _token(1)
-            await asyncio.sleep(60)
-        decode.script = script
+        decode.script = _then_stall(1)
         first = asyncio.Event()
 
         async def relay():
@@ -201,10 +201,7 @@ def test_a_cancelled_reader_is_cancelled_and_cancels_its_call(served):
 
 def test_a_stream_dropped_unread_cancels_its_call(served):
     async def test(decode: _Decode, client: GrpcStreamClient) -> None:
-        async def script():
-            yield _token(1)
-            await asyncio.sleep(60)
-        decode.script = script
+        decode.script = _then_stall(1)
         stream = _open(client)
         assert (await stream.__anext__()).outputs["output_ids"].tolist() == [[1]]
         del stream
