@@ -51,6 +51,7 @@ from router_bench import (  # noqa: E402
     loadavg,
     run_cell,
     spy,
+    stat_cpu_s,
     stub_pids,
     summarize,
 )
@@ -64,15 +65,8 @@ BASELINE = "router_base"
 
 def _thread_cpu_s(pids: list[int]) -> dict[int, float]:
     """CPU seconds (user + system) of each thread of ``pids``, by thread id."""
-    out = {}
-    for pid in pids:
-        for task in Path(f"/proc/{pid}/task").glob("*"):
-            try:
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            out[int(task.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return out
+    return {int(task.name): used for pid in pids for task in Path(f"/proc/{pid}/task").glob("*")
+            if (used := stat_cpu_s(task / "stat")) is not None}
 
 
 def _per_thread(before: dict[int, float], after: dict[int, float], tokens: int) -> list[float]:
@@ -204,8 +198,9 @@ def main() -> None:
                     threads = _thread_cpu_s(pids)
                     before, t0 = cpu_s(pids), time.perf_counter()
                     records, wall = run_cell(users, path, args.duration_s)
-                    s = summarize(records, wall, cpu_s(pids) - before)
-                    s.update(cores=(cpu_s(pids) - before) / (time.perf_counter() - t0),
+                    used_s, took_s = cpu_s(pids) - before, time.perf_counter() - t0
+                    s = summarize(records, wall, used_s)
+                    s.update(cores=used_s / took_s,
                              threads_us_per_token=_per_thread(threads, _thread_cpu_s(pids),
                                                               s["tokens"]))
                 s.update(path=path, round=rnd, c=args.concurrency, loadavg=loadavg())

@@ -172,15 +172,18 @@ def stub_pids(repo: Path, model: str) -> list[int]:
     return pids
 
 
+def stat_cpu_s(stat: Path) -> float | None:
+    """User + system CPU seconds in a ``/proc`` ``stat`` file (a process's or a thread's);
+    None when it is gone."""
+    try:
+        fields = stat.read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14, 15)
+
+
 def cpu_s(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-    return total / _TICKS
+    return sum(s for pid in pids if (s := stat_cpu_s(Path(f"/proc/{pid}/stat"))) is not None)
 
 
 def loadavg() -> str:

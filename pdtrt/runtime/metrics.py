@@ -104,11 +104,19 @@ class Metrics:
             self._add(metric, value)
 
     def _add(self, metric: Any, value: float) -> None:
+        self._add_all(((metric, value),))
+
+    def _add_all(self, adds: Sequence[tuple[Any, float]]) -> None:
+        """Send the increments now (no ``flush_s``), or sum them for the flusher, under one
+        taking of the lock whatever their number (an observation touches a dozen or more)."""
         if self._flush_s <= 0:
-            self._triton.increment(metric, value)
+            for metric, amount in adds:
+                self._triton.increment(metric, amount)
             return
         with self._pending_lock:
-            self._pending[metric] = self._pending.get(metric, 0.0) + value
+            pending = self._pending
+            for metric, amount in adds:
+                pending[metric] = pending.get(metric, 0.0) + amount
             self._start_flusher()
 
     def _start_flusher(self) -> None:
@@ -128,15 +136,7 @@ class Metrics:
         adds = [(metric, 1.0) for _, metric in hist.buckets[first:]]
         adds += [(metric, amount) for metric, amount in ((hist.sum, value), (hist.count, 1.0))
                  if metric is not None]
-        if self._flush_s <= 0:
-            for metric, amount in adds:
-                self._triton.increment(metric, amount)
-            return
-        with self._pending_lock:  # once for the whole observation (a dozen counters or more)
-            pending = self._pending
-            for metric, amount in adds:
-                pending[metric] = pending.get(metric, 0.0) + amount
-            self._start_flusher()
+        self._add_all(adds)
 
     def flush(self) -> None:
         """Send the summed increments now."""
