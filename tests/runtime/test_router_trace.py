@@ -82,6 +82,40 @@ def test_a_disaggregated_request_is_one_trace_of_router_calls_and_timeline(recei
     assert a["pdtrt.migrations"] == 0 and router.status_code == 0
 
 
+def _slow_after_final(triton, clock, seconds):
+    """Each final response (tokens, error or empty) takes the stub ``seconds`` after it went
+    out: the caller may have it, and end its own span, well before the router is done."""
+    def late(sent, final_by_default):
+        def send(*args, **kwargs):
+            sent(*args, **kwargs)
+            if kwargs.get("final", final_by_default):
+                clock.advance(seconds)
+        return send
+
+    triton.send = late(triton.send, False)
+    triton.send_error = late(triton.send_error, True)
+    triton.close = late(triton.close, True)
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["tokens", "error"])
+def test_the_router_span_ends_when_its_final_response_went_out(receiver, fails):
+    clock = FakeClock()
+
+    def decode(call):
+        clock.advance(0.05)
+        yield Fail("boom") if fails else tokens_out(OUTPUT)
+
+    model, triton = new_router(engines(decode=decode), clock=clock)
+    _slow_after_final(triton, clock, 1.0)
+    req = _traced(request(max_new=len(OUTPUT)))
+    route(model, req)
+    assert bool(req.errors) == fails
+    model.finalize()
+    spans = receiver.wait_for(lambda s: "router" in {x.name for x in s}, timeout_s=5)
+    router = next(s for s in spans if s.name == "router")
+    assert router.duration_s == pytest.approx(0.05)  # not the second after it
+
+
 def test_a_request_without_a_traceparent_starts_its_own_trace(receiver):
     model, triton = new_router(engines())
     route(model, request())

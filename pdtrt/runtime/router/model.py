@@ -204,7 +204,8 @@ class TritonPythonModel:
         finally:
             if reply.trace is not None:
                 reply.trace.finish(reply.timeline, num_in=reply.num_prompt,
-                                   num_out=len(reply.tokens), error=error)
+                                   num_out=len(reply.tokens), error=error,
+                                   end_s=reply.ended_s)
             if routed is not None:
                 self.calls.kv.forget(routed)
             self._routes.discard(task)

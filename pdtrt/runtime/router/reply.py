@@ -64,6 +64,7 @@ class Reply:
         self.num_prompt = 0  # its prompt's tokens
         self.num_streamed = 0  # of which already sent (streaming)
         self.done = False  # the final response went out
+        self.ended_s: float | None = None  # when it went out (the router span's end)
         self._cancelled = False
         self.timeline = Timeline(arrived_s=start_s)  # where its time went
         self.trace: RequestTrace | None = None  # its spans, when tracing is on
@@ -139,8 +140,9 @@ class Reply:
         request's timing when it asked (computed now, so it is complete when the response
         goes out; :mod:`~pdtrt.runtime.router.timing`)."""
         timing: dict[str, np.ndarray] = {}
+        self.ended_s = self.clock()
         if request.return_timing:
-            text = timing_json(self.timeline, now_s=self.clock(), num_out=len(self.tokens))
+            text = timing_json(self.timeline, now_s=self.ended_s, num_out=len(self.tokens))
             timing = {TIMING_OUTPUT: np.array([[text.encode()]], dtype=object)}
         if not request.streaming:
             full = self.tokens if request.exclude_input else [*request.client_prompt,
@@ -174,6 +176,7 @@ class Reply:
 
     def close(self) -> None:
         """An empty final response (the client has gone)."""
+        self.ended_s = self.clock()
         self.triton.close(self.incoming)
         self.done = True
 
@@ -184,6 +187,7 @@ class Reply:
                         message)
             return
         self.done = True
+        self.ended_s = self.clock()
         try:
             self.triton.send_error(self.incoming, message)
         except Exception:  # nothing is left to tell the client with

@@ -80,10 +80,14 @@ class RequestTrace:
     def call_ended(self, span: Any, error: str | None = None) -> None:
         self.tracing.end(span, end_ns=self._ns(self.clock()), error=error)
 
-    def finish(self, t: Timeline, *, num_in: int, num_out: int, error: str | None) -> None:
-        """The request has ended (``error``: how it failed): the timeline's spans, then the
-        router span with the request's timing."""
-        now_s = self.clock()
+    def finish(self, t: Timeline, *, num_in: int, num_out: int, error: str | None,
+               end_s: float | None) -> None:
+        """The request has ended (``error``: how it failed; ``end_s``: when its final response
+        went out, None: now): the timeline's spans, then the router span with the request's
+        timing. The span ends when the final response went out, not when this is called: the
+        caller's span may close as soon as it has that response, and a child must not outlive
+        its parent."""
+        now_s = self.clock() if end_s is None else end_s
         if t.first_call_s is not None:
             self._record("queue", self.span, t.arrived_s, t.first_call_s)
         if self._last_decode is not None and t.decode_sent_s is not None \
