@@ -12,9 +12,13 @@ The tiers: the front first (the readiness marker, the ensembles, the router, the
 then the engines and anything else. Triton 2.51's unload returns at once
 (the model goes UNLOADING; measured here: its stub exits 1-2 s later), so each tier is waited
 for by its stubs leaving, up to a deadline; stubs still running then are SIGKILLed -- while
-their server lives -- and logged. This needs explicit model-control mode, the one ``pdtrt
-serve`` starts Triton in (:func:`~pdtrt.serve.model_control.explicit_load_args`); a server in
-another mode relies on Triton's own graceful shutdown.
+their server lives -- and logged. The front waits :data:`FRONT_TIER_S` at most, the engines
+the rest: a front model Triton itself holds never unloads -- after a router was killed, 2.51
+keeps its ensemble requests forever, and they keep the tokenizers loaded -- and waiting it out
+cost every stop after such a crash the whole grace (67 s measured, ``pdtrt stop`` of the pools
+example; tests/serve/test_migration_chaos.py). This needs explicit model-control mode, the one
+``pdtrt serve`` starts Triton in (:func:`~pdtrt.serve.model_control.explicit_load_args`); a
+server in another mode relies on Triton's own graceful shutdown.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pdtrt.repo.pbtxt import parse_config
 from pdtrt.serve.model_control import HttpModelControl, ModelControl, ModelState, server_stubs
 from pdtrt.serve.procs import children
 
-__all__ = ["drain_stubs", "stop_models", "stop_tiers", "unload_in_order"]
+__all__ = ["FRONT_TIER_S", "drain_stubs", "stop_models", "stop_tiers", "unload_in_order"]
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,11 @@ _FRONT_ROLES = (Role.ROUTER, Role.PREPROCESSING, Role.POSTPROCESSING)
 _POLL_S = 0.1
 _DRAIN_S = 1.0
 _UNLOAD_REQUEST_S = 10.0  # one unload request (Triton answers at once; the unload goes on)
+
+FRONT_TIER_S = 20.0
+"""The longest wait for the stubs of a tier before the last one: pdtrt's front models finalize
+in 1-2 s (a router that flushes its spans: the exporter's 10 s timeout at most); the engines
+(the last tier) keep whatever is left of the deadline."""
 
 
 def stop_models(server_pid: int, *, http_url: str | None, repository: Path,
@@ -107,16 +116,19 @@ def unload_in_order(control: ModelControl, *, server_pid: int, repository: Path,
                     deadline: float, clock: Callable[[], float] = time.monotonic,
                     stubs: Callable[[int], Mapping[int, str]] = server_stubs) -> dict[int, str]:
     """Unload the loaded models of the server ``server_pid`` tier by tier (:func:`stop_tiers`),
-    each tier until its stubs have exited or ``deadline`` (``clock`` time) passes; SIGKILL the
-    stubs still running then. Returns those (pid -> model), each logged as a warning. An
-    unload the server refuses is logged and not waited for: its stubs are killed at the end."""
+    each tier until its stubs have exited or ``deadline`` (``clock`` time) passes -- a tier
+    before the last for :data:`FRONT_TIER_S` at most; SIGKILL the stubs still running then.
+    Returns those (pid -> model), each logged as a warning. An unload the server refuses is
+    logged and not waited for: its stubs are killed at the end."""
     try:
         loaded = [m for m, state in control.states().items()
                   if state in (ModelState.READY, ModelState.LOADING)]
     except ServerError as exc:
         log.warning("cannot unload the models before the stop: %s", exc.message)
         loaded = []
-    for tier in stop_tiers(loaded, repository):
+    tiers = stop_tiers(loaded, repository)
+    for i, tier in enumerate(tiers):
+        due = deadline if i == len(tiers) - 1 else min(deadline, clock() + FRONT_TIER_S)
         unloading = set()
         for model in tier:
             try:
@@ -124,7 +136,7 @@ def unload_in_order(control: ModelControl, *, server_pid: int, repository: Path,
                 unloading.add(model)
             except ServerError as exc:
                 log.warning("unloading %s: %s", model, exc.message)
-        while any(m in unloading for m in stubs(server_pid).values()) and clock() < deadline:
+        while any(m in unloading for m in stubs(server_pid).values()) and clock() < due:
             time.sleep(_POLL_S)
     left = dict(stubs(server_pid))
     for pid, model in sorted(left.items()):
