@@ -15,10 +15,11 @@ for by its stubs leaving, up to a deadline; stubs still running then are SIGKILL
 their server lives -- and logged. The front waits :data:`FRONT_TIER_S` at most, the engines
 the rest: a front model Triton itself holds never unloads -- after a router was killed, 2.51
 keeps its ensemble requests forever, and they keep the tokenizers loaded -- and waiting it out
-cost every stop after such a crash the whole grace (67 s measured, ``pdtrt stop`` of the pools
-example; tests/serve/test_migration_chaos.py). This needs explicit model-control mode, the one
-``pdtrt serve`` starts Triton in (:func:`~pdtrt.serve.model_control.explicit_load_args`); a
-server in another mode relies on Triton's own graceful shutdown.
+cost every stop after such a crash the whole grace (``pdtrt stop`` of the pools example: 67 s,
+38 s with the cap; the teardown of tests/serve/test_migration_chaos.py, whose last case kills
+the router). This needs explicit model-control mode, the one ``pdtrt serve`` starts Triton in
+(:func:`~pdtrt.serve.model_control.explicit_load_args`); a server in another mode relies on
+Triton's own graceful shutdown.
 """
 
 from __future__ import annotations

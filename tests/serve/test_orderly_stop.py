@@ -118,23 +118,19 @@ def test_a_front_model_triton_holds_does_not_keep_the_engines_waiting(tmp_path, 
     """After a router was killed, Triton 2.51 keeps its ensemble requests -- and with them the
     tokenizers -- forever: the front is given FRONT_TIER_S, then the engines are unloaded in
     order and have the rest of the deadline; the held stub is killed at the end."""
-    server = _Server({11: "router", 12: "preprocessing", 13: "decode"}, polls=2,
+    server = _Server({11: "router", 12: "preprocessing", 13: "decode"},
                      stuck=("preprocessing",))
-    now = [0.0]
-
-    def clock() -> float:
-        now[0] += 1.0  # a second per look
-        return now[0]
-
+    clock = iter(range(1000))  # a second per look
     with caplog.at_level(logging.WARNING, logger="pdtrt.serve.orderly_stop"), \
             pytest.MonkeyPatch.context() as mp:
         killed_pids: list[int] = []
         mp.setattr("os.kill", lambda pid, sig: killed_pids.append(pid))
         mp.setattr("pdtrt.serve.orderly_stop._POLL_S", 0.0)
         killed = unload_in_order(server, server_pid=42, repository=_repo(tmp_path),
-                                 deadline=1000.0, clock=clock, stubs=server.table)
+                                 deadline=1000, clock=lambda: next(clock),
+                                 stubs=server.table)
     assert server.events[-2:] == ["unload decode", "exit decode"]  # not left to the deadline
-    assert FRONT_TIER_S <= now[0] < FRONT_TIER_S + 10  # the front's wait, then the engines'
+    assert FRONT_TIER_S <= next(clock) < FRONT_TIER_S + 10  # the front's wait, then the engines'
     assert killed == {12: "preprocessing"} and killed_pids == [12]
     assert "the stub of preprocessing (pid 12) has not exited" in caplog.text
 
