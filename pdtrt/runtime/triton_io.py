@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import gc
 import json
+import os
+import signal
 import threading
 import time
 from collections import deque
@@ -106,6 +108,8 @@ class Triton(Protocol):
     def on_server_stop(self, callback: Callable[[], None]) -> None: ...
     def watch_parent(self) -> None: ...
     def release(self) -> None: ...
+    # fault injection: this process dies
+    def kill_process(self) -> None: ...
 
 
 # One lock per process: the stub is one per process, whichever object calls into it. A plain
@@ -367,6 +371,15 @@ class BackendTriton:
         from pdtrt.runtime.shutdown import ParentWatch
 
         ParentWatch().start()
+
+    def kill_process(self) -> None:
+        """SIGKILL this stub between two calls into it, never inside one (fault injection's
+        dying process). Killed inside ``send()``, a stub leaves the response's shared-memory
+        mutex owner-dead and Triton 2.51 aborts, taking every stream with it (docs/design/
+        serve.md, "The owner-dead mutex"): a real crash may, but a test of the router's retry
+        must not hinge on that chance."""
+        with _LOCK:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def release(self) -> None:
         """Delete this model's metrics and metric families now; later metric updates are

@@ -120,6 +120,7 @@ class FakeTriton:
         self.metrics: dict[str, float] = {}
         self.released = False  # the model's finalize() released the seam
         self.parent_watched = False  # the model asked to be killed with its server
+        self.kills = 0  # fault injection's kill_process() calls (the process lives on here)
         self._on_stop: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
@@ -213,6 +214,9 @@ class FakeTriton:
 
     def release(self) -> None:
         self.released = True
+
+    def kill_process(self) -> None:
+        self.kills += 1
 
 
 def tokens_out(*ids: int, **extra: Any) -> dict[str, np.ndarray]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import os
+import signal
 from types import SimpleNamespace
 
 import numpy as np
@@ -352,3 +354,37 @@ def test_an_ended_bls_stream_no_round_trip_follows_is_let_go_after_the_hold():
     clock.advance(triton_io.ENDED_STREAM_HOLD_S / 2 + 0.001)
     second = _ended_stream(pb, triton)  # each new end lets go of those past the hold
     assert first() is None and kept() is not None and second() is not None
+
+
+def test_an_injected_kill_waits_for_a_send_in_progress(monkeypatch):
+    """Fault injection's SIGKILL never lands inside a stub call: killed inside ``send()``, a
+    stub leaves its response's shared-memory mutex owner-dead and Triton 2.51 aborts."""
+    import threading
+
+    rec = Recorder()
+    pb = recording_pb_utils(rec)
+    inside, release = threading.Event(), threading.Event()
+
+    class SlowSender:
+        def send(self, response=None, flags=0):
+            inside.set()
+            release.wait(30)
+            rec.note("send")
+
+    pb.Request.get_response_sender = lambda self: SlowSender()
+    kills: list[tuple[int, int, bool]] = []
+    monkeypatch.setattr(triton_io.os, "kill", lambda pid, sig: kills.append(
+        (pid, sig, [w for w, _ in rec.calls].count("send") == 1)))
+    triton = BackendTriton(pb)
+    [incoming] = triton.receive([pb.Request()], ["input_ids"], decoupled=True)
+    sending = threading.Thread(target=triton.send, args=(incoming, {}))
+    sending.start()
+    assert inside.wait(5)
+    killing = threading.Thread(target=triton.kill_process)
+    killing.start()
+    killing.join(0.3)
+    assert kills == [] and killing.is_alive()  # not while the send is inside the stub
+    release.set()
+    sending.join(5)
+    killing.join(5)
+    assert kills == [(os.getpid(), signal.SIGKILL, True)]  # right after the send returned

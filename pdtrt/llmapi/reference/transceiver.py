@@ -18,8 +18,6 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
-import signal
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -42,6 +40,8 @@ class KVFaultHook(Protocol):
     ``"drop_done"`` (answer, but never complete the transfer) or None."""
 
     def kv_transfer_fault(self, request_id: str) -> str | None: ...
+    def kill_process(self) -> None:
+        """The ``"kill"`` fault: end this process now (SIGKILL)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,7 +132,8 @@ class KVCacheTransceiver:
         if fault == "kill":
             log.warning("fault injection: KV transfer %x pulled; SIGKILL of this process",
                         transfer_id)
-            os.kill(os.getpid(), signal.SIGKILL)
+            if self.faults is not None:  # the hook that armed it
+                self.faults.kill_process()  # returns only where a test fakes the kill
         if fault == "drop_done":
             log.warning("fault injection: KV transfer %x pulled; its completion is dropped",
                         transfer_id)

@@ -159,7 +159,8 @@ class TritonPythonModel:
         self._thread.start()
         asyncio.run_coroutine_threadsafe(self._poll(), self.loop)
         if (faults is not None or kv_faults is not None) and api.is_reference:
-            llm._pdtrt_set_fault_hook(_FaultHook(faults, kv_faults, self._by_engine_id))
+            llm._pdtrt_set_fault_hook(_FaultHook(faults, kv_faults, self._by_engine_id,
+                                                     self.triton.kill_process))
         self.triton.on_server_stop(self.drain)
 
     def _run_loop(self) -> None:
@@ -467,8 +468,9 @@ class _FaultHook:
     (:mod:`pdtrt.runtime.faults`)."""
 
     def __init__(self, faults: FaultInjection | None, kv_faults: KVTransferFaults | None,
-                 by_engine_id: dict[int, str]) -> None:
+                 by_engine_id: dict[int, str], kill: Callable[[], None]) -> None:
         self.faults, self.kv_faults, self.by_engine_id = faults, kv_faults, by_engine_id
+        self.kill_process = kill  # the seam's: between two stub calls, never inside one
 
     def before_decode(self, request_ids: list[str]) -> None:
         if self.faults is not None:
