@@ -4,7 +4,8 @@ transfer, and a clear end -- never a hang -- when the router itself dies (docs/m
 ``docs/examples/reference-cpu-pools.yaml`` served the operator's way (``pdtrt serve --detach``):
 two prefill and two decode endpoints on one server, started with KV-transfer faults armed
 (:mod:`pdtrt.runtime.faults`) for request ids the fault-free runs never use. Each case streams
-eight greedy requests and checks each against its fault-free output (one burst, the module's):
+eight greedy requests at once and checks each against its fault-free output (a fresh burst when
+its streams all ended before the fault could catch them in flight):
 
 - a transfer's completion notice dropped (TensorRT-LLM #17665): the decode gives up its pull at
   ``kv_transfer.timeout_s``, the router retries, the prefill frees the KV at the same timeout;
@@ -18,6 +19,8 @@ eight greedy requests and checks each against its fault-free output (one burst, 
   (Triton 2.51 never ends a dead router's streams), and the deployment heals.
 
 No case leaves a stub fault in the kernel log, and the survivors let go of every KV they held.
+Where Triton 2.51 itself dies of a killed or stopped stub (the owner-dead mutex,
+docs/design/serve.md), it takes the streams with it: the case xfails then, naming the crash.
 """
 
 from __future__ import annotations
@@ -133,40 +136,40 @@ def _burst(url: str, tag: str, timeout_s: float = 60) -> Burst:
     return burst
 
 
-def _decode_mid_stream(metrics_url: str, burst: Burst) -> str:
-    """A decode endpoint (decode_b when it qualifies) holding streams whose decode tokens
-    reached their clients ("" when none did within 60 s): the router spreads the burst as it
-    likes, at times all but one stream on one endpoint."""
-    victim = ""
+def _until(burst: Burst, check, timeout_s: float = 60) -> bool:
+    """Whether ``check`` held before the burst ended; looked at every 20 ms, on the clients'
+    side: the streams run fast here (200 tokens in 2-3 s), and on a loaded machine one read of
+    the metrics endpoint can take longer than the moment it looks for."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(t.is_alive() for t in burst.threads):
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
 
-    def found() -> bool:
-        nonlocal victim
-        if burst.mid_decode():
-            victim = next((m for m in ("decode_b", "decode") if metric(
-                metrics_url, "pdtrt_engine_active_sequences", model=m) >= 2), "")
-        return bool(victim)
-    wait_for(found, timeout_s=60)
-    return victim
+
+def _signal(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        os.kill(pid, sig)
 
 
 def _freeze_decode_mid_stream(work, url: str, metrics_url: str, tag: str
                               ) -> tuple[Burst, str, list[int]]:
     """A burst, and a decode endpoint whose stubs are stopped (SIGSTOP) while they hold some of
-    its streams, their decode tokens already at their clients: the burst, the endpoint, its
-    stubs. Streams run fast here (200 tokens in 2-3 s), so one can end between the look at
-    the endpoint's gauge and the stop: the gauge is read again once the stubs are stopped --
-    frozen, it says whether any sequence is still held (an engine updates it before each final
-    response). When none is, the stubs run on and a fresh burst tries again."""
+    its streams, their decode tokens already at their clients: the burst, the endpoint
+    (decode_b, unless the router gave it none), its stubs. The stubs are stopped the moment
+    every client has had decode tokens, and then the endpoint's gauge is read: frozen, it
+    says whether a sequence is still held (an engine updates it before each final response).
+    When neither endpoint holds one, the stubs run on and a fresh burst tries again."""
     for attempt in range(3):
+        stubs = {m: stubs_of(work / "repo", m) for m in ("decode_b", "decode")}
         burst = _burst(url, f"{tag}{attempt}-")
-        if victim := _decode_mid_stream(metrics_url, burst):
-            pids = stubs_of(work / "repo", victim)
-            for pid in pids:
-                os.kill(pid, signal.SIGSTOP)
-            if metric(metrics_url, "pdtrt_engine_active_sequences", model=victim) >= 1:
-                return burst, victim, pids
-            for pid in pids:
-                os.kill(pid, signal.SIGCONT)
+        if _until(burst, burst.mid_decode):
+            for victim, pids in stubs.items():
+                _signal(pids, signal.SIGSTOP)
+                if metric(metrics_url, "pdtrt_engine_active_sequences", model=victim) >= 1:
+                    return burst, victim, pids
+                _signal(pids, signal.SIGCONT)
         burst.join()
     pytest.fail("no decode endpoint was caught holding a stream in three bursts")
 
@@ -191,8 +194,9 @@ def _kv_let_go(metrics_url: str, models=("prefill", "prefill_b")) -> bool:
 
 def _crashed(work, pid: int) -> str:
     """How the server ``pid`` died, when the supervisor restarted it ("" when it runs):
-    Triton 2.51's owner-dead mutex abort, or a SIGSEGV in its Python backend (seen once in
-    ``TRITONBACKEND_ModelInstanceExecute``, just after decode_b had been stopped)."""
+    Triton 2.51's owner-dead mutex abort (a stub killed or stopped at the wrong moment), or a
+    SIGSEGV in its Python backend (seen once in ``TRITONBACKEND_ModelInstanceExecute``, just
+    after decode_b had been stopped)."""
     if not wait_for(lambda: server_pid(work) != pid, timeout_s=15):
         return ""
     logs = "".join(p.read_text(errors="replace") for p in work.glob("server.log.restart*"))
@@ -247,12 +251,20 @@ def test_a_prefill_killed_during_the_kv_transfer_loses_no_request(case, expected
 
 
 def test_a_decode_endpoint_killed_mid_stream_loses_no_request(case, expected):
+    """A decode endpoint's stub SIGKILLed with streams in flight, as an OOM kill would: its
+    streams are migrated to the other decode. A stub killed inside a response's ``send()`` can
+    make Triton 2.51 abort (the owner-dead mutex; seen under load); the case xfails then,
+    naming the crash."""
     info, work = case
     url, metrics_url = info["endpoints"]["grpc"], info["endpoints"]["metrics"]
+    server = server_pid(work)
     before = metric(metrics_url, "pdtrt_router_migrations_total", phase="decode")
     burst, _victim, pids = _freeze_decode_mid_stream(work, url, metrics_url, "chaos")
-    for pid in pids:  # stopped with streams in flight; killed now
-        os.kill(pid, signal.SIGKILL)
+    _signal(pids, signal.SIGKILL)  # stopped with streams in flight; killed now
+    burst.join()
+    if any(got.error for got in burst.results.values()) and (crash := _crashed(work, server)):
+        pytest.xfail(f"Triton 2.51 itself died with the decode killed ({crash}), and the "
+                     "migrated streams with it")
     _all_identical(burst, expected)
     assert metric(metrics_url, "pdtrt_router_migrations_total", phase="decode") > before
     # a request's histograms are observed after its final response went out: wait for them
@@ -265,8 +277,8 @@ def test_a_decode_endpoint_killed_mid_stream_loses_no_request(case, expected):
 
 def test_a_stalled_decode_endpoint_is_ejected_its_streams_migrated(case, expected):
     """SIGSTOP, not a death: a decode endpoint's stub (decode_b's, unless the router gave it
-    fewer than two streams) stops answering with streams in flight. The liveness deadline
-    fires, its probe goes unanswered, the endpoint is ejected and its streams are migrated.
+    none) stops answering with streams in flight. The liveness deadline fires, its probe goes
+    unanswered, the endpoint is ejected and its streams are migrated.
     What follows is Triton 2.51's: its Python backend declares the stopped stub unhealthy, and
     the stub aborts once it runs again (SIGCONT; ``std::length_error`` in the server log), or
     the supervisor kills it after HUNG_ROUNDS unanswered probes. Either way it is reloaded and
@@ -324,9 +336,14 @@ def test_a_killed_router_ends_every_stream_with_an_error_and_heals(case, expecte
     url, metrics_url = info["endpoints"]["grpc"], info["endpoints"]["metrics"]
     pid = server_pid(work)
     deadline_s = 10.0  # the client's: no response for this long ends its request
-    burst = _burst(url, "router-dies", timeout_s=deadline_s)
-    assert wait_for(lambda: metric(metrics_url, "pdtrt_router_requests_in_flight") >= 4,
-                    timeout_s=30)
+    for attempt in range(3):  # four streams the router holds: tokens out, no end yet
+        burst = _burst(url, f"router-dies{attempt}-", timeout_s=deadline_s)
+        if _until(burst, lambda b=burst: sum(
+                1 for i, n in enumerate(b.received) if n and i not in b.results) >= 4):
+            break
+        burst.join()
+    else:
+        pytest.fail("no burst had four streams in flight at once")
     kill_model(work / "repo", "router")
     killed = time.monotonic()
     burst.join(deadline_s + 30)

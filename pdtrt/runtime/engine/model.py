@@ -160,7 +160,7 @@ class TritonPythonModel:
         asyncio.run_coroutine_threadsafe(self._poll(), self.loop)
         if (faults is not None or kv_faults is not None) and api.is_reference:
             llm._pdtrt_set_fault_hook(_FaultHook(faults, kv_faults, self._by_engine_id,
-                                                     self.triton.kill_process))
+                                                 self.triton.kill_process))
         self.triton.on_server_stop(self.drain)
 
     def _run_loop(self) -> None:
