@@ -140,6 +140,39 @@ def reference_server(reference_engines, tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(autouse=True)
+def _reference_server_runs(request):
+    """A test that uses the session's reference server gets one that runs. That server has
+    no supervisor, and Triton 2.51 itself can die under a test (seen once in a full run: a
+    SIGSEGV in ``TRITONBACKEND_ResponseSend``, a Python-backend response on its way out):
+    the test in flight fails, as it should, but without this every later test of the session
+    would fail on a refused connection. Restarted on its ports, its log kept as
+    ``server.log.crashN``, and said in the run's warnings."""
+    if "reference_server" not in request.fixturenames:
+        return
+    server, _prepared = request.getfixturevalue("reference_server")
+    if not server.running:
+        _restart_on_its_ports(server)
+
+
+def _restart_on_its_ports(server) -> None:
+    import dataclasses
+    import warnings
+
+    from pdtrt.serve.shm import new_shm_prefix
+    from pdtrt.serve.triton_server import set_aside
+
+    ep, status = server.endpoints, server.returncode
+    server.stop()  # reaps it once the stubs it left are gone; removes its shared memory
+    kept = set_aside(server.config.log_path, "crash")
+    warnings.warn(f"the session's reference server died (exit status {status}; its log: "
+                  f"{kept}); restarting it on its ports", stacklevel=1)
+    server.config = dataclasses.replace(server.config, grpc_port=ep.grpc_port,
+                                        http_port=ep.http_port, metrics_port=ep.metrics_port)
+    server.shm_prefix = new_shm_prefix()
+    server.start(timeout_s=240)
+
+
 @pytest.fixture
 def update_golden(request) -> bool:
     return bool(request.config.getoption("--update-golden"))
