@@ -131,13 +131,15 @@ def start_server(config, *, timeout_s: float):
 @pytest.fixture(scope="session")
 def reference_server(reference_engines, tmp_path_factory):
     """One real Triton server per test session running the reference deployment, both
-    ensembles (disaggregated ``ensemble`` and ``ensemble_aggregated``): (TritonServer, Prepared).
-    Skips when the embedded Triton or ucxx is not installed."""
+    ensembles (disaggregated ``ensemble`` and ``ensemble_aggregated``): [TritonServer,
+    Prepared] -- a list, whose server is replaced if Triton dies under a test
+    (:func:`_reference_server_runs`). Skips when the embedded Triton or ucxx is not
+    installed."""
     root, _dep = reference_engines
-    server, prepared = serve_reference(EXAMPLES / "reference-cpu.yaml", root,
-                                       tmp_path_factory.mktemp("serve"))
-    yield server, prepared
-    server.stop()
+    served = list(serve_reference(EXAMPLES / "reference-cpu.yaml", root,
+                                  tmp_path_factory.mktemp("serve")))
+    yield served
+    served[0].stop()
 
 
 @pytest.fixture(autouse=True)
@@ -146,31 +148,26 @@ def _reference_server_runs(request):
     no supervisor, and Triton 2.51 itself can die under a test (seen once in a full run: a
     SIGSEGV in ``TRITONBACKEND_ResponseSend``, a Python-backend response on its way out):
     the test in flight fails, as it should, but without this every later test of the session
-    would fail on a refused connection. Restarted on its ports, its log kept as
-    ``server.log.crashN``, and said in the run's warnings."""
+    would fail on a refused connection. ``pdtrt serve``'s own :class:`Restarter` starts it
+    again on its ports (its log kept as ``server.log.restartN``), and the run's warnings say
+    so."""
     if "reference_server" not in request.fixturenames:
         return
-    server, _prepared = request.getfixturevalue("reference_server")
-    if not server.running:
-        _restart_on_its_ports(server)
-
-
-def _restart_on_its_ports(server) -> None:
-    import dataclasses
+    served = request.getfixturevalue("reference_server")
+    dead = served[0]
+    if dead.running:
+        return
     import warnings
 
-    from pdtrt.serve.shm import new_shm_prefix
-    from pdtrt.serve.triton_server import set_aside
+    from pdtrt.serve.restarts import Restarter
 
-    ep, status = server.endpoints, server.returncode
-    server.stop()  # reaps it once the stubs it left are gone; removes its shared memory
-    kept = set_aside(server.config.log_path, "crash")
-    warnings.warn(f"the session's reference server died (exit status {status}; its log: "
-                  f"{kept}); restarting it on its ports", stacklevel=1)
-    server.config = dataclasses.replace(server.config, grpc_port=ep.grpc_port,
-                                        http_port=ep.http_port, metrics_port=ep.metrics_port)
-    server.shm_prefix = new_shm_prefix()
-    server.start(timeout_s=240)
+    pid, prefix, status = dead.pid, dead.shm_prefix, dead.returncode
+    dead.stop()  # reaps it once the stubs it left are gone; closes its log
+    served[0] = Restarter(dead.config, dead.endpoints, timeout_s=240).restart(
+        old_pid=pid, old_shm_prefix=prefix, returncode=status)
+    warnings.warn(f"the session's reference server (pid {pid}) died, exit status {status}; "
+                  f"restarted on its ports (pid {served[0].pid}; the dead one's log kept as "
+                  f"{dead.config.log_path.name}.restartN)", stacklevel=1)
 
 
 @pytest.fixture

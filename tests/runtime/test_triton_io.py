@@ -12,6 +12,7 @@ import ast
 import dataclasses
 import os
 import signal
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -184,8 +185,6 @@ def test_every_pb_utils_call_holds_the_lock_except_the_blocking_exec_and_next():
 def test_a_bls_call_waiting_for_its_first_response_blocks_nothing_else():
     """``exec`` returns with the callee's first response (or never, for a request lost in a
     dying callee): meanwhile the model's other calls go through."""
-    import threading
-
     rec = Recorder()
     pb = recording_pb_utils(rec)
     answered, release = threading.Event(), threading.Event()
@@ -252,8 +251,6 @@ def test_a_gauge_set_to_the_value_it_has_costs_no_round_trip():
 
 
 def test_deferred_counters_are_summed_into_one_round_trip_per_metric_and_flush():
-    import threading
-
     from tests.runtime.fake_triton import FakeTriton
 
     class Counting(FakeTriton):
@@ -359,8 +356,6 @@ def test_an_ended_bls_stream_no_round_trip_follows_is_let_go_after_the_hold():
 def test_an_injected_kill_waits_for_a_send_in_progress(monkeypatch):
     """Fault injection's SIGKILL never lands inside a stub call: killed inside ``send()``, a
     stub leaves its response's shared-memory mutex owner-dead and Triton 2.51 aborts."""
-    import threading
-
     rec = Recorder()
     pb = recording_pb_utils(rec)
     inside, release = threading.Event(), threading.Event()
